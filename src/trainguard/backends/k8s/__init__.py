@@ -1,0 +1,1 @@
+"""trainguard.backends.k8s"""

@@ -1,0 +1,1 @@
+"""One module per verb of the trainguard command; see trainguard.cli.main."""
