@@ -1,0 +1,47 @@
+"""Looking up roles and their pod slots, the same way everywhere (role names match case-insensitively)."""
+
+from __future__ import annotations
+
+from trainguard.api.model import ReplicaSpec, RestartScope, TrainingJob
+from trainguard.policy.types import PodRef
+
+#: Role names and replica types that make a role the job's "rank 0" for job-level Rank0 policies.
+_LEADER_NAMES = frozenset({"master", "launcher", "chief"})
+
+
+def resolve_role(job: TrainingJob, name: str) -> tuple[str, ReplicaSpec]:
+    """The role's name as the job spells it, and its spec; ValueError listing the roles if there is none."""
+    for key, spec in job.spec.replica_specs.items():
+        if key == name or key.lower() == name.lower():
+            return key, spec
+    roles = ", ".join(job.spec.replica_specs)
+    raise ValueError(f"job {job.name} has no role {name!r}; its roles: {roles}")
+
+
+def canonical(job: TrainingJob, pod: PodRef) -> PodRef:
+    role, _ = resolve_role(job, pod.role)
+    return pod if role == pod.role else PodRef(role, pod.index)
+
+
+def slots(job: TrainingJob, role: str, replicas: int | None = None) -> tuple[PodRef, ...]:
+    """The pod slots 0..replicas-1 of a role (its desired replicas unless given)."""
+    key, spec = resolve_role(job, role)
+    count = spec.replicas if replicas is None else replicas
+    return tuple(PodRef(key, index) for index in range(count))
+
+
+def pods_in_scope(job: TrainingJob, pod: PodRef, scope: RestartScope) -> tuple[PodRef, ...]:
+    """The pods a restart of ``scope`` touches: the pod, every pod of its role, or every pod of the job."""
+    if scope is RestartScope.POD:
+        return (pod,)
+    if scope is RestartScope.REPLICA:
+        return slots(job, pod.role)
+    return tuple(ref for role in job.spec.replica_specs for ref in slots(job, role))
+
+
+def rank0_role(job: TrainingJob) -> str:
+    """The role a job-level Rank0 policy watches: the master/launcher/chief role, else the first role."""
+    for key, spec in job.spec.replica_specs.items():
+        if key.lower() in _LEADER_NAMES or (spec.replica_type or "").lower() in _LEADER_NAMES:
+            return key
+    return next(iter(job.spec.replica_specs))

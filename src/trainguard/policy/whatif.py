@@ -1,0 +1,40 @@
+"""What-if questions about a job's policy, answered without running it (``trainguard explain``)."""
+
+from __future__ import annotations
+
+from trainguard.api.model import TrainingJob
+from trainguard.policy.decide import decide
+from trainguard.policy.roles import resolve_role
+from trainguard.policy.types import Decision, Fault, FaultKind, PodCounters, PodRef, PolicyState
+
+#: An arbitrary "now": every earlier restart is placed at this moment, inside any window.
+_NOW = 0.0
+
+
+def what_if(
+    job: TrainingJob,
+    pod: PodRef,
+    kind: FaultKind,
+    exit_code: int | None = None,
+    restarts: int = 0,
+    hangs: int = 0,
+) -> Decision:
+    """The decision for a fault of ``pod`` while every other pod is healthy.
+
+    ``restarts`` counted restarts of the pod's role are already spent, inside its window; they count toward
+    the job's backoffLimit and job retries too. ``hangs`` hang restarts in place of the pod came just before.
+    """
+    role, _ = resolve_role(job, pod.role)
+    pod = PodRef(role, pod.index)
+    live = {name: spec.replicas for name, spec in job.spec.replica_specs.items()}
+    live[role] = max(live[role] - 1, 0) if pod.index < live[role] else live[role]
+    state = PolicyState(
+        counted_restarts={role: (_NOW,) * restarts},
+        role_restarts={role: restarts},
+        job_restarts=restarts,
+        job_retries=restarts,
+        pods={pod: PodCounters(restarts=restarts, consecutive_hangs=hangs)},
+    )
+    if kind is FaultKind.OOM_KILLED and exit_code is None:
+        exit_code = 137
+    return decide(job, state, Fault(kind, pod, _NOW, exit_code=exit_code), _NOW, live)
