@@ -1,1 +1,57 @@
-"""trainguard.controller"""
+"""trainguard.controller: the reconcile loop, the job and pod-slot state machines, conditions, events, the
+fault-recovery history and elastic scaling. Pure like the policy: time and observations come in, a new
+status and actions go out; a backend (``Backend``) observes and carries the actions out."""
+
+from trainguard.controller.backend import (
+    Action,
+    ActionError,
+    AgentReport,
+    Backend,
+    EmitEvent,
+    EventType,
+    LaunchPod,
+    Observed,
+    ObservedNode,
+    ObservedPhase,
+    ObservedPod,
+    RestartInPlace,
+    ScaleRequest,
+    TerminatePod,
+    UpdateDiscovery,
+    WriteStatus,
+)
+from trainguard.controller.loop import step
+from trainguard.controller.phases import JOB_TRANSITIONS, POD_TRANSITIONS, JobPhase, PodPhase
+from trainguard.controller.reconcile import ReconcileResult, reconcile
+from trainguard.controller.status import Condition, HistoryEntry, JobStatus, PhaseTransition, PodStatus
+
+__all__ = [
+    "JOB_TRANSITIONS",
+    "POD_TRANSITIONS",
+    "Action",
+    "ActionError",
+    "AgentReport",
+    "Backend",
+    "Condition",
+    "EmitEvent",
+    "EventType",
+    "HistoryEntry",
+    "JobPhase",
+    "JobStatus",
+    "LaunchPod",
+    "Observed",
+    "ObservedNode",
+    "ObservedPhase",
+    "ObservedPod",
+    "PhaseTransition",
+    "PodPhase",
+    "PodStatus",
+    "ReconcileResult",
+    "RestartInPlace",
+    "ScaleRequest",
+    "TerminatePod",
+    "UpdateDiscovery",
+    "WriteStatus",
+    "reconcile",
+    "step",
+]

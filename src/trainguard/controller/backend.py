@@ -1,0 +1,200 @@
+"""The one interface between the controller and a place that runs pods (processes, Kubernetes, a simulator).
+
+A backend does two things:
+
+``observe(job) -> Observed``
+    What is there now for one job: its pods (each with the generation it was launched as, its phase, node,
+    exit code, reason and the latest report of its agent), the nodes, the scale requests users made, and
+    the errors of actions it could not carry out. Observing changes nothing.
+
+``apply(actions)``
+    Start carrying out actions. It is **asynchronous** (effects show up in a later ``observe()``),
+    **eventually consistent** (a pod launched a moment ago may not be listed yet) and **idempotent by
+    key**: an action whose ``key`` the backend has already accepted is ignored, so the controller may send
+    the same action again — after a crash, or when it reconciles the same observation twice — and nothing
+    happens twice. ``apply`` does not raise for an action that fails: the failure is reported, with the
+    action's key, in ``Observed.errors``, and the controller decides what to do with it next time.
+
+Apply the actions in the order given: ``WriteStatus`` comes last, so a status is stored only after the
+actions it records as issued were accepted, and a controller that crashes in between issues them again
+under the same keys.
+
+Pods are named ``<job>-<role>-<index>`` on every backend (``trainguard.api.pod_name``); a relaunch keeps the
+name and bumps the ``generation``, which the backend stores with the pod (a label on Kubernetes) and
+reports back, so the controller can tell the current incarnation from one it already replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+from trainguard.api import TrainingJob
+
+if TYPE_CHECKING:
+    from trainguard.controller.status import JobStatus
+
+
+class ObservedPhase(str, Enum):
+    """The phase of a pod as a backend reports it (the Kubernetes pod phases)."""
+
+    PENDING = "Pending"  # not started: without a node it waits for scheduling, with one it is creating
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    """The latest word of the agent inside a pod."""
+
+    #: Restarts in place the agent has carried out in this incarnation of the pod.
+    in_place_restarts: int = 0
+    #: No progress for ``hang.timeoutSeconds`` (heartbeats, else log output, else CPU activity).
+    hung: bool = False
+    #: When the training process last made progress, on the controller's clock.
+    last_progress_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    name: str
+    role: str
+    index: int
+    generation: int
+    phase: ObservedPhase
+    node: str | None = None
+    exit_code: int | None = None
+    #: Killed by this signal (a backend that knows only the code reports 128+N as ``exit_code``).
+    signal: int | None = None
+    #: The backend's reason: "OOMKilled", "Evicted", "Preempted", "DisruptionTarget", ...
+    reason: str | None = None
+    #: When the container started running (the controller's clock), if it did.
+    started_at: float | None = None
+    #: Deletion was asked for and is under way.
+    terminating: bool = False
+    agent: AgentReport | None = None
+
+
+@dataclass(frozen=True)
+class ObservedNode:
+    name: str
+    ready: bool = True
+    #: Pods the node can still take; None when the backend cannot tell.
+    free_slots: int | None = None
+
+
+@dataclass(frozen=True)
+class ScaleRequest:
+    """A user asked for ``replicas`` pods of ``role`` (CLI ``scale``, an edit of the resource, metrics)."""
+
+    id: str
+    role: str
+    replicas: int
+    at: float
+
+
+@dataclass(frozen=True)
+class ActionError:
+    """An action the backend accepted but could not carry out."""
+
+    key: str
+    message: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Observed:
+    pods: tuple[ObservedPod, ...] = ()
+    nodes: tuple[ObservedNode, ...] = ()
+    scale_requests: tuple[ScaleRequest, ...] = ()
+    errors: tuple[ActionError, ...] = ()
+
+
+# ---- actions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchPod:
+    """Create incarnation ``generation`` of the pod; the previous one is already gone."""
+
+    key: str
+    pod: str
+    role: str
+    index: int
+    generation: int
+    #: The pod's RESTARTS so far (``TRAININGJOB_REPLICA_RESTARTCOUNT``).
+    restart_count: int
+    reason: str
+    #: Nodes the pod must not be placed on (it failed there because of the node).
+    avoid_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TerminatePod:
+    """Stop incarnation ``generation`` of the pod and remove it (SIGTERM, grace, SIGKILL)."""
+
+    key: str
+    pod: str
+    generation: int
+    reason: str
+    #: Remove it at once, without grace (its node is gone, so nothing can stop it gracefully).
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class RestartInPlace:
+    """Stop the pod's process and run the same command again in the same pod (hang recovery)."""
+
+    key: str
+    pod: str
+    generation: int
+    #: The agent's ``in_place_restarts`` once this restart is done.
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class UpdateDiscovery:
+    """Rewrite the Horovod host-discovery file: one ``host:slots`` line per live worker pod."""
+
+    key: str
+    version: int
+    hosts: tuple[str, ...]
+
+
+class EventType(str, Enum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    key: str
+    type: EventType
+    reason: str
+    message: str
+    at: float
+    pod: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Store the job's status (always the last action of a batch)."""
+
+    key: str
+    status: JobStatus
+
+
+Action: TypeAlias = LaunchPod | TerminatePod | RestartInPlace | UpdateDiscovery | EmitEvent | WriteStatus
+
+
+class Backend(Protocol):
+    """See the module's docstring: the whole contract is there."""
+
+    def observe(self, job: TrainingJob) -> Observed: ...
+
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None: ...

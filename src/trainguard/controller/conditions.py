@@ -1,0 +1,71 @@
+"""The job's phase as its pods show it, and the conditions list in seed 000's form.
+
+One condition per phase type, the current one ``"True"`` and the others ``"False"``; entering a phase again
+moves its condition to the end with fresh times (as Kubeflow does), so the list reads oldest to newest.
+Reasons are ``TrainingJob<Phase>``; messages are the seed's: "all pods are waiting for scheduling",
+"pods [...] creating containers", "all pods are running", and the Scaling operation.
+"""
+
+from __future__ import annotations
+
+from trainguard.controller.cycle import Cycle
+from trainguard.controller.phases import LIVE_PHASES, JobPhase, PodPhase
+from trainguard.controller.status import Condition
+
+
+def settle_phase(cycle: Cycle) -> None:
+    """The phase of a job that goes on, from its slots: Restarting while a fault is being recovered from,
+    Scaling while a scale step is under way, else Pending, Creating or Running."""
+    if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
+        return
+    active = [s for s in cycle.ordered_slots() if s.phase in LIVE_PHASES]
+    recovering = [s.name for s in active if s.open_faults]
+    scaling = [s.name for s in active if s.cause in ("scale", "grow") and s.phase is not PodPhase.RUNNING]
+    scaled_in = any(s.phase is PodPhase.REMOVED and cycle.observed_pods(s.name) for s in cycle.slots.values())
+    if recovering:
+        cycle.phase_to(
+            JobPhase.RESTARTING, "TrainingJobRestarting", f"pods [{' '.join(recovering)}] restarting"
+        )
+    elif cycle.scaling_message is not None or scaling or scaled_in:
+        cycle.phase_to(JobPhase.SCALING, "TrainingJobScaling", cycle.scaling_message or _last_scaling(cycle))
+    elif not active:
+        return  # every pod has ended; the outcome decides what the job is
+    elif all(s.phase is PodPhase.RUNNING for s in active):
+        cycle.phase_to(JobPhase.RUNNING, "TrainingJobRunning", "all pods are running")
+    elif not any(s.phase in (PodPhase.CREATING, PodPhase.RUNNING) for s in active):
+        cycle.phase_to(JobPhase.PENDING, "TrainingJobPending", "all pods are waiting for scheduling")
+    else:
+        starting = " ".join(s.name for s in active if s.phase is not PodPhase.RUNNING)
+        cycle.phase_to(JobPhase.CREATING, "TrainingJobCreating", f"pods [{starting}] creating containers")
+
+
+def _last_scaling(cycle: Cycle) -> str:
+    condition = next((c for c in cycle.before.conditions if c.type is JobPhase.SCALING), None)
+    return condition.message if condition is not None else "scaling"
+
+
+def next_conditions(cycle: Cycle) -> tuple[Condition, ...]:
+    """The conditions after this cycle: unchanged unless the phase or its words changed."""
+    conditions = list(cycle.before.conditions)
+    if cycle.phase_words is None:
+        return tuple(conditions)
+    reason, message = cycle.phase_words
+    current = conditions[-1] if conditions else None
+    entered = bool(cycle.transitions)
+    if not entered and current is not None and current.type is cycle.phase:
+        if (current.reason, current.message) == (reason, message):
+            return tuple(conditions)
+        conditions[-1] = current.model_copy(
+            update={"reason": reason, "message": message, "last_probe_time": cycle.now}
+        )
+        return tuple(conditions)
+    kept = [c.model_copy(update={"status": "False"}) for c in conditions if c.type is not cycle.phase]
+    fresh = Condition(
+        type=cycle.phase,
+        status="True",
+        reason=reason,
+        message=message,
+        last_transition_time=cycle.now,
+        last_probe_time=cycle.now,
+    )
+    return (*kept, fresh)

@@ -1,0 +1,177 @@
+"""One reconcile's scratchpad: the status being built, and the actions it issues.
+
+Only ``reconcile`` creates a Cycle; the steps (faults, scaling, launching, phases) change it, and at the end it
+is frozen into the next ``JobStatus``. Nothing in here reads a clock or talks to a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainguard.api import TrainingJob, pod_name
+from trainguard.controller import keys
+from trainguard.controller.backend import (
+    Action,
+    EmitEvent,
+    EventType,
+    Observed,
+    ObservedNode,
+    ObservedPod,
+    TerminatePod,
+)
+from trainguard.controller.phases import (
+    LIVE_PHASES,
+    JobPhase,
+    check_job_transition,
+    check_pod_transition,
+)
+from trainguard.controller.status import (
+    MAX_ISSUED_KEYS,
+    HistoryEntry,
+    JobStatus,
+    PhaseTransition,
+    PodStatus,
+)
+from trainguard.policy.types import PodRef, PolicyState
+
+
+@dataclass
+class Cycle:
+    job: TrainingJob
+    now: float
+    observed: Observed
+    before: JobStatus
+    state: PolicyState
+    phase: JobPhase
+    slots: dict[str, PodStatus]
+    desired: dict[str, int]
+    history: list[HistoryEntry]
+    issued: dict[str, None]
+    event_seq: int
+    actions: list[Action] = field(default_factory=list)
+    #: Changes to JobStatus fields not listed above (scale_version, discovery, reason, ...).
+    updates: dict[str, Any] = field(default_factory=dict)
+    #: The latest Scaling operation of this cycle, in the seed's words, for the Scaling condition.
+    scaling_message: str | None = None
+    #: The condition of the phase, as this cycle sees it: (reason, message).
+    phase_words: tuple[str, str] | None = None
+    transitions: list[PhaseTransition] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, job: TrainingJob, status: JobStatus, observed: Observed, now: float) -> Cycle:
+        return cls(
+            job=job,
+            now=now,
+            observed=observed,
+            before=status,
+            state=status.policy(),
+            phase=status.phase,
+            slots={pod.name: pod for pod in status.pods},
+            desired=dict(status.desired),
+            history=list(status.history),
+            issued=dict.fromkeys(status.issued_keys),
+            event_seq=status.event_seq,
+        )
+
+    # ---- looking things up ------------------------------------------------------------------------
+
+    def get(self, name: str) -> Any:
+        """A JobStatus field as this cycle has it so far."""
+        return self.updates.get(name, getattr(self.before, name))
+
+    def name_of(self, ref: PodRef) -> str:
+        return pod_name(self.job.name, ref.role, ref.index)
+
+    def slot(self, ref: PodRef) -> PodStatus | None:
+        return self.slots.get(self.name_of(ref))
+
+    def role_slots(self, role: str) -> list[PodStatus]:
+        return sorted((s for s in self.slots.values() if s.role == role), key=lambda s: s.index)
+
+    def ordered_slots(self) -> Iterator[PodStatus]:
+        """Roles in the job's order, then by index: the order every step walks pods in."""
+        for role in self.job.spec.replica_specs:
+            yield from self.role_slots(role)
+
+    def members(self, role: str) -> list[PodStatus]:
+        return [s for s in self.role_slots(role) if s.phase.is_member]
+
+    def live(self) -> dict[str, int]:
+        """role -> pods that are up or coming up (not finished, failed or left out)."""
+        counts = dict.fromkeys(self.job.spec.replica_specs, 0)
+        for slot in self.slots.values():
+            if slot.phase in LIVE_PHASES:
+                counts[slot.role] = counts.get(slot.role, 0) + 1
+        return counts
+
+    def node(self, name: str | None) -> ObservedNode | None:
+        return next((n for n in self.observed.nodes if n.name == name), None) if name else None
+
+    def observed_pods(self, name: str) -> list[ObservedPod]:
+        return [pod for pod in self.observed.pods if pod.name == name]
+
+    # ---- changing things --------------------------------------------------------------------------
+
+    def put(self, slot: PodStatus, **changes: Any) -> PodStatus:
+        """Replace a slot, checking its phase change against the state machine."""
+        if "phase" in changes:
+            check_pod_transition(slot.phase, changes["phase"])
+        updated = slot.model_copy(update=changes)
+        self.slots[updated.name] = updated
+        return updated
+
+    def issue(self, action: Action) -> bool:
+        """Queue an action unless its key was issued before; True when it is new."""
+        if action.key in self.issued:
+            return False
+        self.issued[action.key] = None
+        self.actions.append(action)
+        return True
+
+    def emit(self, type_: EventType, reason: str, message: str, pod: str | None = None) -> None:
+        self.event_seq += 1
+        key = keys.event(self.job, self.event_seq)
+        self.issue(EmitEvent(key, type_, reason, message, self.now, pod))
+
+    def terminate(self, name: str, generation: int, reason: str, force: bool = False) -> None:
+        """Remove one incarnation of a pod (if it is still there and not already being removed)."""
+        present = any(
+            pod.generation == generation and not pod.terminating for pod in self.observed_pods(name)
+        )
+        if present and self.issue(
+            TerminatePod(keys.terminate(self.job, name, generation), name, generation, reason, force)
+        ):
+            self.emit(EventType.NORMAL, "SuccessfulDeletePod", f"deleting pod {name}: {reason}", name)
+
+    def phase_to(self, phase: JobPhase, reason: str, message: str) -> None:
+        """Move the job to ``phase`` (checked against the transition table), with its condition's words."""
+        check_job_transition(self.phase, phase)
+        first = not self.before.transitions and not self.transitions
+        if phase != self.phase or first:
+            origin = None if first else self.phase
+            self.transitions.append(
+                PhaseTransition(from_phase=origin, to_phase=phase, at=self.now, reason=message)
+            )
+            type_ = EventType.WARNING if phase in (JobPhase.FAILED, JobPhase.TIMEOUT) else EventType.NORMAL
+            self.emit(type_, reason, message)
+        self.phase = phase
+        self.phase_words = (reason, message)
+
+    def scale_message(self, operation: str, role: str, pods: list[str]) -> None:
+        """The Scaling condition's message, in the seed's words (pods listed as Go prints a slice)."""
+        meta = self.job.metadata
+        self.scaling_message = (
+            f"trainingJob {meta.namespace}/{meta.name} {operation} Operation {operation} "
+            f"scale num {len(pods)} scale pods [{' '.join(pods)}], replicas name {role} "
+            f"job version {self.get('scale_version')}"
+        )
+
+    def record(self, entry: HistoryEntry) -> int:
+        self.history.append(entry)
+        return len(self.history) - 1
+
+    def issued_keys(self) -> tuple[str, ...]:
+        keys_ = tuple(self.issued)
+        return keys_[-MAX_ISSUED_KEYS:]

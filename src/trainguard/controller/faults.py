@@ -1,0 +1,326 @@
+"""Bringing the pod slots up to date with what the backend shows, and acting on every fault found.
+
+An observed pod counts only as its slot's current incarnation (same generation); older incarnations are
+already replaced and are just removed (``sweep``). So a fault is decided once: the decision moves the slot to a
+new generation (restart), to a restart in place (whose number the agent reports back), or to an end (failed,
+shrunk), and the same observation seen again no longer matches anything to decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainguard.api import RestartScope
+from trainguard.controller import keys
+from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod, RestartInPlace
+from trainguard.controller.cycle import Cycle
+from trainguard.controller.phases import LIVE_PHASES, PodPhase
+from trainguard.controller.status import HistoryEntry, PodStatus
+from trainguard.policy import (
+    apply_decision,
+    classify,
+    decide,
+    record_progress,
+    record_running,
+    start_timed_out,
+)
+from trainguard.policy.types import Action, Decision, Fault, FaultKind, Observation
+
+#: Faults that say nothing about the program, only about where it ran: a role shrunk for one of these
+#: grows back when capacity returns. (A program that keeps failing is not started again by growing.)
+CAPACITY_FAULTS = frozenset(
+    {FaultKind.NODE_NOT_READY, FaultKind.POD_FORCE_DELETED, FaultKind.POD_EVICTED, FaultKind.START_TIMEOUT}
+)
+
+
+def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
+    """Update every launched slot from its current incarnation; with ``decide_faults``, act on faults."""
+    for name in [slot.name for slot in cycle.ordered_slots()]:
+        slot = cycle.slots[name]  # an earlier decision of this loop may have changed it
+        if not slot.phase.is_launched:
+            continue
+        pods = cycle.observed_pods(name)
+        slot = _adopt_newer(cycle, slot, pods)
+        current = next((pod for pod in pods if pod.generation == slot.generation), None)
+        fault = _fault_of(cycle, slot, current)
+        if fault is None:
+            _follow(cycle, slot, current, decide_faults=decide_faults)
+        elif decide_faults:
+            act_on(cycle, fault, current)
+        else:
+            _record_end(cycle, slot, current)
+
+
+def _adopt_newer(cycle: Cycle, slot: PodStatus, pods: list[ObservedPod]) -> PodStatus:
+    """A newer incarnation than the status knows of was launched by a run whose status was never stored."""
+    newest = max((pod.generation for pod in pods), default=slot.generation)
+    if newest <= slot.generation:
+        return slot
+    return cycle.put(slot, generation=newest, seen=False, in_place_restarts=0)
+
+
+def _observation(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Observation:
+    if pod is None:
+        lost = cycle.node(slot.node)
+        return Observation(
+            slot.ref, cycle.now, "Deleted", node=slot.node, node_ready=lost is None or lost.ready
+        )
+    node = cycle.node(pod.node)
+    reason = pod.reason
+    agent = pod.agent
+    if (
+        reason is None
+        and pod.phase is ObservedPhase.RUNNING
+        and agent is not None
+        and agent.hung
+        and agent.in_place_restarts >= slot.in_place_restarts  # not a restart in place still under way
+    ):
+        reason = "Hang"
+    return Observation(
+        pod=slot.ref,
+        at=cycle.now,
+        phase=pod.phase.value,
+        exit_code=pod.exit_code,
+        signal=pod.signal,
+        reason=reason,
+        node=pod.node,
+        node_ready=node is None or node.ready,
+    )
+
+
+def _fault_of(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Fault | None:
+    launch_key = keys.launch(cycle.job, slot.name, slot.generation, 0)
+    error = next((e for e in cycle.observed.errors if e.key == launch_key), None)
+    if pod is None and error is not None:
+        fault = classify(Observation(slot.ref, cycle.now, "Failed", reason="StartTimeout"))
+        return None if fault is None else replace(fault, message=f"the launch failed: {error.message}")
+    if pod is None and not slot.seen:
+        return _start_timeout(cycle, slot)  # launched but not listed yet (eventually consistent)
+    fault = classify(_observation(cycle, slot, pod))
+    if fault is None and pod is not None and pod.phase is not ObservedPhase.RUNNING:
+        return _start_timeout(cycle, slot)
+    return fault
+
+
+def _start_timeout(cycle: Cycle, slot: PodStatus) -> Fault | None:
+    """restartTimeLimit holds for relaunches, not for a job's first start (which waits for scheduling)."""
+    if slot.cause != "restart" or slot.launched_at is None:
+        return None
+    return start_timed_out(cycle.job, slot.ref, slot.launched_at, cycle.now)
+
+
+def _follow(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None, *, decide_faults: bool) -> None:
+    """No fault: note where the pod is, whether it runs, its progress and whether it finished."""
+    if pod is None:
+        return
+    slot = cycle.put(slot, seen=True, node=pod.node or slot.node)
+    if pod.phase is ObservedPhase.SUCCEEDED:
+        if decide_faults:
+            act_on(cycle, Fault(FaultKind.EXITED, slot.ref, cycle.now, exit_code=0, node=pod.node), pod)
+        else:
+            cycle.put(slot, phase=PodPhase.SUCCEEDED, open_faults=())
+        return
+    if pod.phase is ObservedPhase.RUNNING:
+        started = pod.started_at if pod.started_at is not None else cycle.now
+        if slot.phase is not PodPhase.RUNNING:
+            cycle.state = record_running(cycle.state, slot.ref, started)
+        slot = cycle.put(
+            slot,
+            phase=PodPhase.RUNNING,
+            running_since=slot.running_since if slot.running_since is not None else started,
+        )
+        _note_progress(cycle, slot, pod)
+        if slot.open_faults and _recovered(slot, pod):
+            _close_faults(
+                cycle, cycle.slots[slot.name], started if slot.in_place_restarts == 0 else cycle.now
+            )
+        return
+    cycle.put(slot, phase=PodPhase.CREATING if pod.node else PodPhase.PENDING)
+
+
+def _recovered(slot: PodStatus, pod: ObservedPod) -> bool:
+    agent = pod.agent
+    if slot.in_place_restarts == 0:
+        return True
+    return agent is not None and agent.in_place_restarts >= slot.in_place_restarts and not agent.hung
+
+
+def _note_progress(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> None:
+    """Tell the policy the pod runs healthily: resets hang and backoff streaks as the policy sees fit."""
+    agent = pod.agent
+    if agent is None or agent.last_progress_at is None:
+        return
+    if agent.in_place_restarts < slot.in_place_restarts or agent.hung:
+        return  # a restart in place still under way, or no progress since: the old run's progress is stale
+    at = agent.last_progress_at
+    if slot.progress_at is not None and at <= slot.progress_at:
+        return
+    cycle.state = record_progress(cycle.state, slot.ref, at)
+    cycle.put(slot, progress_at=at)
+
+
+def _record_end(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> None:
+    """After the job ended: a pod that stops is only noted, nothing is decided about it."""
+    if pod is None or pod.phase in (ObservedPhase.FAILED, ObservedPhase.UNKNOWN):
+        cycle.put(slot, phase=PodPhase.FAILED, open_faults=(), message="ended after the job finished")
+
+
+# ---- acting on a fault --------------------------------------------------------------------------------
+
+
+def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decision:
+    """Decide on a fault, update the counters, record it, and change the slots the decision touches."""
+    slot = cycle.slot(fault.pod) if fault.pod is not None else None
+    decision = decide(cycle.job, cycle.state, fault, cycle.now, _live_besides(cycle, slot))
+    targets: list[PodStatus] = []
+    if slot is not None and decision.action is Action.RESTART:
+        targets = _scope(cycle, slot, decision.scope)
+        decision = replace(decision, pods=tuple(target.ref for target in targets))
+    cycle.state = apply_decision(cycle.state, decision, cycle.now)
+    success = fault.kind is FaultKind.EXITED and fault.exit_code == 0
+    name = cycle.name_of(fault.pod) if fault.pod is not None else None
+    if success and decision.action is Action.NONE:
+        cycle.emit(EventType.NORMAL, "Succeeded", decision.reason, name)
+        if slot is not None:
+            cycle.put(slot, phase=PodPhase.SUCCEEDED, open_faults=(), message=decision.reason)
+        return decision
+    entry = cycle.record(_history_entry(cycle, decision))
+    cycle.emit(EventType.NORMAL if success else EventType.WARNING, fault.kind.value, decision.reason, name)
+    if slot is None:
+        return decision
+    if decision.action is Action.RESTART:
+        for target in targets:
+            _restart(cycle, target, decision, entry, faulted=target.name == slot.name)
+    elif decision.action is Action.RESTART_IN_PLACE:
+        _restart_in_place(cycle, slot, decision, entry)
+    elif decision.action is Action.SHRINK:
+        _shrink(cycle, slot, decision, pod)
+    else:
+        _fail(cycle, slot, decision, pod)
+    return decision
+
+
+def _live_besides(cycle: Cycle, slot: PodStatus | None) -> dict[str, int]:
+    """role -> pods up or coming up, not counting the faulted one (what decide's minReplicas check needs)."""
+    live = cycle.live()
+    if slot is not None and slot.phase in LIVE_PHASES:
+        live[slot.role] -= 1
+    return live
+
+
+def _scope(cycle: Cycle, slot: PodStatus, scope: RestartScope | None) -> list[PodStatus]:
+    """The slots a restart touches, from the pods that exist now (a scaled role has more or fewer)."""
+    if scope is RestartScope.REPLICA:
+        candidates = cycle.role_slots(slot.role)
+    elif scope is RestartScope.ALL:
+        candidates = list(cycle.ordered_slots())
+    else:
+        return [slot]
+    return [s for s in candidates if s.name == slot.name or s.phase in LIVE_PHASES]
+
+
+def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, faulted: bool) -> None:
+    due = cycle.now + decision.delay_seconds
+    opened = (*slot.open_faults, entry)
+    if slot.phase is PodPhase.WAITING:  # not launched yet: just wait for the later of the two delays
+        cycle.put(slot, due_at=max(slot.due_at or due, due), open_faults=opened)
+        return
+    node_lost = decision.fault.kind is FaultKind.NODE_NOT_READY
+    cycle.terminate(slot.name, slot.generation, f"restart: {decision.reason}", force=faulted and node_lost)
+    avoid = (slot.node,) if faulted and decision.replace_node and slot.node else ()
+    cycle.put(
+        slot,
+        phase=PodPhase.WAITING,
+        generation=slot.generation + 1,
+        restarts=slot.restarts + 1,
+        in_place_restarts=0,
+        due_at=due,
+        launched_at=None,
+        running_since=None,
+        progress_at=None,
+        seen=False,
+        node=None,
+        avoid_nodes=avoid,
+        open_faults=opened,
+        cause="restart",
+    )
+
+
+def _restart_in_place(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int) -> None:
+    attempt = slot.in_place_restarts + 1
+    key = keys.restart_in_place(cycle.job, slot.name, slot.generation, attempt)
+    cycle.issue(RestartInPlace(key, slot.name, slot.generation, attempt, decision.reason))
+    cycle.put(
+        slot,
+        in_place_restarts=attempt,
+        restarts=slot.restarts + 1,
+        open_faults=(*slot.open_faults, entry),
+    )
+
+
+def _shrink(cycle: Cycle, slot: PodStatus, decision: Decision, pod: ObservedPod | None) -> None:
+    cycle.terminate(slot.name, slot.generation, f"shrink: {decision.reason}", force=_node_lost(cycle, pod))
+    cycle.put(
+        slot,
+        phase=PodPhase.SHRUNK,
+        open_faults=(),
+        shrunk_for=decision.fault.kind.value,
+        avoid_nodes=(slot.node,) if slot.node else (),
+        message=decision.reason,
+    )
+    cycle.scale_message("scalein", slot.role, [slot.name])
+
+
+def _fail(cycle: Cycle, slot: PodStatus, decision: Decision, pod: ObservedPod | None) -> None:
+    """The pod failed for good. A pod that still runs (hung, on a lost node) is stopped; one that ended is
+    kept for its logs until cleanPodPolicy removes it."""
+    if pod is not None and pod.phase in (ObservedPhase.PENDING, ObservedPhase.RUNNING, ObservedPhase.UNKNOWN):
+        cycle.terminate(
+            slot.name, slot.generation, f"failed: {decision.reason}", force=_node_lost(cycle, pod)
+        )
+    cycle.put(slot, phase=PodPhase.FAILED, open_faults=(), message=decision.reason)
+
+
+def _node_lost(cycle: Cycle, pod: ObservedPod | None) -> bool:
+    node = cycle.node(pod.node) if pod is not None else None
+    return node is not None and not node.ready
+
+
+def _close_faults(cycle: Cycle, slot: PodStatus, at: float) -> None:
+    """The slot runs again: each fault it was recovering from is over once no other slot still waits on it."""
+    cycle.put(slot, open_faults=())
+    for position in slot.open_faults:
+        if any(position in other.open_faults for other in cycle.slots.values()):
+            continue
+        entry = cycle.history[position]
+        if entry.recovered_at is None:
+            cycle.history[position] = entry.model_copy(
+                update={"recovered_at": at, "recovery_seconds": max(at - entry.at, 0.0)}
+            )
+
+
+def _history_entry(cycle: Cycle, decision: Decision) -> HistoryEntry:
+    fault = decision.fault
+    ref = fault.pod
+    state = cycle.state
+    counters = {"jobRestarts": state.job_restarts}
+    if ref is not None:
+        counters["roleRestarts"] = state.role_restarts.get(ref.role, 0)
+        counters["podRestarts"] = state.pod(ref).restarts
+        counters["consecutiveHangs"] = state.pod(ref).consecutive_hangs
+    if cycle.job.spec.job_retry is not None:
+        counters["jobRetries"] = state.job_retries
+    return HistoryEntry(
+        at=fault.at,
+        kind="fault",
+        pod=cycle.name_of(ref) if ref is not None else None,
+        node=fault.node,
+        fault=fault.kind.value,
+        exit_code=fault.exit_code,
+        rule=decision.rule,
+        action=decision.action.value,
+        scope=decision.scope.value if decision.scope is not None else None,
+        counted=decision.counted,
+        reason=decision.reason,
+        counters=counters,
+    )

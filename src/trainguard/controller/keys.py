@@ -1,0 +1,37 @@
+"""Idempotency keys: the same intent always gets the same key, a new intent always a new one.
+
+A key names the job (its uid, else namespace/name), the pod and the incarnation an action is about, so a
+controller that reconciles the same observation twice, or restarts and does it again, sends the same keys.
+"""
+
+from __future__ import annotations
+
+from trainguard.api import TrainingJob
+
+
+def job_key(job: TrainingJob) -> str:
+    return job.metadata.uid or f"{job.metadata.namespace}/{job.metadata.name}"
+
+
+def launch(job: TrainingJob, pod: str, generation: int, attempt: int) -> str:
+    return f"{job_key(job)}/{pod}/g{generation}/launch{attempt}"
+
+
+def terminate(job: TrainingJob, pod: str, generation: int) -> str:
+    return f"{job_key(job)}/{pod}/g{generation}/terminate"
+
+
+def restart_in_place(job: TrainingJob, pod: str, generation: int, attempt: int) -> str:
+    return f"{job_key(job)}/{pod}/g{generation}/in-place{attempt}"
+
+
+def discovery(job: TrainingJob, version: int) -> str:
+    return f"{job_key(job)}/discovery/v{version}"
+
+
+def event(job: TrainingJob, seq: int) -> str:
+    return f"{job_key(job)}/event/{seq}"
+
+
+def status(job: TrainingJob, revision: int) -> str:
+    return f"{job_key(job)}/status/r{revision}"

@@ -1,0 +1,140 @@
+"""``reconcile``: one level-triggered step of a job toward what its spec and policies ask for.
+
+    observed = backend.observe(job)
+    result = reconcile(job, status, observed, now)
+    backend.apply(job, result.actions)        # WriteStatus last: the new status is stored
+    ... call again by ``result.wake_at`` at the latest, or sooner when something changes
+
+It is a pure function of the job, the stored status, the observation and the time: it reads no clock and
+performs no I/O. Reconciling the same observation again from the status it returned issues no new action;
+reconciling it again from the *previous* status (a controller that crashed before storing) issues the same
+actions under the same keys, which the backend ignores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainguard.api import TrainingJob
+from trainguard.controller import keys
+from trainguard.controller.backend import Action, Observed, WriteStatus
+from trainguard.controller.conditions import next_conditions, settle_phase
+from trainguard.controller.cycle import Cycle
+from trainguard.controller.faults import act_on, observe_pods
+from trainguard.controller.lifecycle import clean_up, launch_due, resume, suspend, sweep
+from trainguard.controller.phases import JobPhase, PodPhase
+from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
+from trainguard.controller.status import JobStatus
+from trainguard.policy import Outcome, check_deadline, outcome
+
+_ENDS = {
+    Outcome.SUCCEEDED: JobPhase.SUCCEEDED,
+    Outcome.FAILED: JobPhase.FAILED,
+    Outcome.TIMEOUT: JobPhase.TIMEOUT,
+}
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    status: JobStatus
+    #: To apply in this order (a WriteStatus, when the status changed, is last).
+    actions: tuple[Action, ...]
+    #: Reconcile again by this time even if nothing changes (a backoff ends, a deadline passes), or None.
+    wake_at: float | None
+
+
+def reconcile(job: TrainingJob, status: JobStatus, observed: Observed, now: float) -> ReconcileResult:
+    cycle = Cycle.start(job, status, observed, now)
+    if status.started_at is None:
+        _begin(cycle)
+    if cycle.phase.is_terminal:
+        observe_pods(cycle, decide_faults=False)
+        clean_up(cycle)
+    elif job.spec.suspend:
+        suspend(cycle)
+    else:
+        if cycle.phase is JobPhase.SUSPENDED:
+            resume(cycle)
+        _run(cycle)
+    sweep(cycle)
+    update_discovery(cycle)
+    settle_phase(cycle)
+    return _finish(cycle)
+
+
+def _begin(cycle: Cycle) -> None:
+    cycle.updates["started_at"] = cycle.now
+    cycle.desired.update({role: spec.replicas for role, spec in cycle.job.spec.replica_specs.items()})
+    reach_desired(cycle, cause="start")
+    cycle.phase_to(JobPhase.PENDING, "TrainingJobPending", "all pods are waiting for scheduling")
+
+
+def _run(cycle: Cycle) -> None:
+    take_scale_requests(cycle)
+    reach_desired(cycle, cause="scale")
+    observe_pods(cycle)
+    deadline = check_deadline(cycle.job, cycle.get("started_at"), cycle.now)
+    if deadline is not None:
+        act_on(cycle, deadline)
+    judged = outcome(cycle.job, cycle.state, _slot_counts(cycle))
+    if judged.result is not None:
+        cycle.updates.update(completed_at=cycle.now, reason=judged.result.value, message=judged.reason)
+        cycle.phase_to(_ENDS[judged.result], f"TrainingJob{judged.result.value}", judged.reason)
+        clean_up(cycle)
+        return
+    grow_back(cycle)
+    launch_due(cycle)
+
+
+def _slot_counts(cycle: Cycle) -> dict[str, int]:
+    """role -> slots 0..N-1 that the role's complete/fail policies are judged over (shrunk ones included)."""
+    return {
+        role: sum(1 for s in cycle.role_slots(role) if s.phase is not PodPhase.REMOVED)
+        for role in cycle.job.spec.replica_specs
+    }
+
+
+def _wake_at(cycle: Cycle) -> float | None:
+    if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
+        return None
+    times: list[float] = []
+    for slot in cycle.slots.values():
+        if slot.phase is PodPhase.WAITING and slot.due_at is not None and slot.due_at > cycle.now:
+            times.append(slot.due_at)
+        limit = cycle.job.spec.replica_specs[slot.role].restart_time_limit
+        if slot.cause == "restart" and slot.phase in (PodPhase.PENDING, PodPhase.CREATING) and limit:
+            times.append((slot.launched_at or cycle.now) + limit)
+    started, limit = cycle.get("started_at"), cycle.job.spec.time_limit
+    if started is not None and limit is not None:
+        times.append(started + limit)
+    return min(times, default=None)
+
+
+def _finish(cycle: Cycle) -> ReconcileResult:
+    before = cycle.before
+    slots = tuple(cycle.ordered_slots())
+    counts = cycle.state.role_restarts
+    status = before.model_copy(
+        update={
+            **cycle.updates,
+            "phase": cycle.phase,
+            "conditions": next_conditions(cycle),
+            "transitions": (*before.transitions, *cycle.transitions),
+            "restart_counts": {role: counts.get(role, 0) for role in cycle.job.spec.replica_specs},
+            "replicas": {
+                role: sum(1 for s in slots if s.role == role and s.phase.is_member)
+                for role in cycle.job.spec.replica_specs
+            },
+            "desired": dict(cycle.desired),
+            "pods": slots,
+            "history": tuple(cycle.history),
+            "policy_state": cycle.state.to_dict(),
+            "issued_keys": cycle.issued_keys(),
+            "event_seq": cycle.event_seq,
+        }
+    )
+    actions = list(cycle.actions)
+    if status != before:
+        status = status.model_copy(update={"revision": before.revision + 1})
+        actions.append(WriteStatus(keys.status(cycle.job, status.revision), status))
+    return ReconcileResult(status, tuple(actions), _wake_at(cycle))

@@ -1,0 +1,182 @@
+"""Elastic scaling: users' scale requests, reaching each role's desired size, growing back after a shrink,
+and the Horovod host list that tells a running job which workers it has.
+
+A role's slots are kept dense: pods ``<role>-0 .. <role>-(N-1)``. Scaling out adds the lowest free indices;
+scaling in removes the highest. A slot left out by an elastic shrink keeps its index (it is still part of
+the desired size) and is started again when capacity returns.
+"""
+
+from __future__ import annotations
+
+from trainguard.api import FrameworkType
+from trainguard.controller import keys
+from trainguard.controller.backend import EventType, ScaleRequest, UpdateDiscovery
+from trainguard.controller.cycle import Cycle
+from trainguard.controller.faults import CAPACITY_FAULTS
+from trainguard.controller.phases import PodPhase
+from trainguard.controller.status import HistoryEntry, PodStatus
+from trainguard.policy import PodRef, pods_to_add, record_grown, resolve_role, validate_scale
+
+#: Scale requests remembered as handled (the backend drops old ones long before this).
+MAX_HANDLED_REQUESTS = 500
+#: Role names and replica types that run the launcher, not a worker host.
+_LAUNCHERS = frozenset({"launcher", "master", "chief"})
+
+
+def take_scale_requests(cycle: Cycle) -> None:
+    """New desired sizes: from an edit of the job's replicas, then from scale requests, oldest first."""
+    spec_replicas = dict(cycle.get("spec_replicas"))
+    for role, spec in cycle.job.spec.replica_specs.items():
+        if role in spec_replicas and spec_replicas[role] != spec.replicas:
+            _accept(cycle, role, spec.replicas, "the job's replicas were edited")
+        spec_replicas[role] = spec.replicas
+    cycle.updates["spec_replicas"] = spec_replicas
+
+    handled = list(cycle.get("handled_scale_requests"))
+    for request in sorted(cycle.observed.scale_requests, key=lambda r: (r.at, r.id)):
+        if request.id in handled:
+            continue
+        handled.append(request.id)
+        _take(cycle, request)
+    cycle.updates["handled_scale_requests"] = tuple(handled[-MAX_HANDLED_REQUESTS:])
+
+
+def _take(cycle: Cycle, request: ScaleRequest) -> None:
+    try:
+        validate_scale(cycle.job, request.role, request.replicas)
+        role, _ = resolve_role(cycle.job, request.role)
+    except ValueError as error:
+        reason = f"scale of role {request.role} to {request.replicas} rejected: {error}"
+        cycle.record(HistoryEntry(at=cycle.now, kind="scale-rejected", action="none", reason=reason))
+        cycle.emit(EventType.WARNING, "ScaleRejected", reason)
+        return
+    _accept(cycle, role, request.replicas, f"scale request {request.id}")
+
+
+def _accept(cycle: Cycle, role: str, replicas: int, source: str) -> None:
+    if cycle.desired.get(role) == replicas:
+        return
+    cycle.desired[role] = replicas
+    cycle.updates["scale_version"] = cycle.get("scale_version") + 1
+    cycle.emit(EventType.NORMAL, "ScaleAccepted", f"role {role}: {replicas} replicas ({source})")
+
+
+def reach_desired(cycle: Cycle, cause: str) -> None:
+    """Add or remove slots so that each role has its desired number (shrunk slots count as present)."""
+    for role in cycle.job.spec.replica_specs:
+        want = cycle.desired.get(role, 0)
+        present = [s for s in cycle.role_slots(role) if s.phase is not PodPhase.REMOVED]
+        if want > len(present):
+            _scale_out(cycle, role, want - len(present), cause)
+        elif want < len(present):
+            _scale_in(cycle, role, present[want:])
+
+
+def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
+    taken = {s.index for s in cycle.role_slots(role) if s.phase is not PodPhase.REMOVED}
+    free = [index for index in range(len(taken) + count) if index not in taken]
+    added: list[str] = []
+    for index in free[:count]:
+        name = cycle.name_of(PodRef(role, index))
+        old = cycle.slots.get(name)
+        # A slot scaled in earlier comes back as a new incarnation, so its keys are new ones.
+        generation = old.generation + 1 if old is not None else 1
+        cycle.slots[name] = PodStatus(
+            name=name,
+            role=role,
+            index=index,
+            phase=PodPhase.WAITING,
+            generation=generation,
+            restarts=old.restarts if old is not None else 0,
+            due_at=cycle.now,
+            cause=cause,
+        )
+        added.append(name)
+    if cause == "scale" and added:
+        _record_scale(cycle, "scaleout", role, added)
+
+
+def _scale_in(cycle: Cycle, role: str, slots: list[PodStatus]) -> None:
+    names = [slot.name for slot in reversed(slots)]
+    for slot in reversed(slots):
+        if slot.phase.is_launched:
+            cycle.terminate(slot.name, slot.generation, "scale in")
+        cycle.put(slot, phase=PodPhase.REMOVED, open_faults=(), message="scaled in", due_at=None)
+    _record_scale(cycle, "scalein", role, names)
+
+
+def _record_scale(cycle: Cycle, operation: str, role: str, names: list[str]) -> None:
+    reason = f"{operation} of role {role}: {len(names)} pods ({', '.join(names)})"
+    counters = {"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")}
+    cycle.record(HistoryEntry(at=cycle.now, kind="scale", action=operation, reason=reason, counters=counters))
+    cycle.scale_message(operation, role, names)
+    cycle.emit(EventType.NORMAL, "Scaling", cycle.scaling_message or reason)
+
+
+def grow_back(cycle: Cycle) -> None:
+    """Start shrunk slots again where the nodes have room (only slots left out for want of a place)."""
+    room = _free_slots(cycle)
+    for role in cycle.job.spec.replica_specs:
+        if room <= 0:
+            return
+        slots = cycle.role_slots(role)
+        waiting = {s.index: s for s in slots if s.phase is PodPhase.SHRUNK and s.shrunk_for in _CAPACITY}
+        if not waiting:
+            continue
+        alive = [s.index for s in slots if s.index not in waiting]
+        refs = pods_to_add(cycle.job, role, alive, room, cycle.desired.get(role))
+        grown = [waiting[ref.index] for ref in refs if ref.index in waiting]
+        if not grown:
+            continue
+        cycle.state = record_grown(cycle.state, [slot.ref for slot in grown])
+        for slot in grown:
+            cycle.put(
+                slot,
+                phase=PodPhase.WAITING,
+                generation=slot.generation + 1,
+                due_at=cycle.now,
+                seen=False,
+                node=None,
+                cause="grow",
+                shrunk_for=None,
+                message="",
+            )
+        room -= len(grown)
+        names = [slot.name for slot in grown]
+        reason = f"capacity returned: role {role} grows back by {len(names)} ({', '.join(names)})"
+        cycle.record(HistoryEntry(at=cycle.now, kind="grow", action="scaleout", reason=reason))
+        cycle.scale_message("scaleout", role, names)
+        cycle.emit(EventType.NORMAL, "Scaling", reason)
+
+
+_CAPACITY = frozenset(kind.value for kind in CAPACITY_FAULTS)
+
+
+def _free_slots(cycle: Cycle) -> int:
+    """Room for more pods on Ready nodes; a Ready node that cannot tell is taken to have room for one."""
+    return sum(
+        (node.free_slots if node.free_slots is not None else 1) for node in cycle.observed.nodes if node.ready
+    )
+
+
+def update_discovery(cycle: Cycle) -> None:
+    """Horovod jobs: one ``host:slots`` line per running worker pod, rewritten whenever that set changes."""
+    if cycle.job.spec.framework_type is not FrameworkType.HOROVOD:
+        return
+    slots_per_host = cycle.job.spec.elastic.n_proc_per_node if cycle.job.spec.elastic else 1
+    per_host = slots_per_host if isinstance(slots_per_host, int) else 1
+    hosts = tuple(
+        f"{slot.name}:{per_host}"
+        for slot in cycle.ordered_slots()
+        if slot.phase is PodPhase.RUNNING and not _is_launcher(cycle, slot.role)
+    )
+    if hosts == cycle.get("discovery"):
+        return
+    version = cycle.get("discovery_version") + 1
+    cycle.updates.update(discovery=hosts, discovery_version=version)
+    cycle.issue(UpdateDiscovery(keys.discovery(cycle.job, version), version, hosts))
+
+
+def _is_launcher(cycle: Cycle, role: str) -> bool:
+    spec = cycle.job.spec.replica_specs[role]
+    return role.lower() in _LAUNCHERS or (spec.replica_type or "").lower() in _LAUNCHERS

@@ -1,0 +1,149 @@
+"""A job's status: what users read (phase, conditions, pods, restart counts, history) and everything the
+controller needs to pick up where it left off (policy counters, scheduled restarts, issued action keys).
+
+All of it round-trips through JSON (``to_dict`` / ``from_dict``), so a controller that restarts from a stored
+status forgets nothing and repeats nothing. Field names are the camelCase of the Kubernetes status; times
+are seconds on the controller's clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from trainguard.controller.phases import JobPhase, PodPhase
+from trainguard.policy.types import PodRef, PolicyState
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+
+class Condition(_Model):
+    """One condition per phase type, in seed 000's form; only the current phase's is ``"True"``."""
+
+    type: JobPhase
+    status: str
+    reason: str
+    message: str
+    last_transition_time: float
+    last_probe_time: float
+
+
+class PhaseTransition(_Model):
+    from_phase: JobPhase | None = Field(alias="from")
+    to_phase: JobPhase = Field(alias="to")
+    at: float
+    reason: str
+
+
+class PodStatus(_Model):
+    """One pod slot, ``<job>-<role>-<index>``, across its incarnations."""
+
+    name: str
+    role: str
+    index: int
+    phase: PodPhase
+    node: str | None = None
+    #: Relaunches and restarts in place so far (RESTARTS).
+    restarts: int = 0
+    #: The incarnation that should exist now; older ones are being removed.
+    generation: int = 1
+    #: Restarts in place asked of the agent in this incarnation.
+    in_place_restarts: int = 0
+    #: When a Waiting slot is launched.
+    due_at: float | None = None
+    #: When this incarnation was launched (start deadline of restartTimeLimit).
+    launched_at: float | None = None
+    running_since: float | None = None
+    #: The current incarnation has been seen by the backend (so its disappearance is news).
+    seen: bool = False
+    avoid_nodes: tuple[str, ...] = ()
+    #: The last progress time already given to the policy.
+    progress_at: float | None = None
+    #: History entries (positions) of faults not yet recovered from.
+    open_faults: tuple[int, ...] = ()
+    #: Why an elastic shrink left the slot out (a fault kind), for growing back.
+    shrunk_for: str | None = None
+    #: Why the current incarnation was started: "start", "restart", "scale", "grow" or "resume".
+    cause: str = "start"
+    #: Why the slot ended as it did (permanent failure, scale-in, cleanup).
+    message: str = ""
+
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.role, self.index)
+
+
+class HistoryEntry(_Model):
+    """One fault with what was done about it, or one scaling step (POLICY.md §7)."""
+
+    at: float
+    #: "fault", "scale", "scale-rejected", "grow", "shrink"
+    kind: str
+    pod: str | None = None
+    node: str | None = None
+    fault: str | None = None
+    exit_code: int | None = None
+    rule: str | None = None
+    action: str
+    scope: str | None = None
+    counted: bool = False
+    reason: str
+    #: podRestarts / roleRestarts / jobRestarts / consecutiveHangs after the decision.
+    counters: dict[str, int] = Field(default_factory=dict)
+    recovered_at: float | None = None
+    #: From the fault to the replacement running again.
+    recovery_seconds: float | None = None
+
+
+class JobStatus(_Model):
+    phase: JobPhase = JobPhase.PENDING
+    conditions: tuple[Condition, ...] = ()
+    transitions: tuple[PhaseTransition, ...] = ()
+    #: role -> restarts of the role's pods (what ``kubectl get`` shows per role).
+    restart_counts: dict[str, int] = Field(default_factory=dict)
+    #: role -> pods that belong to the role now (running, starting, waiting, finished).
+    replicas: dict[str, int] = Field(default_factory=dict)
+    #: role -> pods the role should have (the spec's replicas, then the latest accepted scale).
+    desired: dict[str, int] = Field(default_factory=dict)
+    #: role -> the spec's replicas as last seen, to notice an edit of the resource.
+    spec_replicas: dict[str, int] = Field(default_factory=dict)
+    #: Accepted scale operations so far ("job version" of the Scaling message).
+    scale_version: int = 0
+    handled_scale_requests: tuple[str, ...] = ()
+    pods: tuple[PodStatus, ...] = ()
+    history: tuple[HistoryEntry, ...] = ()
+    #: ``PolicyState.to_dict()``.
+    policy_state: dict[str, Any] = Field(default_factory=dict)
+    #: Idempotency keys of the actions issued so far (the latest ones; see ``MAX_ISSUED_KEYS``).
+    issued_keys: tuple[str, ...] = ()
+    discovery: tuple[str, ...] = ()
+    discovery_version: int = 0
+    #: Deadline clock: reset when a suspended job resumes.
+    started_at: float | None = None
+    completed_at: float | None = None
+    reason: str = ""
+    message: str = ""
+    event_seq: int = 0
+    #: Bumped on every change; the key of the status write.
+    revision: int = 0
+
+    def policy(self) -> PolicyState:
+        return PolicyState.from_dict(self.policy_state)
+
+    def pod(self, ref: PodRef) -> PodStatus | None:
+        return next((pod for pod in self.pods if pod.role == ref.role and pod.index == ref.index), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobStatus:
+        return cls.model_validate(data)
+
+
+#: Keys older than this many issues are forgotten; they belong to incarnations long replaced.
+MAX_ISSUED_KEYS = 2000

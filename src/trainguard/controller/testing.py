@@ -1,0 +1,249 @@
+"""An in-memory cluster that speaks the backend interface, for the controller's tests and the contract suite.
+
+Nodes have a number of pod slots; launched pods wait to be scheduled on a Ready node with room (not on a node
+the launch says to avoid), then start ``start_seconds`` later. Nothing happens on its own: time moves only
+through ``advance`` and effects of ``apply`` show up at the next ``progress`` (``advance`` calls it), which
+is how a real backend behaves (asynchronous, eventually consistent). Faults are injected by name: ``exit``,
+``node_down``/``node_up``, ``force_delete``, ``evict``, ``hang``, ``stall`` (never starts), ``fail_launch``.
+
+It keeps a log of every action it accepted, so a test can prove that nothing was done twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from trainguard.api import TrainingJob
+from trainguard.controller.backend import (
+    Action,
+    ActionError,
+    AgentReport,
+    EmitEvent,
+    LaunchPod,
+    Observed,
+    ObservedNode,
+    ObservedPhase,
+    ObservedPod,
+    RestartInPlace,
+    ScaleRequest,
+    TerminatePod,
+    UpdateDiscovery,
+    WriteStatus,
+)
+from trainguard.controller.status import JobStatus
+
+
+@dataclass
+class FakeNode:
+    name: str
+    slots: int
+    ready: bool = True
+
+
+@dataclass
+class FakePod:
+    name: str
+    role: str
+    index: int
+    generation: int
+    avoid_nodes: tuple[str, ...] = ()
+    phase: ObservedPhase = ObservedPhase.PENDING
+    node: str | None = None
+    scheduled_at: float | None = None
+    started_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    terminating: bool = False
+    agent: AgentReport | None = None
+
+
+@dataclass
+class FakeCluster:
+    """One job's view of a small cluster. ``now`` is the fake clock, in seconds."""
+
+    nodes: dict[str, FakeNode]
+    now: float = 0.0
+    start_seconds: float = 0.0
+    pods: dict[str, FakePod] = field(default_factory=dict)
+    accepted: dict[str, Action] = field(default_factory=dict)
+    #: Every action accepted, in order (repeats of a key are not in it).
+    log: list[Action] = field(default_factory=list)
+    errors: list[ActionError] = field(default_factory=list)
+    scale_requests: list[ScaleRequest] = field(default_factory=list)
+    stored: JobStatus | None = None
+    discovery: tuple[str, ...] = ()
+    discovery_version: int = 0
+    #: Pod names whose incarnations never get scheduled (a start timeout in the making).
+    stalled: set[str] = field(default_factory=set)
+    #: Pod names whose next launch the cluster refuses.
+    refused: set[str] = field(default_factory=set)
+    _terminations: list[TerminatePod] = field(default_factory=list)
+    _in_place: list[RestartInPlace] = field(default_factory=list)
+
+    @classmethod
+    def with_nodes(
+        cls, count: int, slots: int = 1, *, now: float = 0.0, start_seconds: float = 0.0
+    ) -> FakeCluster:
+        nodes = {f"node-{i}": FakeNode(f"node-{i}", slots) for i in range(count)}
+        return cls(nodes=nodes, now=now, start_seconds=start_seconds)
+
+    # ---- the backend interface --------------------------------------------------------------------
+
+    def observe(self, job: TrainingJob) -> Observed:
+        pods = tuple(
+            ObservedPod(
+                name=pod.name,
+                role=pod.role,
+                index=pod.index,
+                generation=pod.generation,
+                phase=pod.phase,
+                node=pod.node,
+                exit_code=pod.exit_code,
+                signal=pod.signal,
+                reason=pod.reason,
+                started_at=pod.started_at,
+                terminating=pod.terminating,
+                agent=pod.agent,
+            )
+            for pod in sorted(self.pods.values(), key=lambda p: p.name)
+        )
+        nodes = tuple(
+            ObservedNode(node.name, node.ready, node.slots - self._used(node.name))
+            for node in self.nodes.values()
+        )
+        return Observed(pods, nodes, tuple(self.scale_requests), tuple(self.errors))
+
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
+        for action in actions:
+            if action.key in self.accepted:
+                continue
+            self.accepted[action.key] = action
+            self.log.append(action)
+            self._accept(action)
+
+    def _accept(self, action: Action) -> None:
+        if isinstance(action, LaunchPod):
+            self._launch(action)
+        elif isinstance(action, TerminatePod):
+            self._terminations.append(action)
+        elif isinstance(action, RestartInPlace):
+            self._in_place.append(action)
+        elif isinstance(action, UpdateDiscovery):
+            if action.version > self.discovery_version:
+                self.discovery, self.discovery_version = action.hosts, action.version
+        elif isinstance(action, WriteStatus):
+            self.stored = action.status
+        elif isinstance(action, EmitEvent):
+            pass  # kept in the log
+
+    def _launch(self, action: LaunchPod) -> None:
+        if action.pod in self.refused:
+            self.refused.discard(action.pod)
+            self.errors.append(ActionError(action.key, "the cluster refused the pod", self.now))
+            return
+        if action.pod in self.pods:
+            self.errors.append(ActionError(action.key, f"pod {action.pod} already exists", self.now))
+            return
+        self.pods[action.pod] = FakePod(
+            action.pod, action.role, action.index, action.generation, action.avoid_nodes
+        )
+
+    # ---- time -------------------------------------------------------------------------------------
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.progress()
+
+    def progress(self) -> None:
+        """Carry out what was applied and what time allows: removals, restarts in place, scheduling, starts."""
+        for action in self._terminations:
+            pod = self.pods.get(action.pod)
+            if pod is not None and pod.generation == action.generation:
+                del self.pods[action.pod]
+        self._terminations.clear()
+        for restart in self._in_place:
+            pod = self.pods.get(restart.pod)
+            if pod is not None and pod.generation == restart.generation:
+                progress = pod.agent.last_progress_at if pod.agent else None
+                pod.agent = AgentReport(restart.attempt, hung=False, last_progress_at=progress)
+        self._in_place.clear()
+        for pod in sorted(self.pods.values(), key=lambda p: p.name):
+            if pod.phase is ObservedPhase.PENDING and pod.node is None and pod.name not in self.stalled:
+                self._schedule(pod)
+            started = pod.scheduled_at is not None and self.now >= pod.scheduled_at + self.start_seconds
+            if pod.phase is ObservedPhase.PENDING and started:
+                pod.phase, pod.started_at = ObservedPhase.RUNNING, self.now
+
+    def _schedule(self, pod: FakePod) -> None:
+        for node in self.nodes.values():
+            if node.ready and node.name not in pod.avoid_nodes and self._used(node.name) < node.slots:
+                pod.node, pod.scheduled_at = node.name, self.now
+                return
+
+    def _used(self, node: str) -> int:
+        return sum(1 for pod in self.pods.values() if pod.node == node)
+
+    # ---- faults and requests ------------------------------------------------------------------------
+
+    def exit(self, pod: str, code: int, *, reason: str | None = None, signal: int | None = None) -> None:
+        target = self.pods[pod]
+        target.phase = ObservedPhase.SUCCEEDED if code == 0 and signal is None else ObservedPhase.FAILED
+        target.exit_code, target.reason, target.signal = code, reason, signal
+
+    def node_down(self, node: str) -> None:
+        self.nodes[node].ready = False
+
+    def node_up(self, node: str) -> None:
+        self.nodes[node].ready = True
+
+    def add_node(self, name: str, slots: int = 1) -> None:
+        self.nodes[name] = FakeNode(name, slots)
+
+    def force_delete(self, pod: str) -> None:
+        del self.pods[pod]
+
+    def evict(self, pod: str) -> None:
+        target = self.pods[pod]
+        target.phase, target.reason = ObservedPhase.FAILED, "Evicted"
+
+    def hang(self, pod: str) -> None:
+        target = self.pods[pod]
+        target.agent = replace(target.agent or AgentReport(), hung=True)
+
+    def report_progress(self, pod: str) -> None:
+        target = self.pods[pod]
+        target.agent = replace(target.agent or AgentReport(), hung=False, last_progress_at=self.now)
+
+    def stall(self, pod: str) -> None:
+        self.stalled.add(pod)
+
+    def unstall(self, pod: str) -> None:
+        self.stalled.discard(pod)
+
+    def fail_launch(self, pod: str) -> None:
+        self.refused.add(pod)
+
+    def scale(self, role: str, replicas: int) -> str:
+        request = ScaleRequest(f"scale-{len(self.scale_requests) + 1}", role, replicas, self.now)
+        self.scale_requests.append(request)
+        return request.id
+
+    # ---- what happened ----------------------------------------------------------------------------
+
+    def launches(self) -> list[LaunchPod]:
+        return [a for a in self.log if isinstance(a, LaunchPod)]
+
+    def events(self) -> list[EmitEvent]:
+        return [a for a in self.log if isinstance(a, EmitEvent)]
+
+    def running(self, role: str | None = None) -> list[str]:
+        return sorted(
+            p.name
+            for p in self.pods.values()
+            if p.phase is ObservedPhase.RUNNING and (role is None or p.role == role)
+        )
+
+    def names(self) -> Iterable[str]:
+        return sorted(self.pods)
