@@ -1,0 +1,33 @@
+"""The command line that starts a pod: ``trainguard agent [hang options] --report FILE -- CMD...``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from trainguard.api import TrainingJob
+
+
+def agent_argv(job: TrainingJob, report: Path, command: list[str]) -> list[str]:
+    """Run ``command`` under the agent, with the job's hang settings (restarts in place when enabled)."""
+    options = ["--report", str(report)]
+    hang = job.spec.hang
+    if hang is not None and hang.enabled:
+        options += [
+            "--hang-timeout",
+            f"{hang.timeout_seconds:g}",
+            "--max-consecutive",
+            str(hang.max_consecutive),
+            "--signals",
+            ",".join(signal.value for signal in hang.signals),
+            "--grace",
+            f"{hang.grace_period_seconds:g}",
+        ]
+    return [sys.executable, "-m", "trainguard.cli.main", "agent", *options, "--", *command]
+
+
+def grace_seconds(job: TrainingJob, role: str) -> float:
+    """``terminationGracePeriodSeconds`` of the role's pod template (Kubernetes' default: 30)."""
+    spec = job.role(role).template.get("spec") or {}
+    value = spec.get("terminationGracePeriodSeconds") if isinstance(spec, dict) else None
+    return float(value) if isinstance(value, int | float) and value >= 0 else 30.0

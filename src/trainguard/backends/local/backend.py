@@ -1,0 +1,165 @@
+"""The controller's backend interface (``trainguard.controller.backend``) over local processes.
+
+``observe`` refreshes the job's pod rows from their processes and agent reports and shows them as the
+controller expects; ``apply`` carries actions out. Idempotency comes from the rows themselves: a launch of a
+generation the row already has, or a termination of one it no longer has, does nothing; events and the
+status carry their keys into the store.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from trainguard.api import TrainingJob
+from trainguard.backends.local import discovery
+from trainguard.backends.local.home import Home
+from trainguard.backends.local.placement import free_slots
+from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
+from trainguard.backends.local.runtime import Runtime
+from trainguard.backends.local.store import Conflict, Store
+from trainguard.controller.backend import (
+    Action,
+    ActionError,
+    AgentReport,
+    EmitEvent,
+    LaunchPod,
+    Observed,
+    ObservedNode,
+    ObservedPhase,
+    ObservedPod,
+    RestartInPlace,
+    ScaleRequest,
+    TerminatePod,
+    UpdateDiscovery,
+    WriteStatus,
+)
+from trainguard.controller.status import JobStatus
+
+#: Failed actions kept per job for the controller to see.
+_MAX_ERRORS = 50
+
+
+class LocalBackend:
+    def __init__(self, home: Home, store: Store, runtime: Runtime, clock: Callable[[], float]) -> None:
+        self.home = home
+        self.store = store
+        self.runtime = runtime
+        self.clock = clock
+        self._errors: dict[str, deque[ActionError]] = {}
+        #: job -> the status version last read, for the compare-and-swap of the next status write.
+        self._status_versions: dict[str, int] = {}
+
+    # ---- status ------------------------------------------------------------------------------------
+
+    def read_status(self, record: JobRecord) -> JobStatus:
+        """The job's stored status; remembers its version for the next ``WriteStatus``."""
+        self._status_versions[record.name] = record.status_version
+        return JobStatus.from_dict(record.status) if record.status else JobStatus()
+
+    # ---- observe -----------------------------------------------------------------------------------
+
+    def observe(self, job: TrainingJob) -> Observed:
+        rows = self.runtime.refresh(job.name)
+        all_pods = self.store.list_pods()
+        nodes = self.store.list_nodes()
+        free = free_slots(nodes, all_pods)
+        return Observed(
+            pods=tuple(self._pod(row) for row in rows if _visible(row)),
+            nodes=tuple(ObservedNode(node.name, node.ready, max(free[node.name], 0)) for node in nodes),
+            scale_requests=tuple(
+                ScaleRequest(request_id, role, replicas, at)
+                for request_id, role, replicas, at in self.store.scale_requests(job.name)
+            ),
+            errors=tuple(self._errors.get(job.name, ())),
+        )
+
+    def _pod(self, row: PodRecord) -> ObservedPod:
+        report = self.runtime.report(row)
+        agent = AgentReport(
+            in_place_restarts=report.in_place_restarts,
+            hung=report.hung,
+            last_progress_at=report.last_progress_at,
+        )
+        pod = ObservedPod(
+            name=row.name,
+            role=row.role,
+            index=row.index,
+            generation=row.launch,
+            phase=ObservedPhase.RUNNING,
+            node=row.node or None,
+            started_at=row.started_at,
+            agent=agent if report.started else None,
+        )
+        if row.state is PodState.EXITED:
+            phase = ObservedPhase.SUCCEEDED if row.exit_code == 0 else ObservedPhase.FAILED
+            return replace(pod, phase=phase, exit_code=row.exit_code, signal=row.signal, reason=row.reason)
+        if row.state is PodState.LOST:  # its node went down with it, or it vanished
+            return replace(pod, phase=ObservedPhase.UNKNOWN, reason=row.reason)
+        if row.state in (PodState.PENDING, PodState.LAUNCHING):
+            return replace(pod, phase=ObservedPhase.PENDING)
+        return replace(pod, terminating=row.state is PodState.TERMINATING)
+
+    # ---- apply -------------------------------------------------------------------------------------
+
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
+        record = self.store.get_job(job.name)
+        if record is None:
+            return
+        for action in actions:
+            try:
+                self._apply_one(record, job, action)
+            except (OSError, ValueError) as error:
+                errors = self._errors.setdefault(job.name, deque(maxlen=_MAX_ERRORS))
+                errors.append(ActionError(action.key, str(error), self.clock()))
+
+    def _apply_one(self, record: JobRecord, job: TrainingJob, action: Action) -> None:
+        if isinstance(action, LaunchPod):
+            self.runtime.launch(
+                record,
+                job,
+                action.pod,
+                action.role,
+                action.index,
+                action.generation,
+                action.restart_count,
+                action.avoid_nodes,
+            )
+        elif isinstance(action, TerminatePod):
+            self.runtime.terminate(job, action.pod, action.generation, action.force)
+        elif isinstance(action, RestartInPlace):
+            pass  # the agent restarts a hung command in place by itself and reports it (see docs/local.md)
+        elif isinstance(action, UpdateDiscovery):
+            discovery.write(self.home.discovery_script(record.name), action.version, action.hosts)
+        elif isinstance(action, EmitEvent):
+            event = EventRecord(
+                record.name,
+                action.at,
+                action.type.value,
+                action.reason,
+                action.pod or record.name,
+                action.message,
+            )
+            self.store.append_event_once(action.key, event)
+        elif isinstance(action, WriteStatus):
+            self._write_status(record, action.status)
+
+    def _write_status(self, record: JobRecord, status: JobStatus) -> None:
+        expected = self._status_versions.get(record.name, record.status_version)
+        try:
+            self._status_versions[record.name] = self.store.update_status(
+                record.name, status.to_dict(), expected
+            )
+        except Conflict:
+            # Someone else wrote the status since we read it: drop ours; the next reconcile starts from theirs.
+            self._status_versions.pop(record.name, None)
+            return
+        handled = set(status.handled_scale_requests)
+        pending = {rid for rid, *_ in self.store.scale_requests(record.name) if rid not in handled}
+        self.store.drop_scale_requests(record.name, keep=pending)
+
+
+def _visible(row: PodRecord) -> bool:
+    """Deleted pods are gone from the controller's view, like a pod removed from the API server."""
+    return row.state is not PodState.DELETED

@@ -1,0 +1,160 @@
+"""The CLI's side of the local API: find the control plane (starting it when it is not running) and ask it.
+
+Starting is race-free: any number of commands may start a control plane at once; the lock lets exactly one
+of them run, the others exit, and every command then talks to the one that runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from trainguard.backends.local import wire
+from trainguard.backends.local.home import ENV_HOME, Home
+
+#: Requests that change nothing, so they may be sent again to a restarted control plane.
+READ_ONLY = frozenset({"ping", "get", "events", "logs", "nodes", "exists"})
+#: How long a command waits for a control plane it started to answer.
+START_TIMEOUT_SECONDS = 30.0
+
+
+class ClientError(Exception):
+    """The control plane refused a request (its message is for the user) or could not be reached."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Client:
+    def __init__(self, home: Home | None = None, *, start: bool = True) -> None:
+        self.home = home or Home.from_env()
+        self._start = start
+        self._connection: socket.socket | None = None
+        self._reader: Any = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = self._reader = None
+
+    def call(self, op: str, **args: Any) -> Any:
+        """Send one request; returns its result or raises ClientError with the control plane's message."""
+        answer = None
+        for _ in range(2):
+            connection = self._connect()
+            try:
+                wire.send(connection, {"op": op, "args": args})
+                answer = wire.receive(self._reader)
+            except (OSError, ValueError):
+                answer = None
+            if answer is not None:
+                break
+            self.close()  # the control plane went away (killed): a read is asked again of a new one
+            if op not in READ_ONLY:
+                raise ClientError(
+                    f"the control plane stopped while handling {op!r}; see 'trainguard get' for what happened",
+                    1,
+                )
+        if answer is None:
+            raise ClientError(
+                f"the control plane keeps closing the connection; see {self.home.control_log}", 1
+            )
+        if not answer.get("ok"):
+            raise ClientError(str(answer.get("error")), int(answer.get("exit_code", 2)))
+        return answer.get("result")
+
+    def _connect(self) -> socket.socket:
+        if self._connection is not None:
+            return self._connection
+        connection = self._try_connect()
+        if connection is None:
+            if not self._start:
+                raise ClientError(f"no control plane is running in {self.home.root}", 1)
+            connection = self._start_and_connect()
+        self._connection = connection
+        self._reader = connection.makefile("rb")
+        return connection
+
+    def _try_connect(self) -> socket.socket | None:
+        if not self.home.socket.exists():
+            return None
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with wire.address(self.home.socket) as where:
+                connection.connect(where)
+        except OSError:
+            connection.close()
+            return None
+        return connection
+
+    def _start_and_connect(self) -> socket.socket:
+        process = start_control_plane(self.home)
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            connection = self._try_connect()
+            if connection is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(0)  # reap it if it was the one that lost the race
+                return connection
+            code = process.poll()
+            if code not in (None, 0):
+                raise ClientError(f"the control plane did not start: {_tail(self.home)}", 1)
+            time.sleep(0.05)
+        raise ClientError(
+            f"the control plane did not answer within {START_TIMEOUT_SECONDS:.0f} s: {_tail(self.home)}", 1
+        )
+
+
+def start_control_plane(home: Home) -> subprocess.Popen[bytes]:
+    """Start ``python -m trainguard.backends.local.daemon`` detached from this terminal."""
+    home.ensure()
+    env = {**os.environ, ENV_HOME: str(home.root)}
+    with open(home.control_log, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "trainguard.backends.local.daemon"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(home.root),
+            start_new_session=True,
+        )
+
+
+def control_plane_pid(home: Home) -> int | None:
+    """The pid of the running control plane (from its lock file), or None when it is not running."""
+    import psutil
+
+    try:
+        text = home.lock_file.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    try:
+        cmdline = psutil.Process(int(text)).cmdline()
+    except psutil.Error:
+        return None
+    return int(text) if "trainguard.backends.local.daemon" in cmdline else None
+
+
+def _tail(home: Home) -> str:
+    try:
+        lines = home.control_log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return f"no log at {home.control_log}"
+    return "; ".join(lines[-3:]) or f"nothing in {home.control_log}"

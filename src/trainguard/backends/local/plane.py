@@ -1,0 +1,145 @@
+"""The control plane's loop: reconcile every job against its processes, on events and on a short tick.
+
+One lock serialises everything that changes pods (a reconcile pass, a request from the CLI), so the store's
+compare-and-swap only ever meets writers from other processes. Each pass reads the stored status, observes,
+reconciles (``trainguard.controller.reconcile``) and applies; the status is written last, so a control plane
+killed at any moment starts again from a status that never claims more than was done.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from trainguard.api import TrainingJob
+from trainguard.backends.local.backend import LocalBackend
+from trainguard.backends.local.home import Home
+from trainguard.backends.local.records import JobRecord
+from trainguard.backends.local.runtime import Runtime
+from trainguard.backends.local.store import Store
+from trainguard.backends.local.waker import Waker
+from trainguard.controller.reconcile import reconcile
+
+log = logging.getLogger("trainguard.local")
+
+#: Reconcile at least this often (seconds), even when nothing signalled a change.
+TICK_SECONDS = 0.25
+#: Jobs that ended are looked at less often (cleanup, TTL).
+FINISHED_TICK_SECONDS = 2.0
+
+
+class ControlPlane:
+    def __init__(
+        self, home: Home, store: Store, clock: Callable[[], float], base_env: dict[str, str]
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.clock = clock
+        self.lock = threading.RLock()
+        #: Reconcile now (a request changed something, a child exited).
+        self.waker = Waker()
+        self.runtime = Runtime(home, store, clock, base_env)
+        self.backend = LocalBackend(home, store, self.runtime, clock)
+        self._next_look: dict[str, float] = {}
+
+    def recover(self) -> None:
+        """After a start: finish what a killed predecessor left half-done."""
+        with self.lock:
+            jobs = {}
+            for record in self.store.list_jobs():
+                job = self.job_model(record)
+                if job is not None:
+                    jobs[record.name] = (record, job)
+            self.runtime.recover(jobs)
+
+    @staticmethod
+    def job_model(record: JobRecord) -> TrainingJob | None:
+        try:
+            return TrainingJob.model_validate(record.spec)
+        except ValidationError:
+            log.exception("job %s: stored spec no longer validates; leaving it alone", record.name)
+            return None
+
+    # ---- the loop ----------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, idle_exit_seconds: float | None) -> None:
+        idle_since: float | None = None
+        while not stop.is_set():
+            busy = self.step()
+            now = self.clock()
+            idle_since = None if busy else (idle_since if idle_since is not None else now)
+            if (
+                idle_exit_seconds is not None
+                and idle_since is not None
+                and now - idle_since >= idle_exit_seconds
+            ):
+                log.info("nothing to do for %.0f s; exiting", now - idle_since)
+                return
+            self.waker.wait(TICK_SECONDS)
+
+    def step(self) -> bool:
+        """One pass over every job; True while any job is live or any pod process remains."""
+        busy = False
+        with self.lock:
+            for record in self.store.list_jobs(include_deleted=True):
+                try:
+                    busy |= self._step_job(record)
+                except Exception:  # one broken job must not stop the others
+                    log.exception("job %s: reconcile failed", record.name)
+                    busy = True
+        return busy
+
+    def _step_job(self, record: JobRecord) -> bool:
+        if record.deleted:
+            return self._finish_delete(record)
+        now = self.clock()
+        if self._next_look.get(record.name, 0.0) > now:
+            return True
+        job = self.job_model(record)
+        if job is None:
+            return False
+        status = self.backend.read_status(record)
+        self.runtime.place_pending(record, job)
+        observed = self.backend.observe(job)
+        result = reconcile(job, status, observed, now)
+        self.backend.apply(job, result.actions)
+        alive = any(row.alive for row in self.store.list_pods(record.name))
+        finished = result.status.phase.is_terminal
+        self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0
+        if result.wake_at is not None and not finished:
+            self._next_look[record.name] = 0.0
+        return alive or not finished
+
+    # ---- deleting ----------------------------------------------------------------------------------
+
+    def delete(self, record: JobRecord) -> None:
+        """Mark the job deleted and stop its pods; the loop forgets it once they are gone."""
+        with self.lock:
+            self.store.mark_job_deleted(record.name)
+            job = self.job_model(record)
+            for row in self.store.list_pods(record.name):
+                if job is not None and row.alive:
+                    self.runtime.terminate(job, row.name, row.launch, force=False)
+        self.waker.wake()
+
+    def _finish_delete(self, record: JobRecord) -> bool:
+        rows = self.runtime.refresh(record.name)
+        if any(row.alive for row in rows):
+            return True
+        self.store.forget_job(record.name)
+        shutil.rmtree(self.home.job_dir(record.name), ignore_errors=True)
+        shutil.rmtree(self.home.logs_dir / record.name, ignore_errors=True)
+        self._next_look.pop(record.name, None)
+        log.info("job %s deleted", record.name)
+        return False
+
+    def stop_all_pods(self) -> None:
+        """SIGKILL every pod of every job (the control plane is told to shut down with its pods)."""
+        with self.lock:
+            for row in self.store.list_pods():
+                if row.alive:
+                    self.runtime.kill_now(row)

@@ -1,0 +1,106 @@
+"""Rows of the local store, as frozen dataclasses. Each carries the version it was read at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class PodState(str, Enum):
+    """Where a local pod's process stands, as the backend tracks it."""
+
+    #: Launch accepted, but no Ready node has a free slot: waits for one.
+    PENDING = "Pending"
+    #: The launch was decided and written down; the process may or may not exist yet (crash window).
+    LAUNCHING = "Launching"
+    RUNNING = "Running"
+    #: The process ended; exit code (or signal) recorded.
+    EXITED = "Exited"
+    #: We asked it to stop; it is being (or has been) stopped.
+    TERMINATING = "Terminating"
+    #: Gone without an exit we could read (killed with its node, vanished).
+    LOST = "Lost"
+    #: Removed (asked for, or force-deleted); kept as a tombstone so an old launch is never redone.
+    DELETED = "Deleted"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    name: str
+    uid: str
+    spec: dict[str, Any]
+    spec_version: int
+    status: dict[str, Any]
+    status_version: int
+    created_at: float
+    port: int
+    nodes_wanted: int | None = None
+    #: Where relative paths of the job resolve: the directory ``trainguard run`` was called from.
+    workdir: str = "."
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    name: str
+    job: str
+    role: str
+    index: int
+    node: str
+    state: PodState
+    #: How many times this pod slot was launched; each launch has its own report file.
+    launch: int = 1
+    restarts: int = 0
+    pid: int | None = None
+    create_time: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    deleted_by_us: bool = False
+    #: When a graceful stop turns into SIGKILL (epoch seconds).
+    stop_deadline: float | None = None
+    #: Nodes this launch must not use (the pod lost its previous node).
+    avoid: tuple[str, ...] = ()
+    #: Set by chaos: the fault to report for this launch (force-deleted, evicted, an exit code).
+    injected: dict[str, Any] = field(default_factory=dict)
+    version: int = 0
+
+    @property
+    def alive(self) -> bool:
+        """A process of this pod may exist."""
+        return self.state in (PodState.LAUNCHING, PodState.RUNNING, PodState.TERMINATING)
+
+    @property
+    def holds_slot(self) -> bool:
+        return self.alive
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    slots: int
+    ready: bool = True
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    job: str
+    at: float
+    type: str
+    reason: str
+    object: str
+    message: str
+    id: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "time": self.at,
+            "type": self.type,
+            "reason": self.reason,
+            "object": self.object,
+            "message": self.message,
+        }

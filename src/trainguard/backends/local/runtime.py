@@ -1,0 +1,321 @@
+"""Pods of every job as process groups on this machine, tracked in the store.
+
+Every change of a pod goes through its row, written with compare-and-swap, and the row is written *before*
+the process is touched: a launch is recorded as ``Launching`` before the process starts, so a control plane
+killed in between finds the row on its next start and either adopts the process (recognised by the
+``TRAINGUARD_POD_ID`` in its environment) or starts it then. A pod name never has two processes: a launch
+first kills whatever an older incarnation left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+
+from trainguard.api import TrainingJob
+from trainguard.backends.local import processes
+from trainguard.backends.local.agentcmd import agent_argv, grace_seconds
+from trainguard.backends.local.home import Home
+from trainguard.backends.local.placement import choose_node
+from trainguard.backends.local.podenv import PodIdentity, argv_and_cwd, pod_environment
+from trainguard.backends.local.records import EventRecord, JobRecord, NodeRecord, PodRecord, PodState
+from trainguard.backends.local.reports import Report, ReportReader
+from trainguard.backends.local.store import Conflict, Store
+
+#: Marks a pod's agent in its environment: "<job uid>/<pod>/<launch>".
+POD_ID_ENV = "TRAINGUARD_POD_ID"
+#: Exit code of a pod whose process could not be started (bad workingDir, ...), as Kubernetes reports.
+START_ERROR_EXIT = 128
+#: How long a SIGKILLed pod may take to disappear before we report it as still there.
+_KILL_WAIT_SECONDS = 5.0
+
+
+class Runtime:
+    def __init__(
+        self, home: Home, store: Store, clock: Callable[[], float], base_env: dict[str, str]
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.clock = clock
+        self.base_env = base_env
+        self.reports = ReportReader()
+        #: The agents this process started, so that their exits are reaped (pid -> process).
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- launching ---------------------------------------------------------------------------------
+
+    def launch(
+        self,
+        record: JobRecord,
+        job: TrainingJob,
+        pod: str,
+        role: str,
+        index: int,
+        generation: int,
+        restarts: int,
+        avoid: Iterable[str] = (),
+    ) -> None:
+        """Start incarnation ``generation`` of ``pod`` (or queue it until a node has room). Idempotent."""
+        row = self.store.get_pod(pod)
+        if row is not None and row.launch >= generation:
+            return  # this launch (or a later one) happened already
+        if row is not None and row.alive:
+            self.kill_now(row)  # the previous incarnation must be gone first: never two of one pod
+        fresh = PodRecord(
+            name=pod,
+            job=record.name,
+            role=role,
+            index=index,
+            node="",
+            state=PodState.PENDING,
+            launch=generation,
+            restarts=restarts,
+            avoid=tuple(avoid),
+        )
+        row = (
+            self.store.insert_pod(fresh)
+            if row is None
+            else self.store.update_pod(replace(fresh, version=row.version))
+        )
+        self._place(record, job, row)
+
+    def place_pending(self, record: JobRecord, job: TrainingJob) -> None:
+        """Start the job's pods that were waiting for a free slot, if one is free now."""
+        for row in self.store.list_pods(record.name):
+            if row.state is PodState.PENDING:
+                self._place(record, job, row)
+
+    def _place(self, record: JobRecord, job: TrainingJob, row: PodRecord) -> None:
+        node = choose_node(self.store.list_nodes(), self.store.list_pods(), row.avoid)
+        if node is None:
+            return
+        row = self.store.update_pod(replace(row, node=node, state=PodState.LAUNCHING))
+        self._event(row, "Normal", "Scheduled", f"assigned {row.name} to {node}")
+        self._spawn(record, job, row)
+
+    def _spawn(self, record: JobRecord, job: TrainingJob, row: PodRecord) -> PodRecord:
+        identity = PodIdentity(job, record.uid, row.role, row.index, row.restarts, record.port)
+        report = self.home.report_file(record.name, row.name, row.launch)
+        report.unlink(missing_ok=True)  # a relaunch after a crash must not read a half-run's lines
+        self.reports.forget(report)
+        replicas = {
+            role: record.status.get("replicas", {}).get(role, spec.replicas)
+            for role, spec in job.spec.replica_specs.items()
+        }
+        extra = {
+            POD_ID_ENV: f"{record.uid}/{row.name}/{row.launch}",
+            "TRAINGUARD_REPORT_FILE": str(report),
+            "TRAINGUARD_NODE_NAME": row.node,
+        }
+        if job.spec.framework_type.value == "horovod":
+            extra["TRAINGUARD_DISCOVERY_SCRIPT"] = str(self.home.discovery_script(record.name))
+        env = pod_environment(identity, replicas, self.base_env, extra)
+        argv, cwd = argv_and_cwd(identity, env, record.workdir)
+        log = self.home.pod_log(record.name, row.name)
+        try:
+            started = processes.start(agent_argv(job, report, argv), env, cwd, log)
+        except OSError as error:
+            message = f"cannot start {row.name}: {error.strerror or error} ({cwd})"
+            self._event(row, "Warning", "FailedStart", message)
+            return self.store.update_pod(
+                replace(
+                    row,
+                    state=PodState.EXITED,
+                    exit_code=START_ERROR_EXIT,
+                    reason="StartError",
+                    finished_at=self.clock(),
+                )
+            )
+        self._children[started.pid] = started.process
+        self._event(row, "Normal", "Started", f"started {row.name} on {row.node} (pid {started.pid})")
+        return self.store.update_pod(
+            replace(
+                row,
+                state=PodState.RUNNING,
+                pid=started.pid,
+                create_time=started.create_time,
+                started_at=self.clock(),
+            )
+        )
+
+    # ---- watching ----------------------------------------------------------------------------------
+
+    def refresh(self, job: str) -> list[PodRecord]:
+        """Bring the job's pod rows up to date with their processes; returns them."""
+        self._reap()
+        rows = []
+        for row in self.store.list_pods(job):
+            with contextlib.suppress(Conflict):  # changed under us: the next refresh sees it
+                row = self._refresh_one(row)
+            rows.append(row)
+        return rows
+
+    def _refresh_one(self, row: PodRecord) -> PodRecord:
+        if not row.alive or row.pid is None:
+            return row
+        leader = processes.find(row.pid, row.create_time)
+        child = self._children.get(row.pid)
+        if leader is not None and (child is None or child.poll() is None):
+            if row.stop_deadline is not None and self.clock() >= row.stop_deadline:
+                processes.kill_tree(leader)
+                self._kill_command(row)
+            return row
+        return self.store.update_pod(self._ended(row, child.returncode if child is not None else None))
+
+    def _ended(self, row: PodRecord, returncode: int | None) -> PodRecord:
+        """The row of a pod whose agent is gone, with the exit its report (or its wait status) gives."""
+        self._children.pop(row.pid or 0, None)
+        now = self.clock()
+        if row.state is PodState.TERMINATING:
+            return replace(row, state=PodState.DELETED, finished_at=now, stop_deadline=None)
+        report = self.report(row)
+        code, sig, reason = _exit_of(report, returncode)
+        if row.injected.get("launch") == row.launch:
+            code = row.injected.get("exit_code", code)
+            reason = row.injected.get("reason", reason)
+        if code is None:  # no report and not our child: it vanished, as a force-deleted pod does
+            return replace(
+                row, state=PodState.DELETED, reason="Vanished", finished_at=now, stop_deadline=None
+            )
+        return replace(
+            row,
+            state=PodState.EXITED,
+            exit_code=code,
+            signal=sig,
+            reason=reason,
+            finished_at=now,
+            stop_deadline=None,
+        )
+
+    def report(self, row: PodRecord) -> Report:
+        return self.reports.read(self.home.report_file(row.job, row.name, row.launch))
+
+    def _reap(self) -> None:
+        """Collect exited agents we started (no zombies); their statuses stay on the Popen objects."""
+        for process in list(self._children.values()):
+            process.poll()
+
+    # ---- stopping ----------------------------------------------------------------------------------
+
+    def terminate(self, job: TrainingJob, pod: str, generation: int, force: bool) -> None:
+        """Stop incarnation ``generation`` of ``pod``: SIGTERM, then SIGKILL after the grace period."""
+        row = self.store.get_pod(pod)
+        if row is None or row.launch != generation or row.state is PodState.DELETED:
+            return
+        if not row.alive or row.pid is None:
+            self.store.update_pod(replace(row, state=PodState.DELETED, deleted_by_us=True))
+            return
+        if force:
+            self.kill_now(row)
+            self.store.update_pod(replace(self._fresh(row), state=PodState.DELETED, deleted_by_us=True))
+            return
+        if row.state is PodState.TERMINATING:
+            return
+        leader = processes.find(row.pid, row.create_time)
+        if leader is not None:
+            with contextlib.suppress(psutil.Error):
+                leader.send_signal(signal.SIGTERM)  # the agent forwards it and escalates itself too
+            processes.signal_tree(leader, signal.SIGCONT, include_leader=False)  # a stopped tree must hear it
+        deadline = self.clock() + grace_seconds(job, row.role)
+        self.store.update_pod(
+            replace(row, state=PodState.TERMINATING, deleted_by_us=True, stop_deadline=deadline)
+        )
+        self._event(row, "Normal", "Killing", f"stopping {row.name}")
+
+    def kill_now(self, row: PodRecord) -> None:
+        """SIGKILL the pod's tree and wait (bounded) until its agent is gone."""
+        leader = processes.find(row.pid, row.create_time)
+        if leader is not None:
+            processes.kill_tree(leader)
+        self._kill_command(row)
+        deadline = time.monotonic() + _KILL_WAIT_SECONDS
+        while leader is not None and time.monotonic() < deadline:
+            self._reap()
+            if processes.find(row.pid, row.create_time) is None:
+                break
+            time.sleep(0.02)
+        self._children.pop(row.pid or 0, None)
+
+    def _kill_command(self, row: PodRecord) -> None:
+        """The command's own process group, in case the agent died before it and left it behind."""
+        child = self.report(row).child_pid
+        if child:
+            for signum in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child, signum)
+
+    def _fresh(self, row: PodRecord) -> PodRecord:
+        return self.store.get_pod(row.name) or row
+
+    # ---- recovery after a restart of the control plane ---------------------------------------------
+
+    def recover(self, jobs: dict[str, tuple[JobRecord, TrainingJob]]) -> None:
+        """Finish launches that a killed control plane left half-done: adopt their process, or start it."""
+        for row in self.store.list_pods():
+            if row.state is not PodState.LAUNCHING or row.pid is not None or row.job not in jobs:
+                continue
+            record, job = jobs[row.job]
+            found = find_by_marker(f"{record.uid}/{row.name}/{row.launch}")
+            if found is not None:
+                self.store.update_pod(
+                    replace(row, state=PodState.RUNNING, pid=found.pid, create_time=found.create_time())
+                )
+            elif self.report(row).started:  # it ran and ended meanwhile: its report says how
+                self.store.update_pod(self._ended(row, None))
+            else:
+                self._spawn(record, job, row)
+
+    # ---- nodes -------------------------------------------------------------------------------------
+
+    def ensure_nodes(self, count: int, slots: int) -> None:
+        existing = {node.name for node in self.store.list_nodes()}
+        for index in range(count):
+            name = f"node-{index}"
+            if name not in existing:
+                self.store.add_node(NodeRecord(name, slots))
+
+    # ---- helpers -----------------------------------------------------------------------------------
+
+    def _event(self, row: PodRecord, type_: str, reason: str, message: str) -> None:
+        self.store.append_event(EventRecord(row.job, self.clock(), type_, reason, row.name, message))
+
+    def forget_children(self) -> None:
+        self._reap()
+        self._children = {pid: p for pid, p in self._children.items() if p.returncode is None}
+
+
+def _exit_of(report: Report, returncode: int | None) -> tuple[int | None, int | None, str | None]:
+    """(exit code, signal, reason): the agent's report when it wrote one, else the wait status."""
+    if report.exited:
+        return report.exit_code, report.signal, report.reason
+    if returncode is None:
+        return None, None, None
+    if returncode < 0:  # the agent itself was killed by a signal
+        return 128 - returncode, -returncode, None
+    return returncode, None, None
+
+
+def find_by_marker(marker: str) -> psutil.Process | None:
+    """The agent whose environment carries ``TRAINGUARD_POD_ID=<marker>`` (a launch we lost track of)."""
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            cmdline = process.info.get("cmdline") or []
+            if "agent" not in cmdline or process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if process.environ().get(POD_ID_ENV) == marker:
+                return process
+        except psutil.Error:
+            continue
+    return None
+
+
+def log_path(home: Home, job: str, pod: str) -> Path:
+    return home.pod_log(job, pod)

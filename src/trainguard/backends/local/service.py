@@ -1,0 +1,297 @@
+"""The requests the CLI sends to the control plane, and their answers (JSON-able data).
+
+A request that cannot be carried out raises ``RequestError`` with a message for the user; it changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainguard.api import SpecError, TrainingJob
+from trainguard.backends.local import chaos
+from trainguard.backends.local.agentcmd import grace_seconds
+from trainguard.backends.local.plane import ControlPlane
+from trainguard.backends.local.podenv import command
+from trainguard.backends.local.processes import signal_number
+from trainguard.backends.local.records import JobRecord, NodeRecord
+from trainguard.backends.local.store import AlreadyExists, Conflict
+from trainguard.backends.local.views import job_view
+
+#: Exit status of a request the user must change (unknown job, value out of range, ...).
+USAGE = 2
+
+
+class RequestError(Exception):
+    def __init__(self, message: str, exit_code: int = USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Service:
+    def __init__(self, plane: ControlPlane, on_shutdown: Callable[[bool], None]) -> None:
+        self.plane = plane
+        self.store = plane.store
+        self._on_shutdown = on_shutdown
+
+    def handle(self, op: str, args: dict[str, Any]) -> Any:
+        handler = getattr(self, f"op_{op.replace('-', '_')}", None)
+        if handler is None:
+            raise RequestError(f"unknown request {op!r}")
+        try:
+            return handler(**args)
+        except TypeError as error:
+            raise RequestError(f"bad request {op!r}: {error}") from None
+
+    # ---- jobs --------------------------------------------------------------------------------------
+
+    def op_ping(self) -> dict[str, Any]:
+        import os
+
+        return {"pid": os.getpid(), "home": str(self.plane.home.root)}
+
+    def op_submit(
+        self, spec: dict[str, Any], workdir: str, nodes: int | None = None, source: str = ""
+    ) -> dict[str, Any]:
+        job = _validated(spec, source)
+        with self.plane.lock:
+            self._check_runnable(job, source)
+            name = job.name
+            uid = job.metadata.uid or str(uuid.uuid4())
+            job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": uid})})
+            record = JobRecord(
+                name=name,
+                uid=uid,
+                spec=job.to_dict(),
+                spec_version=1,
+                status={},
+                status_version=1,
+                created_at=self.plane.clock(),
+                port=self._free_port(),
+                nodes_wanted=nodes,
+                workdir=workdir,
+            )
+            try:
+                self.store.insert_job(record)
+            except AlreadyExists:
+                raise RequestError(
+                    f"job {name!r} exists already; 'trainguard apply' updates it, 'trainguard delete {name}' "
+                    "removes it"
+                ) from None
+            self._ensure_nodes(job, nodes)
+        self.plane.waker.wake()
+        return {"name": name, "uid": uid}
+
+    def op_apply(self, spec: dict[str, Any], workdir: str, source: str = "") -> dict[str, Any]:
+        """Update a submitted job (e.g. its replicas), or submit it when there is none of that name."""
+        job = _validated(spec, source)
+        with self.plane.lock:
+            record = self.store.get_job(job.name)
+            if record is None:
+                return {**self.op_submit(spec, workdir, None, source), "created": True}
+            current = TrainingJob.model_validate(record.spec)
+            if set(job.spec.replica_specs) != set(current.spec.replica_specs):
+                raise RequestError(
+                    f"{source or 'apply'}: spec.replicaSpecs: the roles of a submitted job cannot change "
+                    f"({', '.join(current.spec.replica_specs)}); delete the job and run it again"
+                )
+            self._check_runnable(job, source)
+            keep = current.metadata.model_copy(
+                update={"labels": job.metadata.labels, "annotations": job.metadata.annotations}
+            )
+            updated = job.model_copy(update={"metadata": keep})
+            if updated.to_dict() == record.spec:
+                return {"name": job.name, "changed": False}
+            try:
+                self.store.update_spec(job.name, updated.to_dict(), record.spec_version)
+            except Conflict:
+                raise RequestError(f"job {job.name!r} changed meanwhile; apply again", exit_code=1) from None
+        self.plane.waker.wake()
+        return {"name": job.name, "changed": True}
+
+    def op_get(self, job: str | None = None) -> Any:
+        if job is None:
+            return [self._view(record) for record in self.store.list_jobs()]
+        return self._view(self._record(job))
+
+    def op_events(self, job: str, limit: int | None = None) -> list[dict[str, Any]]:
+        self._record(job)
+        return [event.to_dict() for event in self.store.list_events(job, limit)]
+
+    def op_logs(self, job: str, pod: str | None = None) -> dict[str, Any]:
+        record = self._record(job)
+        rows = self.store.list_pods(job)
+        if pod is not None and pod not in {row.name for row in rows}:
+            raise RequestError(_unknown_pod(pod, [row.name for row in rows]))
+        names = [pod] if pod else [row.name for row in rows]
+        return {
+            "pods": {name: str(self.plane.home.pod_log(job, name)) for name in names},
+            "live": self._view(record)["status"]["phase"] not in ("Succeeded", "Failed", "Timeout"),
+        }
+
+    def op_scale(self, job: str, role: str, replicas: int) -> dict[str, Any]:
+        with self.plane.lock:
+            record = self._record(job)
+            model = TrainingJob.model_validate(record.spec)
+            role_name = _role(model, role)
+            spec = model.spec.replica_specs[role_name]
+            low, high = spec.min_count, spec.max_count
+            if not low <= replicas <= high:
+                raise RequestError(
+                    f"job {job}: role {role_name}: replicas {replicas} outside [{low}, {high}] "
+                    f"(minReplicas..maxReplicas); choose a value in that range"
+                )
+            phase = record.status.get("phase", "Pending")
+            if phase in ("Succeeded", "Failed", "Timeout"):
+                raise RequestError(f"job {job} has ended ({phase}); it cannot be scaled")
+            request_id = f"cli-{uuid.uuid4().hex[:12]}"
+            self.store.add_scale_request(job, request_id, role_name, replicas, self.plane.clock())
+            self._ensure_capacity(model, role_name, replicas)
+        self.plane.waker.wake()
+        return {"name": job, "role": role_name, "replicas": replicas, "request": request_id}
+
+    def op_delete(self, job: str) -> dict[str, Any]:
+        self.plane.delete(self._record(job))
+        return {"name": job}
+
+    def op_exists(self, job: str) -> bool:
+        return self.store.get_job(job, include_deleted=True) is not None
+
+    # ---- chaos -------------------------------------------------------------------------------------
+
+    def op_chaos(
+        self, action: str, target: str, signal: str | None = None, exit_code: int | None = None
+    ) -> str:
+        runtime = self.plane.runtime
+        with self.plane.lock:
+            try:
+                if action == "kill":
+                    if exit_code is not None and not 0 <= exit_code <= 255:
+                        raise RequestError(f"--exit-code {exit_code}: exit codes are 0-255")
+                    signum = signal_number(signal) if signal else None
+                    message = chaos.kill(runtime, target, signum, exit_code)
+                elif action == "hang":
+                    message = chaos.hang(runtime, target)
+                elif action == "evict":
+                    message = chaos.evict(runtime, target, self._grace(target))
+                elif action == "force-delete":
+                    message = chaos.force_delete(runtime, target)
+                elif action == "node-down":
+                    message = chaos.node_down(runtime, target)
+                elif action == "node-up":
+                    message = chaos.node_up(runtime, target)
+                else:
+                    raise RequestError(f"unknown chaos action {action!r}")
+            except ValueError as error:  # ChaosError, or a bad signal name
+                raise RequestError(str(error)) from None
+        self.plane.waker.wake()
+        return message
+
+    def op_nodes(self) -> list[dict[str, Any]]:
+        return [{"name": n.name, "slots": n.slots, "ready": n.ready} for n in self.store.list_nodes()]
+
+    def op_shutdown(self, stop_pods: bool = False) -> str:
+        self._on_shutdown(stop_pods)
+        return "control plane stopping"
+
+    # ---- helpers -----------------------------------------------------------------------------------
+
+    def _record(self, job: str) -> JobRecord:
+        record = self.store.get_job(job)
+        if record is None:
+            names = ", ".join(r.name for r in self.store.list_jobs()) or "none"
+            raise RequestError(f"no job {job!r} (jobs: {names})")
+        return record
+
+    def _view(self, record: JobRecord) -> dict[str, Any]:
+        return job_view(record, self.store.list_pods(record.name))
+
+    def _grace(self, pod: str) -> float:
+        row = self.store.get_pod(pod)
+        record = self.store.get_job(row.job) if row else None
+        if row is None or record is None:
+            return 30.0
+        return grace_seconds(TrainingJob.model_validate(record.spec), row.role)
+
+    @staticmethod
+    def _check_runnable(job: TrainingJob, source: str) -> None:
+        for role in job.spec.replica_specs:
+            try:
+                command(job, role)
+            except ValueError as error:
+                raise RequestError(f"{source}: {error}" if source else str(error)) from None
+
+    def _free_port(self) -> int:
+        """A loopback port for the job's rendezvous, free now and not given to another job."""
+        taken = self.store.used_ports()
+        for _ in range(50):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = int(probe.getsockname()[1])
+            if port not in taken:
+                return port
+        raise RequestError("no free loopback port for the job's rendezvous", exit_code=1)
+
+    def _ensure_nodes(self, job: TrainingJob, nodes: int | None) -> None:
+        """``--nodes N``: at least N nodes with room for the job at its largest; default: one node per pod
+        at the job's largest, plus a spare one to move to when a node goes down."""
+        largest = sum(spec.max_count for spec in job.spec.replica_specs.values())
+        if nodes is not None:
+            slots = max(1, math.ceil(largest / nodes))
+            existing = self.store.list_nodes()
+            for index in range(len(existing), nodes):
+                self.store.add_node(NodeRecord(f"node-{index}", slots))
+            for node in existing[:nodes]:
+                if node.slots < slots:
+                    self.store.update_node(replace(node, slots=slots))
+            return
+        self._ensure_free(largest + 1)
+
+    def _ensure_capacity(self, job: TrainingJob, role: str, replicas: int) -> None:
+        record = self.store.get_job(job.name)
+        if record is not None and record.nodes_wanted is None:
+            current = sum(1 for row in self.store.list_pods(job.name) if row.role == role and row.alive)
+            self._ensure_free(max(0, replicas - current))
+
+    def _ensure_free(self, wanted: int) -> None:
+        from trainguard.backends.local.placement import free_slots
+
+        nodes = self.store.list_nodes()
+        free = sum(n for name, n in free_slots(nodes, self.store.list_pods()).items() if _ready(nodes, name))
+        index = len(nodes)
+        while free < wanted:
+            self.store.add_node(NodeRecord(f"node-{index}", 1))
+            index += 1
+            free += 1
+
+
+def _ready(nodes: list[NodeRecord], name: str) -> bool:
+    return any(node.name == name and node.ready for node in nodes)
+
+
+def _validated(spec: dict[str, Any], source: str) -> TrainingJob:
+    try:
+        return TrainingJob.model_validate(spec)
+    except ValidationError as error:
+        first = error.errors()[0]
+        path = ".".join(str(part) for part in first["loc"])
+        raise RequestError(f"{source or 'job'}: {path}: {first['msg']}") from None
+    except SpecError as error:
+        raise RequestError(str(error)) from None
+
+
+def _role(job: TrainingJob, role: str) -> str:
+    for name in job.spec.replica_specs:
+        if name == role or name.lower() == role.lower():
+            return name
+    raise RequestError(f"job {job.name} has no role {role!r} (roles: {', '.join(job.spec.replica_specs)})")
+
+
+def _unknown_pod(pod: str, names: list[str]) -> str:
+    return f"no pod {pod!r} (pods: {', '.join(names) or 'none'})"

@@ -1,0 +1,249 @@
+"""What users see of a job: the JSON of ``get -o json`` and the text of ``get``, ``describe`` and ``run``.
+
+``job_view`` is the one shape every view starts from: the job as a resource with ``metadata``, ``spec`` and a
+``status`` holding phase, conditions, restart counts, replicas, pods and history (POLICY.md §7).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from trainguard.backends.local.records import JobRecord, PodRecord, PodState
+
+#: Status fields kept for the controller's own bookkeeping; not part of what users read.
+_INTERNAL = (
+    "policyState",
+    "issuedKeys",
+    "handledScaleRequests",
+    "specReplicas",
+    "eventSeq",
+    "revision",
+    "scaleVersion",
+    "discoveryVersion",
+)
+_TERMINAL = ("Succeeded", "Failed", "Timeout")
+
+
+def job_view(record: JobRecord, rows: Sequence[PodRecord]) -> dict[str, Any]:
+    status = dict(record.status)
+    slots = status.pop("pods", [])
+    for key in _INTERNAL:
+        status.pop(key, None)
+    status.setdefault("phase", "Pending")
+    status.setdefault("conditions", [])
+    status.setdefault("restartCounts", {})
+    status.setdefault("replicas", {})
+    status.setdefault("history", [])
+    by_name = {row.name: row for row in rows}
+    status["pods"] = [_pod_view(slot, by_name.get(slot["name"])) for slot in slots]
+    return {
+        "apiVersion": record.spec.get("apiVersion", "trainguard.io/v1"),
+        "kind": record.spec.get("kind", "TrainingJob"),
+        "metadata": {
+            **record.spec.get("metadata", {}),
+            "uid": record.uid,
+            "creationTimestamp": iso(record.created_at),
+        },
+        "spec": record.spec.get("spec", {}),
+        "status": status,
+    }
+
+
+def _pod_view(slot: dict[str, Any], row: PodRecord | None) -> dict[str, Any]:
+    view = {
+        "name": slot["name"],
+        "role": slot["role"],
+        "index": slot["index"],
+        "node": slot.get("node") or (row.node if row and row.node else None),
+        "phase": slot["phase"],
+        "restarts": slot.get("restarts", 0),
+        "generation": slot.get("generation", 1),
+    }
+    if row is not None and row.launch == view["generation"]:
+        if row.state in (PodState.RUNNING, PodState.TERMINATING):
+            view["pid"] = row.pid
+        if row.exit_code is not None:
+            view["exitCode"] = row.exit_code
+        if row.reason:
+            view["reason"] = row.reason
+    if slot.get("message"):
+        view["message"] = slot["message"]
+    return view
+
+
+def is_finished(view: dict[str, Any]) -> bool:
+    return view["status"]["phase"] in _TERMINAL
+
+
+def iso(at: float | None) -> str | None:
+    if at is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def age(at: float | None, now: float) -> str:
+    if at is None:
+        return "-"
+    seconds = max(0, int(now - at))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+# ---- text ------------------------------------------------------------------------------------------
+
+
+def table(rows: Iterable[Sequence[object]], header: Sequence[str]) -> str:
+    cells = [list(map(str, header)), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def jobs_table(views: Sequence[dict[str, Any]], now: float, wide: bool = False) -> str:
+    header = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "AGE"] + (["PODS", "MESSAGE"] if wide else [])
+    rows = []
+    for view in views:
+        status = view["status"]
+        replicas = ",".join(f"{role}={n}" for role, n in status.get("replicas", {}).items()) or "-"
+        restarts = sum(status.get("restartCounts", {}).values())
+        created = _epoch(view["metadata"].get("creationTimestamp"))
+        row: list[object] = [view["metadata"]["name"], status["phase"], replicas, restarts, age(created, now)]
+        if wide:
+            row += [len(status.get("pods", [])), status.get("message", "")]
+        rows.append(row)
+    return table(rows, header)
+
+
+def pods_table(view: dict[str, Any], wide: bool = False) -> str:
+    header = ["POD", "ROLE", "NODE", "PHASE", "RESTARTS"] + (["PID", "EXIT", "REASON"] if wide else [])
+    rows = []
+    for pod in view["status"]["pods"]:
+        row: list[object] = [pod["name"], pod["role"], pod.get("node") or "-", pod["phase"], pod["restarts"]]
+        if wide:
+            row += [pod.get("pid", "-"), pod.get("exitCode", "-"), pod.get("reason", "-")]
+        rows.append(row)
+    return table(rows, header)
+
+
+def history_table(history: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for entry in history:
+        recovery = entry.get("recoverySeconds")
+        rows.append(
+            [
+                clock_time(entry.get("at")),
+                entry.get("pod") or "-",
+                entry.get("fault") or entry.get("kind", "-"),
+                entry.get("rule") or "-",
+                entry.get("action", "-") + (f"/{entry['scope']}" if entry.get("scope") else ""),
+                "yes" if entry.get("counted") else "no",
+                f"{recovery:.1f}s" if isinstance(recovery, int | float) else "-",
+                entry.get("reason", ""),
+            ]
+        )
+    return table(rows, ["TIME", "POD", "FAULT", "RULE", "ACTION", "COUNTED", "RECOVERY", "REASON"])
+
+
+def events_table(events: Sequence[dict[str, Any]]) -> str:
+    rows = [[clock_time(e["time"]), e["type"], e["reason"], e["object"], e["message"]] for e in events]
+    return table(rows, ["TIME", "TYPE", "REASON", "OBJECT", "MESSAGE"])
+
+
+def clock_time(at: float | None) -> str:
+    return "-" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def _epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    import calendar
+
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def summary_line(view: dict[str, Any], now: float) -> str:
+    """``job NAME: Running (42s) - launcher 1/1, trainer 3/3 [1-5] - restarts launcher=0 trainer=1``."""
+    status = view["status"]
+    spec_roles = view["spec"].get("replicaSpecs", {})
+    roles = []
+    for role, spec in spec_roles.items():
+        running = sum(1 for p in status["pods"] if p["role"] == role and p["phase"] == "Running")
+        want = status.get("desired", {}).get(role, spec.get("replicas", 1))
+        low, high = spec.get("minReplicas"), spec.get("maxReplicas")
+        bounds = f" [{low}-{high}]" if low is not None and high is not None and low != high else ""
+        roles.append(f"{role} {running}/{want}{bounds}")
+    restarts = " ".join(f"{role}={n}" for role, n in status.get("restartCounts", {}).items())
+    created = _epoch(view["metadata"].get("creationTimestamp"))
+    text = f"job {view['metadata']['name']}: {status['phase']} ({age(created, now)}) - {', '.join(roles)}"
+    return text + (f" - restarts {restarts}" if restarts else "")
+
+
+def live_view(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float) -> str:
+    """The block ``trainguard run`` redraws on a terminal: summary, pods by role and node, latest events."""
+    parts = [summary_line(view, now), "", pods_table(view)]
+    if events:
+        parts += ["", "latest events:"]
+        parts += [
+            f"  {clock_time(e['time'])} {e['reason']:<20} {e['object']}: {e['message']}" for e in events
+        ]
+    message = view["status"].get("message")
+    if is_finished(view) and message:
+        parts += ["", f"{view['status']['phase']}: {message}"]
+    return "\n".join(parts)
+
+
+def describe(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float) -> str:
+    """``trainguard describe``: spec summary, conditions, restart counts, pods, history, events."""
+    meta, spec, status = view["metadata"], view["spec"], view["status"]
+    lines = [
+        f"Name:         {meta['name']}",
+        f"Namespace:    {meta.get('namespace', 'default')}",
+        f"UID:          {meta.get('uid')}",
+        f"Created:      {meta.get('creationTimestamp')}",
+        f"Framework:    {spec.get('frameworkType', 'generic')}",
+        f"Policies:     completePolicy={spec.get('completePolicy', 'All')} failPolicy={spec.get('failPolicy', 'Any')}"
+        f" cleanPodPolicy={spec.get('cleanPodPolicy', 'Running')}",
+        f"Phase:        {status['phase']}" + (f" ({status['message']})" if status.get("message") else ""),
+        "Note:         local runtime: container images are ignored; each pod runs its container's command",
+        "              on this machine (a process group under the trainguard agent).",
+        "",
+        "Roles:",
+    ]
+    for role, role_spec in spec.get("replicaSpecs", {}).items():
+        low, high = role_spec.get("minReplicas"), role_spec.get("maxReplicas")
+        rules = len(role_spec.get("faultTolerantPolicy", []))
+        lines.append(
+            f"  {role}: replicas {status.get('replicas', {}).get(role, role_spec.get('replicas', 1))}"
+            f" (spec {role_spec.get('replicas', 1)}"
+            + (f", min {low}, max {high}" if low is not None or high is not None else "")
+            + f"), restartPolicy {role_spec.get('restartPolicy', 'OnFailure')}"
+            f"/{role_spec.get('restartScope', 'Pod')}, restartLimit {role_spec.get('restartLimit', '-')},"
+            f" {rules} faultTolerantPolicy rule(s), restarts {status.get('restartCounts', {}).get(role, 0)}"
+        )
+    lines += ["", "Conditions:"]
+    conditions = status.get("conditions", [])
+    lines += [
+        "  "
+        + table(
+            [
+                [c["type"], c["status"], c["reason"], clock_time(c.get("lastTransitionTime")), c["message"]]
+                for c in conditions
+            ],
+            ["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
+        ).replace("\n", "\n  ")
+        if conditions
+        else "  (none yet)"
+    ]
+    lines += ["", "Pods:", "  " + pods_table(view, wide=True).replace("\n", "\n  ")]
+    history = status.get("history", [])
+    lines += ["", "Fault-recovery history:"]
+    lines += ["  " + history_table(history).replace("\n", "\n  ") if history else "  (no faults)"]
+    lines += ["", "Events:"]
+    lines += ["  " + events_table(events).replace("\n", "\n  ") if events else "  (none)"]
+    return "\n".join(lines)
