@@ -1,3 +1,18 @@
+from typing import TYPE_CHECKING
+
 from trainguard._version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from trainguard.sdk import heartbeat
+
+__all__ = ["__version__", "heartbeat"]
+
+
+def __getattr__(name: str) -> object:
+    """The SDK (``trainguard.heartbeat``, ...) loads on first use, so the CLI and the agent do not pay for it."""
+    import importlib
+
+    sdk = importlib.import_module("trainguard.sdk")
+    if name in sdk.__all__:
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'trainguard' has no attribute {name!r}")

@@ -1,0 +1,125 @@
+"""The agent's settings, from its options or, for each one not given, from the environment.
+
+The environment lets a runtime configure the agent without touching the command line:
+
+| option | environment | default |
+|---|---|---|
+| ``--hang-timeout SECONDS`` | ``TRAINGUARD_HANG_TIMEOUT`` | off: the agent only supervises |
+| ``--max-consecutive N`` | ``TRAINGUARD_HANG_MAX_CONSECUTIVE`` | 3 |
+| ``--signals heartbeat,log,cpu`` | ``TRAINGUARD_HANG_SIGNALS`` | all three |
+| ``--grace SECONDS`` | ``TRAINGUARD_HANG_GRACE`` | 10 |
+| ``--report FILE`` | ``TRAINGUARD_REPORT_FILE`` | none |
+| ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainguard.agent.report import default_termination_log
+from trainguard.api import HangSignal
+
+ENV_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"
+ENV_MAX_CONSECUTIVE = "TRAINGUARD_HANG_MAX_CONSECUTIVE"
+ENV_SIGNALS = "TRAINGUARD_HANG_SIGNALS"
+ENV_GRACE = "TRAINGUARD_HANG_GRACE"
+ENV_REPORT = "TRAINGUARD_REPORT_FILE"
+ENV_TERMINATION_LOG = "TRAINGUARD_TERMINATION_LOG"
+#: Set by the agent for the command: where the SDK writes heartbeats, and which attempt this is (1, 2, ...).
+ENV_HEARTBEAT_DIR = "TRAINGUARD_HEARTBEAT_DIR"
+ENV_ATTEMPT = "TRAINGUARD_ATTEMPT"
+
+ALL_SIGNALS = frozenset(HangSignal)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    command: tuple[str, ...]
+    hang_timeout: float | None = None
+    max_consecutive: int = 3
+    signals: frozenset[HangSignal] = ALL_SIGNALS
+    grace: float = 10.0
+    report_file: Path | None = None
+    termination_log: Path | None = None
+    #: How often the agent looks at heartbeats (and, at most once a second, at the tree's CPU time).
+    poll_interval: float = 0.25
+
+    @classmethod
+    def resolve(
+        cls,
+        command: list[str] | tuple[str, ...],
+        *,
+        hang_timeout: str | None = None,
+        max_consecutive: str | None = None,
+        signals: str | None = None,
+        grace: str | None = None,
+        report: str | None = None,
+        termination_log: str | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> AgentConfig:
+        """Options win over the environment; raises ValueError naming the option or variable and the fix."""
+        if not command:
+            raise ValueError(
+                "no command to run: write it after '--', e.g. trainguard agent -- python train.py"
+            )
+        timeout_text, timeout_name = _pick(hang_timeout, "--hang-timeout", env, ENV_TIMEOUT)
+        count_text, count_name = _pick(max_consecutive, "--max-consecutive", env, ENV_MAX_CONSECUTIVE)
+        signals_text, signals_name = _pick(signals, "--signals", env, ENV_SIGNALS)
+        grace_text, grace_name = _pick(grace, "--grace", env, ENV_GRACE)
+        report_text, _ = _pick(report, "--report", env, ENV_REPORT)
+        log_text, _ = _pick(termination_log, "--termination-log", env, ENV_TERMINATION_LOG)
+        return cls(
+            command=tuple(command),
+            hang_timeout=None
+            if timeout_text is None
+            else _seconds(timeout_text, timeout_name, positive=True),
+            max_consecutive=3 if count_text is None else _count(count_text, count_name),
+            signals=ALL_SIGNALS if signals_text is None else parse_signals(signals_text, signals_name),
+            grace=10.0 if grace_text is None else _seconds(grace_text, grace_name, positive=False),
+            report_file=Path(report_text) if report_text else None,
+            termination_log=Path(log_text) if log_text else default_termination_log(),
+        )
+
+
+def parse_signals(text: str, where: str = "--signals") -> frozenset[HangSignal]:
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    allowed = ",".join(signal.value for signal in HangSignal)
+    if not names:
+        raise ValueError(f"{where}: name at least one signal, e.g. {allowed}")
+    try:
+        return frozenset(HangSignal(name) for name in names)
+    except ValueError:
+        bad = next(name for name in names if name not in {signal.value for signal in HangSignal})
+        raise ValueError(f"{where}: {bad!r} is not a hang signal; use a comma list of {allowed}") from None
+
+
+def _pick(value: str | None, option: str, env: Mapping[str, str], variable: str) -> tuple[str | None, str]:
+    if value is not None:
+        return value, option
+    text = env.get(variable, "").strip()
+    return (text or None), f"{variable}={text}"
+
+
+def _seconds(text: str, where: str, *, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value) or math.isinf(value) or value < 0 or (positive and value == 0):
+        kind = "a positive" if positive else "a non-negative"
+        raise ValueError(f"{where}: expected {kind} number of seconds, e.g. 600, got {text!r}")
+    return value
+
+
+def _count(text: str, where: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{where}: expected a whole number of restarts, 0 or more, e.g. 3, got {text!r}")
+    return value

@@ -1,0 +1,204 @@
+"""Hang detection as pure logic: fed observations stamped with the agent's monotonic clock, it says whether the
+current attempt hangs and whether it made progress. No clock reads, no I/O, so it is tested without sleeping.
+
+Signals, in order of trust (``HangSignal``):
+
+- ``heartbeat``: the SDK's per-rank heartbeat files. Progress time is the *oldest* of the ranks' latest
+  heartbeats, so one stuck rank is a hang. Once a heartbeat arrived in an attempt, heartbeats alone decide:
+  a silent job that heartbeats is never restarted, and a job that prints but stopped heartbeating is caught.
+- ``log``: the time of the last byte the command wrote to stdout or stderr.
+- ``cpu``: the CPU time of the whole process tree; the tree counts as idle while it averages under
+  ``CPU_BUSY_FRACTION`` of one core since it was last busy (a blocked collective uses none).
+
+Before any heartbeat, the enabled ones of ``log`` and ``cpu`` decide together: the attempt hangs when *all* of
+them have been quiet for the timeout (a silent but computing job is not a hang). With ``heartbeat`` as the
+only signal, the attempt's start counts as its first heartbeat, so a job that never heartbeats is a hang.
+
+Progress that resets the count of consecutive hang restarts (``HangStreak``) must be more than a restarted job
+replaying what it did before it hung: a heartbeat step above the highest step seen before the last hang, or,
+for jobs that report no steps, activity of the deciding signal later than one timeout after the restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trainguard.api import HangSignal
+
+#: The tree is busy when it used at least this share of one core since it was last busy...
+CPU_BUSY_FRACTION = 0.01
+#: ...and at least this much CPU time (the kernel counts in 10 ms ticks).
+CPU_MIN_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class HeartbeatSample:
+    """One rank's latest heartbeat as read from its file; a changed sample is a new heartbeat."""
+
+    step: int | None
+    written_at: float
+    pid: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the agent saw at ``now`` (its monotonic clock).
+
+    ``heartbeats`` holds the ranks whose writer is still alive; ``output_at`` is when the last output byte
+    of this attempt arrived (None: none yet); ``cpu_seconds`` is the tree's CPU time, None when not sampled.
+    """
+
+    now: float
+    heartbeats: Mapping[int, HeartbeatSample]
+    output_at: float | None = None
+    cpu_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    signal: HangSignal
+    idle_seconds: float
+
+
+@dataclass(frozen=True)
+class Assessment:
+    hang: Hang | None
+    #: Progress that resets the hang-restart count (see the module docstring).
+    progressed: bool
+    #: The highest heartbeat step seen in this attempt.
+    best_step: int | None
+
+
+class HangDetector:
+    """Watches one attempt. Create a new one for each (re)start of the command."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float | None,
+        signals: frozenset[HangSignal],
+        started_at: float,
+        baseline_step: int | None = None,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self._timeout = timeout
+        self._signals = signals
+        self._started_at = started_at
+        self._baseline_step = baseline_step
+        self._ranks: dict[int, tuple[HeartbeatSample, float]] = {}
+        self._heartbeat_seen = False
+        self._steps_seen = False
+        self._ranks_emptied_at: float | None = None
+        self._best_step: int | None = None
+        self._output_at = started_at
+        self._cpu_busy_at = started_at
+        self._cpu_mark: tuple[float, float] | None = None
+
+    @property
+    def heartbeats_in_charge(self) -> bool:
+        return HangSignal.HEARTBEAT in self._signals and self._heartbeat_seen
+
+    def observe(self, observation: Observation) -> Assessment:
+        now = observation.now
+        before = {signal: self._progress_at(signal) for signal in HangSignal}
+        self._note_heartbeats(now, observation.heartbeats)
+        if observation.output_at is not None:
+            self._output_at = max(self._output_at, observation.output_at)
+        if observation.cpu_seconds is not None:
+            self._note_cpu(now, observation.cpu_seconds)
+        deciding = self._deciding_signals()
+        return Assessment(
+            hang=self._hang(now, deciding),
+            progressed=self._progressed(deciding, before),
+            best_step=self._best_step,
+        )
+
+    def _note_heartbeats(self, now: float, heartbeats: Mapping[int, HeartbeatSample]) -> None:
+        had_ranks = bool(self._ranks)
+        for rank in [rank for rank in self._ranks if rank not in heartbeats]:
+            del self._ranks[rank]
+        for rank, sample in heartbeats.items():
+            known = self._ranks.get(rank)
+            if known is None or known[0] != sample:
+                self._ranks[rank] = (sample, now)
+                self._heartbeat_seen = True
+                if sample.step is not None:
+                    self._steps_seen = True
+                    self._best_step = (
+                        sample.step if self._best_step is None else max(self._best_step, sample.step)
+                    )
+        if had_ranks and not self._ranks:
+            # Every writer ended (e.g. torchrun restarting its workers): wait a timeout for new ones.
+            self._ranks_emptied_at = now
+
+    def _note_cpu(self, now: float, total: float) -> None:
+        if self._cpu_mark is None or total < self._cpu_mark[1]:
+            # First sample, or processes left the tree and took their CPU time with them.
+            self._cpu_mark = (now, total)
+            return
+        marked_at, marked_total = self._cpu_mark
+        window = now - marked_at if self._timeout is None else min(now - marked_at, self._timeout)
+        if total - marked_total >= max(CPU_MIN_SECONDS, CPU_BUSY_FRACTION * window):
+            self._cpu_busy_at = now
+            self._cpu_mark = (now, total)
+
+    def _deciding_signals(self) -> tuple[HangSignal, ...]:
+        if self.heartbeats_in_charge:
+            return (HangSignal.HEARTBEAT,)
+        fallback = tuple(signal for signal in (HangSignal.LOG, HangSignal.CPU) if signal in self._signals)
+        return fallback or tuple(signal for signal in (HangSignal.HEARTBEAT,) if signal in self._signals)
+
+    def _progress_at(self, signal: HangSignal) -> float:
+        if signal is HangSignal.LOG:
+            return self._output_at
+        if signal is HangSignal.CPU:
+            return self._cpu_busy_at
+        if self._ranks:
+            return min(seen_at for _, seen_at in self._ranks.values())
+        return self._ranks_emptied_at if self._ranks_emptied_at is not None else self._started_at
+
+    def _hang(self, now: float, deciding: tuple[HangSignal, ...]) -> Hang | None:
+        if self._timeout is None or not deciding:
+            return None
+        idle = {signal: now - self._progress_at(signal) for signal in deciding}
+        if min(idle.values()) < self._timeout:
+            return None
+        # Report the signal that went quiet last: it is the one whose timeout completed the detection.
+        last = min(deciding, key=lambda signal: idle[signal])
+        return Hang(last, idle[last])
+
+    def _progressed(self, deciding: tuple[HangSignal, ...], before: Mapping[HangSignal, float]) -> bool:
+        if self.heartbeats_in_charge and self._steps_seen:
+            return self._best_step is not None and (
+                self._baseline_step is None or self._best_step > self._baseline_step
+            )
+        if self._timeout is None:
+            return False
+        later_than = self._started_at + self._timeout
+        return any(self._progress_at(signal) > max(before[signal], later_than) for signal in deciding)
+
+
+class HangStreak:
+    """Hang restarts in a row: at most ``max_consecutive``; progress starts the count again."""
+
+    def __init__(self, max_consecutive: int) -> None:
+        if max_consecutive < 0:
+            raise ValueError(f"max_consecutive must be 0 or more, got {max_consecutive}")
+        self.max_consecutive = max_consecutive
+        self.count = 0
+        #: The highest heartbeat step reached before the last hang; a restart must pass it to progress.
+        self.watermark: int | None = None
+
+    def progressed(self) -> None:
+        self.count = 0
+
+    def hang(self, best_step: int | None) -> bool:
+        """Record a hang; True when another restart in place is allowed."""
+        if best_step is not None:
+            self.watermark = best_step if self.watermark is None else max(self.watermark, best_step)
+        if self.count >= self.max_consecutive:
+            return False
+        self.count += 1
+        return True

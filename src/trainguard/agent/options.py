@@ -1,0 +1,62 @@
+"""The agent's command line, shared by ``trainguard agent`` and ``python -m trainguard.agent``."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainguard.agent.config import AgentConfig
+
+USAGE = "%(prog)s [options] -- CMD [ARG...]"
+DESCRIPTION = (
+    "Run CMD and supervise it: relay its output, forward signals, pass its exit status through, reap its "
+    "whole process tree and, with --hang-timeout, restart it in place when it hangs. Each option falls back "
+    "to an environment variable (TRAINGUARD_HANG_TIMEOUT, TRAINGUARD_HANG_MAX_CONSECUTIVE, "
+    "TRAINGUARD_HANG_SIGNALS, TRAINGUARD_HANG_GRACE, TRAINGUARD_REPORT_FILE, TRAINGUARD_TERMINATION_LOG). "
+    "Exit status: CMD's (128+N when killed by signal N); 137 after giving up on a hang; 127/126 when CMD "
+    "cannot be found/run."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hang-timeout",
+        metavar="SECONDS",
+        help="a hang is this long without progress; without it the agent only supervises",
+    )
+    parser.add_argument(
+        "--max-consecutive",
+        metavar="N",
+        help="hang restarts in place in a row before giving up (3); progress resets the count",
+    )
+    parser.add_argument(
+        "--signals",
+        metavar="LIST",
+        help="what counts as progress, comma-separated: heartbeat,log,cpu (all); heartbeats take over "
+        "as soon as the command sends one",
+    )
+    parser.add_argument(
+        "--grace", metavar="SECONDS", help="between SIGTERM and SIGKILL when stopping the command (10)"
+    )
+    parser.add_argument("--report", metavar="FILE", help="append JSON-lines reports of what happens to FILE")
+    parser.add_argument(
+        "--termination-log",
+        metavar="FILE",
+        help="write the final status here (default /dev/termination-log when it exists and is writable)",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    """Raises ValueError with a message for the user."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    return AgentConfig.resolve(
+        command,
+        hang_timeout=args.hang_timeout,
+        max_consecutive=args.max_consecutive,
+        signals=args.signals,
+        grace=args.grace,
+        report=args.report,
+        termination_log=args.termination_log,
+    )

@@ -1,0 +1,236 @@
+"""The agent's loop: run the command, watch it for hangs, restart it in place, report what happened.
+
+Every ``poll_interval`` the agent reads the heartbeats (and, at most once a second, the tree's CPU time) and
+feeds them to the ``HangDetector``. On a hang it stops the tree (SIGTERM and SIGCONT, the grace period,
+SIGKILL) and runs the same command again, in the same place and with the same environment, until the
+``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainguard.agent import tree
+from trainguard.agent.command import Command
+from trainguard.agent.config import AgentConfig
+from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
+from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
+from trainguard.agent.report import Reporter
+from trainguard.api import HangSignal
+
+#: The agent's exit status when it gave up on a hang: the command was killed (128 + SIGKILL); the report
+#: and the termination log say why (``gave-up``, reason ``Hang``).
+EXIT_HANG = 137
+#: A command that cannot be found or run, as a shell reports it.
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+_CPU_SAMPLE_INTERVAL = 1.0
+_PROGRESS_REPORT_INTERVAL = 1.0
+_QUIET = {HangSignal.HEARTBEAT: "heartbeat", HangSignal.LOG: "output", HangSignal.CPU: "CPU use"}
+
+
+@dataclass(frozen=True)
+class _Hung:
+    hang: Hang
+    best_step: int | None
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        stdout_fd: int = 1,
+        stderr_fd: int = 2,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._fds = (stdout_fd, stderr_fd)
+        self._streak = HangStreak(config.max_consecutive)
+        self._attempt = 0
+        self._hang_restarts = 0
+        self._last_progress: tuple[float, object] | None = None
+
+    def run(self) -> int:
+        """Supervise the command until it ends for good; returns the agent's exit status."""
+        tree.become_subreaper()
+        heartbeat_dir = Path(tempfile.mkdtemp(prefix="trainguard-heartbeats-"))
+        reporter = Reporter(self.config.report_file, self.config.termination_log)
+        command = Command(
+            self.config.command,
+            grace=self.config.grace,
+            clock=self._clock,
+            say=self._say,
+            stdout_fd=self._fds[0],
+            stderr_fd=self._fds[1],
+        )
+        try:
+            return self._supervise(command, HeartbeatReader(heartbeat_dir), reporter)
+        finally:
+            command.close()
+            reporter.close()
+            shutil.rmtree(heartbeat_dir, ignore_errors=True)
+
+    def _supervise(self, command: Command, heartbeats: HeartbeatReader, reporter: Reporter) -> int:
+        while True:
+            self._attempt += 1
+            heartbeats.clear()
+            oom_before = tree.oom_kills()
+            try:
+                pid = command.start(heartbeats.directory, self._attempt)
+            except OSError as error:
+                code = EXIT_NOT_FOUND if isinstance(error, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+                self._say(f"cannot run {self.config.command[0]!r}: {error.strerror or error}")
+                self._final(reporter, None, code, None)
+                return code
+            reporter.event("started", pid=pid, attempt=self._attempt, command=list(self.config.command))
+            hung = self._watch(command, heartbeats, reporter)
+            if hung is None:
+                command.stop_tree(force=False)  # whatever the command left behind
+                code, signame = tree.exit_code(command.status or 0)
+                self._final(reporter, pid, code, signame, oom=signame == "SIGKILL" and _oom_since(oom_before))
+                return code
+            allowed = self._streak.hang(hung.best_step)
+            self._on_hang(reporter, pid, hung.hang, allowed)
+            command.stop_tree(force=True)
+            # A process that even SIGKILL did not end in time (stuck in the kernel) reads as killed.
+            status = command.status if command.status is not None else int(signal.SIGKILL)
+            code, signame = tree.exit_code(status)
+            if command.stopping:  # the agent was told to stop meanwhile: no restart
+                self._final(reporter, pid, code, signame)
+                return code
+            if not allowed:
+                reporter.final(
+                    "gave-up",
+                    pid=pid,
+                    attempt=self._attempt,
+                    reason="Hang",
+                    exit_code=EXIT_HANG,
+                    hang_restarts=self._hang_restarts,
+                )
+                return EXIT_HANG
+            self._hang_restarts += 1
+            reporter.event(
+                "restart-in-place",
+                pid=pid,
+                attempt=self._attempt,
+                consecutive=self._streak.count,
+                max_consecutive=self._streak.max_consecutive,
+                exit_code=code,
+                exit_signal=signame,
+            )
+
+    def _watch(self, command: Command, heartbeats: HeartbeatReader, reporter: Reporter) -> _Hung | None:
+        """Pump the command until it exits (None) or hangs."""
+        config = self.config
+        started_at = self._clock()
+        detector = HangDetector(
+            timeout=config.hang_timeout,
+            signals=config.signals,
+            started_at=started_at,
+            baseline_step=self._streak.watermark,
+        )
+        watching = config.hang_timeout is not None or reporter.enabled
+        next_tick = next_cpu = started_at
+        self._last_progress = None
+        while True:
+            command.pump(command.wait_timeout(next_tick if watching else None))
+            if command.status is not None:
+                return None
+            now = self._clock()
+            if command.stopping or not watching or now < next_tick:
+                continue
+            next_tick = now + config.poll_interval
+            beats = heartbeats.read()
+            cpu: float | None = None
+            if (
+                config.hang_timeout is not None
+                and HangSignal.CPU in config.signals
+                and not detector.heartbeats_in_charge
+                and now >= next_cpu
+            ):
+                cpu = tree.cpu_seconds(tree.descendants())
+                next_cpu = now + _CPU_SAMPLE_INTERVAL
+            assessment = detector.observe(
+                Observation(
+                    now=now,
+                    heartbeats={rank: beat.sample for rank, beat in beats.items()},
+                    output_at=command.relay.last_output_at,
+                    cpu_seconds=cpu,
+                )
+            )
+            if assessment.progressed:
+                self._streak.progressed()
+            if beats and reporter.enabled:
+                self._report_progress(reporter, command.pid, beats, now)
+            if assessment.hang is not None:
+                return _Hung(assessment.hang, assessment.best_step)
+
+    def _on_hang(self, reporter: Reporter, pid: int, hang: Hang, allowed: bool) -> None:
+        reporter.event(
+            "hang",
+            pid=pid,
+            attempt=self._attempt,
+            signal=hang.signal.value,
+            idle_seconds=round(hang.idle_seconds, 3),
+        )
+        streak = self._streak
+        then = (
+            f"restarting it in place (restart {streak.count} of at most {streak.max_consecutive} in a row)"
+            if allowed
+            else f"giving up (it hung again after {streak.max_consecutive} restarts in place in a row)"
+        )
+        self._say(
+            f"hang: no {_QUIET[hang.signal]} for {hang.idle_seconds:.1f} s; stopping the command and {then}"
+        )
+
+    def _report_progress(
+        self, reporter: Reporter, pid: int | None, beats: dict[int, Heartbeat], now: float
+    ) -> None:
+        key = tuple(sorted((rank, beat.sample) for rank, beat in beats.items()))
+        last = self._last_progress
+        if last is not None and (last[1] == key or now - last[0] < _PROGRESS_REPORT_INTERVAL):
+            return
+        first = beats[min(beats)]
+        reporter.event(
+            "progress",
+            pid=pid,
+            attempt=self._attempt,
+            step=first.sample.step,
+            rank=first.rank,
+            ranks=len(beats),
+            metrics=first.metrics,
+        )
+        self._last_progress = (now, key)
+
+    def _final(
+        self, reporter: Reporter, pid: int | None, code: int, signame: str | None, oom: bool = False
+    ) -> None:
+        reporter.final(
+            "exited",
+            pid=pid,
+            attempt=self._attempt,
+            exit_code=code,
+            signal=signame,
+            oom=oom,
+            hang_restarts=self._hang_restarts,
+        )
+
+    def _say(self, message: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._fds[1], f"[trainguard agent] {message}\n".encode())
+
+
+def _oom_since(before: int | None) -> bool:
+    after = tree.oom_kills()
+    return before is not None and after is not None and after > before

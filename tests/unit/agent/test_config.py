@@ -1,0 +1,72 @@
+"""The agent's settings: options win over the environment, and every bad value gets one clear message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainguard.agent.config import AgentConfig, parse_signals
+from trainguard.api import HangSignal
+
+
+def test_defaults_only_supervise() -> None:
+    config = AgentConfig.resolve(["python", "train.py"], env={})
+    assert config.command == ("python", "train.py")
+    assert config.hang_timeout is None
+    assert config.max_consecutive == 3
+    assert config.signals == frozenset(HangSignal)
+    assert config.grace == 10.0
+    assert config.report_file is None
+
+
+def test_environment_configures_what_options_do_not() -> None:
+    env = {
+        "TRAINGUARD_HANG_TIMEOUT": "90",
+        "TRAINGUARD_HANG_MAX_CONSECUTIVE": "5",
+        "TRAINGUARD_HANG_SIGNALS": "log, cpu",
+        "TRAINGUARD_HANG_GRACE": "2.5",
+        "TRAINGUARD_REPORT_FILE": "/tmp/report.jsonl",
+        "TRAINGUARD_TERMINATION_LOG": "/tmp/termination",
+    }
+    config = AgentConfig.resolve(["x"], hang_timeout="30", env=env)
+    assert config.hang_timeout == 30.0
+    assert config.max_consecutive == 5
+    assert config.signals == {HangSignal.LOG, HangSignal.CPU}
+    assert config.grace == 2.5
+    assert config.report_file == Path("/tmp/report.jsonl")
+    assert config.termination_log == Path("/tmp/termination")
+
+
+def test_an_empty_variable_counts_as_unset() -> None:
+    assert AgentConfig.resolve(["x"], env={"TRAINGUARD_HANG_TIMEOUT": " "}).hang_timeout is None
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "message"),
+    [
+        ({"hang_timeout": "0"}, {}, "--hang-timeout: expected a positive number"),
+        ({"hang_timeout": "soon"}, {}, "--hang-timeout: expected a positive number"),
+        ({"hang_timeout": "nan"}, {}, "--hang-timeout"),
+        ({}, {"TRAINGUARD_HANG_TIMEOUT": "-5"}, "TRAINGUARD_HANG_TIMEOUT=-5: expected a positive number"),
+        ({"grace": "-1"}, {}, "--grace: expected a non-negative number"),
+        ({"max_consecutive": "1.5"}, {}, "--max-consecutive: expected a whole number"),
+        ({}, {"TRAINGUARD_HANG_MAX_CONSECUTIVE": "-1"}, "TRAINGUARD_HANG_MAX_CONSECUTIVE=-1"),
+        ({"signals": "heartbeat,gpu"}, {}, "--signals: 'gpu' is not a hang signal"),
+        ({"signals": ","}, {}, "--signals: name at least one signal"),
+    ],
+)
+def test_bad_values_name_the_source_and_the_fix(
+    options: dict[str, str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        AgentConfig.resolve(["x"], env=env, **options)
+
+
+def test_a_command_is_required() -> None:
+    with pytest.raises(ValueError, match="after '--'"):
+        AgentConfig.resolve([], env={})
+
+
+def test_signals_are_case_insensitive() -> None:
+    assert parse_signals("Heartbeat,LOG") == {HangSignal.HEARTBEAT, HangSignal.LOG}
