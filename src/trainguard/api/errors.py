@@ -13,9 +13,13 @@ class SpecProblem:
     file: str
     path: str
     message: str
+    #: 1-based line in the file where the field is written, when the file format gives one.
+    line: int | None = None
 
     def __str__(self) -> str:
-        where = f"{self.file}: {self.path}" if self.path else self.file
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        if self.path:
+            where = f"{where}: {self.path}"
         return f"{where}: {self.message}"
 
 

@@ -10,7 +10,15 @@ import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from trainguard.api.exitcodes import DEFAULT_RETRYABLE, MAX_EXIT_CODE, ExitCodeSet
@@ -126,6 +134,11 @@ class FaultTolerantRule(_Model):
     def _events(cls, value: object) -> object:
         return _parse_events(value)
 
+    @field_serializer("exceptional_event", when_used="json")
+    def _events_as_written(self, events: tuple[ExceptionalEvent, ...] | None) -> str | None:
+        """Written back as the comma list the dialects and the CRD use: "nodeNotReady,PodForceDeleted"."""
+        return None if events is None else ",".join(event.value for event in events)
+
     @model_validator(mode="after")
     def _one_matcher(self) -> FaultTolerantRule:
         if (self.exit_codes is None) == (self.exceptional_event is None):
@@ -226,8 +239,16 @@ class ElasticPolicy(_Model):
     rdzv_backend: str = "c10d"
     rdzv_host: str | None = None
     rdzv_port: int | None = Field(default=None, ge=1, le=65535)
+    #: torchrun's ``--rdzv-id`` (None: the job's name).
+    rdzv_id: str | None = None
+    #: torchrun's ``--rdzv-conf`` key=value pairs, e.g. ``join_timeout``.
+    rdzv_conf: dict[str, str] = Field(default_factory=dict)
+    #: torchrun's ``--standalone``: a rendezvous inside the pod itself (single-node jobs).
+    standalone: bool = False
     n_proc_per_node: int | str = 1
     max_restarts: int | None = Field(default=None, ge=0)
+    #: autoscaling/v2 MetricSpecs that move the elastic role's replicas between its min and max.
+    metrics: tuple[dict[str, Any], ...] = ()
 
 
 class JobRetryPolicy(_Model):
