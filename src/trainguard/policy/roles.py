@@ -31,12 +31,15 @@ def slots(job: TrainingJob, role: str, replicas: int | None = None) -> tuple[Pod
 
 
 def pods_in_scope(job: TrainingJob, pod: PodRef, scope: RestartScope) -> tuple[PodRef, ...]:
-    """The pods a restart of ``scope`` touches: the pod, every pod of its role, or every pod of the job."""
+    """The pods a restart of ``scope`` touches: the pod, every pod of its role, or every pod of the job.
+
+    A role's pods are its slots 0..replicas-1, and always the faulted pod (it may lie beyond a scale-in).
+    """
     if scope is RestartScope.POD:
         return (pod,)
-    if scope is RestartScope.REPLICA:
-        return slots(job, pod.role)
-    return tuple(ref for role in job.spec.replica_specs for ref in slots(job, role))
+    roles = [pod.role] if scope is RestartScope.REPLICA else list(job.spec.replica_specs)
+    touched = [ref for role in roles for ref in slots(job, role)]
+    return tuple(sorted({*touched, pod}, key=lambda ref: (roles.index(ref.role), ref.index)))
 
 
 def rank0_role(job: TrainingJob) -> str:
