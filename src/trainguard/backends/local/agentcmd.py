@@ -1,4 +1,4 @@
-"""The command line that starts a pod: ``trainguard agent [hang options] --report FILE -- CMD...``."""
+"""The command line that starts a pod: ``python -m trainguard.agent [options] --report FILE -- CMD...``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ from pathlib import Path
 from trainguard.api import TrainingJob
 
 
-def agent_argv(job: TrainingJob, report: Path, command: list[str]) -> list[str]:
-    """Run ``command`` under the agent, with the job's hang settings (restarts in place when enabled)."""
-    options = ["--report", str(report)]
+def agent_argv(job: TrainingJob, role: str, report: Path, command: list[str]) -> list[str]:
+    """Run ``command`` under the agent, with the job's hang settings (restarts in place when enabled).
+
+    The agent has one grace period, for stopping a hung command and for a SIGTERM: the hang block's when
+    hang handling is on, else the pod's ``terminationGracePeriodSeconds``.
+    """
     hang = job.spec.hang
+    options = ["--report", str(report)]
     if hang is not None and hang.enabled:
         options += [
             "--hang-timeout",
@@ -23,7 +27,9 @@ def agent_argv(job: TrainingJob, report: Path, command: list[str]) -> list[str]:
             "--grace",
             f"{hang.grace_period_seconds:g}",
         ]
-    return [sys.executable, "-m", "trainguard.cli.main", "agent", *options, "--", *command]
+    else:
+        options += ["--grace", f"{grace_seconds(job, role):g}"]
+    return [sys.executable, "-m", "trainguard.agent", *options, "--", *command]
 
 
 def grace_seconds(job: TrainingJob, role: str) -> float:

@@ -6,7 +6,6 @@ of them run, the others exit, and every command then talks to the one that runs.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -102,29 +101,24 @@ class Client:
         return connection
 
     def _start_and_connect(self) -> socket.socket:
-        process = start_control_plane(self.home)
+        start_control_plane(self.home)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             connection = self._try_connect()
             if connection is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(0)  # reap it if it was the one that lost the race
                 return connection
-            code = process.poll()
-            if code not in (None, 0):
-                raise ClientError(f"the control plane did not start: {_tail(self.home)}", 1)
             time.sleep(0.05)
         raise ClientError(
             f"the control plane did not answer within {START_TIMEOUT_SECONDS:.0f} s: {_tail(self.home)}", 1
         )
 
 
-def start_control_plane(home: Home) -> subprocess.Popen[bytes]:
-    """Start ``python -m trainguard.backends.local.daemon`` detached from this terminal."""
+def start_control_plane(home: Home) -> None:
+    """Start ``python -m trainguard.backends.local.daemon``, detached from this process and its terminal."""
     home.ensure()
     env = {**os.environ, ENV_HOME: str(home.root)}
     with open(home.control_log, "ab") as log:
-        return subprocess.Popen(
+        starter = subprocess.Popen(
             [sys.executable, "-m", "trainguard.backends.local.daemon"],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -133,6 +127,7 @@ def start_control_plane(home: Home) -> subprocess.Popen[bytes]:
             cwd=str(home.root),
             start_new_session=True,
         )
+    starter.wait()  # it forks the control plane off and exits at once
 
 
 def control_plane_pid(home: Home) -> int | None:

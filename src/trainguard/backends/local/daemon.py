@@ -1,4 +1,5 @@
-"""The local control plane process: ``python -m trainguard.backends.local.daemon`` (the CLI starts it).
+"""The local control plane process: ``python -m trainguard.backends.local.daemon [--foreground]`` (the CLI
+starts it; without ``--foreground`` it detaches from its starter by forking).
 
 Exactly one runs per ``$TRAINGUARD_HOME``: it holds an exclusive ``flock`` on ``control.lock`` for its whole
 life (the kernel drops it when the process dies, even by SIGKILL), and a second one exits at once. It serves
@@ -34,7 +35,11 @@ ENV_IDLE_EXIT = "TRAINGUARD_IDLE_EXIT"
 ALREADY_RUNNING = 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    if "--foreground" not in (sys.argv[1:] if argv is None else argv) and os.fork() > 0:
+        # The starter waits for this first process only; the control plane lives on in the child, whose
+        # parent is then init (or a subreaper), so no command is left with a zombie to reap.
+        os._exit(0)
     home = Home.from_env().ensure()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr, force=True

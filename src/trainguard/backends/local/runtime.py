@@ -34,6 +34,8 @@ from trainguard.backends.local.store import Conflict, Store
 POD_ID_ENV = "TRAINGUARD_POD_ID"
 #: Exit code of a pod whose process could not be started (bad workingDir, ...), as Kubernetes reports.
 START_ERROR_EXIT = 128
+#: Past the grace period the agent escalates to SIGKILL itself; we do too, a little later.
+_STOP_MARGIN_SECONDS = 2.0
 #: How long a SIGKILLed pod may take to disappear before we report it as still there.
 _KILL_WAIT_SECONDS = 5.0
 
@@ -121,7 +123,7 @@ class Runtime:
         argv, cwd = argv_and_cwd(identity, env, record.workdir)
         log = self.home.pod_log(record.name, row.name)
         try:
-            started = processes.start(agent_argv(job, report, argv), env, cwd, log)
+            started = processes.start(agent_argv(job, row.role, report, argv), env, cwd, log)
         except OSError as error:
             message = f"cannot start {row.name}: {error.strerror or error} ({cwd})"
             self._event(row, "Warning", "FailedStart", message)
@@ -178,8 +180,9 @@ class Runtime:
             return replace(row, state=PodState.DELETED, finished_at=now, stop_deadline=None)
         report = self.report(row)
         code, sig, reason = _exit_of(report, returncode)
-        if row.injected.get("launch") == row.launch:
-            code = row.injected.get("exit_code", code)
+        if row.injected.get("launch") == row.launch:  # chaos decided how this launch ends
+            if "exit_code" in row.injected:
+                code, sig = row.injected["exit_code"], None
             reason = row.injected.get("reason", reason)
         if code is None:  # no report and not our child: it vanished, as a force-deleted pod does
             return replace(
@@ -224,7 +227,7 @@ class Runtime:
             with contextlib.suppress(psutil.Error):
                 leader.send_signal(signal.SIGTERM)  # the agent forwards it and escalates itself too
             processes.signal_tree(leader, signal.SIGCONT, include_leader=False)  # a stopped tree must hear it
-        deadline = self.clock() + grace_seconds(job, row.role)
+        deadline = self.clock() + grace_seconds(job, row.role) + _STOP_MARGIN_SECONDS
         self.store.update_pod(
             replace(row, state=PodState.TERMINATING, deleted_by_us=True, stop_deadline=deadline)
         )
@@ -308,7 +311,7 @@ def find_by_marker(marker: str) -> psutil.Process | None:
     for process in psutil.process_iter(["cmdline"]):
         try:
             cmdline = process.info.get("cmdline") or []
-            if "agent" not in cmdline or process.status() == psutil.STATUS_ZOMBIE:
+            if "trainguard.agent" not in cmdline or process.status() == psutil.STATUS_ZOMBIE:
                 continue
             if process.environ().get(POD_ID_ENV) == marker:
                 return process
