@@ -131,8 +131,8 @@ def _hang(
             RestartScope.POD,
             RULE_HANG,
             False,
-            f"{what_happened(fault)} for {seconds(hang.timeout_seconds)}; hang handling stops it and runs "
-            f"it again in place (hang restart {counters.consecutive_hangs + 1} of {limit} in a row); "
+            f"{pod} made no progress for {seconds(hang.timeout_seconds)} (hang.timeoutSeconds); hang handling "
+            f"stops it and runs it again in place (hang restart {counters.consecutive_hangs + 1} of {limit} in a row); "
             "not counted toward any limit",
             pods=(pod,),
         )

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_jobs
 from trainguard.policy import (
@@ -44,14 +42,10 @@ def job(
 
 
 def seed_000() -> TrainingJob:
-    """Seed 000's AITrainingJob: through the loader when it reads that dialect, else the same fields
-    under the native apiVersion (the dialect maps them one to one)."""
-    try:
-        return load_jobs(SEED_000)[0].job
-    except ValueError:  # SpecError, or the loader's stub before it read this dialect
-        data = yaml.safe_load(SEED_000.read_text())
-        data["apiVersion"], data["kind"] = "trainguard.io/v1", "TrainingJob"
-        return TrainingJob.model_validate(data)
+    """Seed 000's AITrainingJob, read by the loader unchanged."""
+    (loaded,) = load_jobs(SEED_000)
+    assert loaded.dialect == "AITrainingJob"
+    return loaded.job
 
 
 def exited(pod: PodRef, code: int, at: float = 0.0) -> Fault:

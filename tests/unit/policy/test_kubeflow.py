@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.policy.jobs import exited, first_decision, job, role, run
+from tests.unit.policy.jobs import exited, first_decision, run
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_jobs
 from trainguard.policy import Action, Outcome, PodRef, PolicyState, apply_decision, outcome
@@ -16,7 +16,7 @@ WORKER = PodRef("Worker", 1)
 
 
 def pytorchjob(tmp_path: Path, restart_policy: str, backoff_limit: int | None = None) -> TrainingJob:
-    """A PyTorchJob through the loader once it reads that dialect; until then the native job it maps to."""
+    """A PyTorchJob with a Master and two Workers, read by the loader with Kubeflow's meanings."""
     template = {
         "spec": {"containers": [{"name": "pytorch", "image": "torch", "command": ["python", "t.py"]}]}
     }
@@ -34,18 +34,9 @@ def pytorchjob(tmp_path: Path, restart_policy: str, backoff_limit: int | None = 
         document["spec"]["runPolicy"] = {"backoffLimit": backoff_limit}
     path = tmp_path / "pytorchjob.yaml"
     path.write_text(yaml.safe_dump(document))
-    try:
-        return load_jobs(path)[0].job
-    except ValueError:
-        extra = {} if backoff_limit is None else {"backoffLimit": backoff_limit}
-        return job(
-            {
-                "Master": role(1, replicaType="master", restartPolicy=restart_policy),
-                "Worker": role(2, replicaType="worker", restartPolicy=restart_policy),
-            },
-            completePolicy="Rank0",
-            **extra,
-        )
+    (loaded,) = load_jobs(path)
+    assert loaded.dialect == "PyTorchJob"
+    return loaded.job
 
 
 def test_exit_code_retries_137(tmp_path: Path) -> None:

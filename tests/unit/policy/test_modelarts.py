@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,25 +16,19 @@ from trainguard.policy import Action, FaultKind, Outcome, PodRef, outcome, recor
 POD = PodRef("worker", 1)
 
 
-def modelarts(tmp_path: Path, annotations: dict[str, str], **native: object) -> TrainingJob:
-    """A job with the annotations, through the loader once it reads them; until then the native fields."""
-    roles = {"launcher": role(1, restartPolicy="Never"), "worker": role(2, restartPolicy="Never")}
-    base = job(roles)
-    path = tmp_path / "job.yaml"
-    data = base.to_dict()
-    data["metadata"]["annotations"] = annotations
-    path.write_text(yaml.safe_dump(data))
-    loaded = load_jobs(path)[0].job
-    if loaded.spec.job_retry is not None or loaded.spec.hang is not None:
-        return loaded
-    return job(roles, **native)
+def modelarts(tmp_path: Path, annotations: dict[str, str]) -> TrainingJob:
+    """A native job whose roles never restart on their own, with ModelArts annotations as an overlay."""
+    base = job({"launcher": role(1, restartPolicy="Never"), "worker": role(2, restartPolicy="Never")})
+    path, overlay = tmp_path / "job.yaml", tmp_path / "overlay.json"
+    path.write_text(yaml.safe_dump(base.to_dict()))
+    overlay.write_text(json.dumps({"kind": "job", "metadata": {"annotations": annotations}}))
+    (loaded,) = load_jobs(path, [overlay])
+    return loaded.job
 
 
 @pytest.mark.parametrize("retries", [1, 3])
 def test_job_retry_num_restarts_the_job_n_times_for_environment_faults(tmp_path: Path, retries: int) -> None:
-    training_job = modelarts(
-        tmp_path, {"fault-tolerance/job-retry-num": str(retries)}, jobRetry={"retryNum": retries}
-    )
+    training_job = modelarts(tmp_path, {"fault-tolerance/job-retry-num": str(retries)})
     kinds = [FaultKind.NODE_NOT_READY, FaultKind.POD_FORCE_DELETED, FaultKind.OOM_KILLED]
     faults = [event(kinds[t % 3], POD, float(t)) for t in range(retries)] + [exited(POD, 137, 99.0)]
     decisions, state = run(training_job, faults)
@@ -46,22 +41,20 @@ def test_job_retry_num_restarts_the_job_n_times_for_environment_faults(tmp_path:
 
 
 def test_job_retry_leaves_code_errors_to_the_roles(tmp_path: Path) -> None:
-    training_job = modelarts(tmp_path, {"fault-tolerance/job-retry-num": "3"}, jobRetry={"retryNum": 3})
+    training_job = modelarts(tmp_path, {"fault-tolerance/job-retry-num": "3"})
     decisions, _ = run(training_job, [exited(POD, 1)])
     assert (decisions[0].action, decisions[0].rule) == (Action.FAIL_JOB, "restartPolicy")
 
 
 def test_evictions_do_not_spend_job_retries(tmp_path: Path) -> None:
-    training_job = modelarts(tmp_path, {"fault-tolerance/job-retry-num": "1"}, jobRetry={"retryNum": 1})
+    training_job = modelarts(tmp_path, {"fault-tolerance/job-retry-num": "1"})
     decisions, state = run(training_job, [event(FaultKind.POD_EVICTED, POD, float(t)) for t in range(3)])
     assert [(d.action, d.counted) for d in decisions] == [(Action.RESTART, False)] * 3
     assert state.job_retries == 0
 
 
 def test_unconditional_retry_at_most_three_in_a_row(tmp_path: Path) -> None:
-    training_job = modelarts(
-        tmp_path, {"fault-tolerance/job-unconditional-retry": "true"}, jobRetry={"unconditional": True}
-    )
+    training_job = modelarts(tmp_path, {"fault-tolerance/job-unconditional-retry": "true"})
     decisions, state = run(training_job, [exited(POD, 1, float(t)) for t in range(4)])
     assert [d.action for d in decisions] == [Action.RESTART] * 3 + [Action.FAIL_JOB]
     assert all(d.rule == "jobUnconditionalRetry" for d in decisions)
@@ -74,9 +67,7 @@ def test_unconditional_retry_at_most_three_in_a_row(tmp_path: Path) -> None:
 
 
 def test_hang_retry_three_restarts_in_place_then_failure(tmp_path: Path) -> None:
-    training_job = modelarts(
-        tmp_path, {"fault-tolerance/hang-retry": "true"}, hang={"timeoutSeconds": 1800, "maxConsecutive": 3}
-    )
+    training_job = modelarts(tmp_path, {"fault-tolerance/hang-retry": "true"})
     decisions, state = run(training_job, [event(FaultKind.HANG, POD, float(t)) for t in range(4)])
     assert [d.action for d in decisions] == [Action.RESTART_IN_PLACE] * 3 + [Action.FAIL_JOB]
     assert not any(d.counted for d in decisions)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from trainguard.api.load import load_jobs
 from trainguard.api.model import TrainingJob
 from trainguard.cli.errors import CliError
+from trainguard.cli.verbs._jobfiles import add_overlay_argument, load_files
 from trainguard.policy import Decision, FaultKind, PodRef, resolve_role, what_if
 from trainguard.policy.types import RULE_RESTART_POLICY
 
@@ -37,7 +36,9 @@ def register(subparsers: Any) -> None:
         description="Show what trainguard's policy decides for one fault of one pod, with every other pod "
         "healthy and K counted restarts of the role already spent.",
     )
-    parser.add_argument("file", metavar="FILE", help="a job file (YAML or JSON, any supported dialect)")
+    parser.add_argument(
+        "file", metavar="FILE", help="a job file (YAML or JSON, any supported dialect); - reads stdin"
+    )
     parser.add_argument("--role", required=True, help="the role of the pod (case-insensitive)")
     parser.add_argument("--index", type=_non_negative, default=0, help="the pod's index in its role (0)")
     fault = parser.add_mutually_exclusive_group(required=True)
@@ -59,9 +60,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--hangs", type=_non_negative, default=0, metavar="N", help="hang restarts in place just before (0)"
     )
-    parser.add_argument(
-        "--overlay", action="append", default=[], metavar="F", help="an annotations overlay (repeatable)"
-    )
+    add_overlay_argument(parser)
     parser.add_argument("--job", help="the job's name, when FILE holds several")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text", help="output format")
     parser.set_defaults(func=run)
@@ -90,10 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pick_job(file: str, overlays: list[str], name: str | None) -> TrainingJob:
-    for path in (file, *overlays):
-        if not Path(path).is_file():
-            raise CliError(f"{path}: no such file")
-    jobs = [loaded.job for loaded in load_jobs(file, overlays)]
+    jobs = [loaded.job for loaded in load_files([file], overlays)]
     if name is not None:
         chosen = [job for job in jobs if job.name == name]
         if not chosen:
