@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit.policy.jobs import SEED_000
 from trainguard.cli.main import main
 
-SEED = "/work/shared/specs/seed-000-aitrainingjob.yaml"
+SEED = str(SEED_000)
 KEYS = {"action", "scope", "rule", "counted", "reason"}
 
 

@@ -18,7 +18,9 @@ from trainguard.policy import (
     resolve_role,
 )
 
-SEED_000 = Path("/work/shared/specs/seed-000-aitrainingjob.yaml")
+#: The repository keeps seed 000 unchanged among its examples.
+REPO = Path(__file__).resolve().parents[3]
+SEED_000 = REPO / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
 
 
 def role(replicas: int = 1, **fields: Any) -> dict[str, Any]:
