@@ -77,9 +77,12 @@ class LocalBackend:
 
     def _pod(self, row: PodRecord) -> ObservedPod:
         report = self.runtime.report(row)
+        # The agent restarts a hung command by itself, at once. The controller decides about each hang too
+        # (it counts and records them): a hang stays "hung" until the controller has answered it with a
+        # RestartInPlace, and only answered restarts are shown as done.
         agent = AgentReport(
-            in_place_restarts=report.in_place_restarts,
-            hung=report.hung,
+            in_place_restarts=min(report.in_place_restarts, row.in_place_acked),
+            hung=report.hangs > row.in_place_acked,
             last_progress_at=report.last_progress_at,
         )
         pod = ObservedPod(
@@ -97,9 +100,12 @@ class LocalBackend:
             return replace(pod, phase=phase, exit_code=row.exit_code, signal=row.signal, reason=row.reason)
         if row.state is PodState.LOST:  # its node went down with it, or it vanished
             return replace(pod, phase=ObservedPhase.UNKNOWN, reason=row.reason)
-        if row.state in (PodState.PENDING, PodState.LAUNCHING):
-            return replace(pod, phase=ObservedPhase.PENDING)
-        return replace(pod, terminating=row.state is PodState.TERMINATING)
+        if row.state in (PodState.PENDING, PodState.LAUNCHING) or not report.started:
+            # Running means the training command runs: until the agent has started it, the pod is creating.
+            return replace(pod, phase=ObservedPhase.PENDING, terminating=row.state is PodState.TERMINATING)
+        return replace(
+            pod, started_at=report.started_at or row.started_at, terminating=row.state is PodState.TERMINATING
+        )
 
     # ---- apply -------------------------------------------------------------------------------------
 
@@ -129,7 +135,7 @@ class LocalBackend:
         elif isinstance(action, TerminatePod):
             self.runtime.terminate(job, action.pod, action.generation, action.force)
         elif isinstance(action, RestartInPlace):
-            pass  # the agent restarts a hung command in place by itself and reports it (see docs/local.md)
+            self.runtime.acknowledge_in_place(action.pod, action.generation, action.attempt)
         elif isinstance(action, UpdateDiscovery):
             discovery.write(self.home.discovery_script(record.name), action.version, action.hosts)
         elif isinstance(action, EmitEvent):

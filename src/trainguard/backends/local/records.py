@@ -60,6 +60,8 @@ class PodRecord:
     started_at: float | None = None
     finished_at: float | None = None
     deleted_by_us: bool = False
+    #: Hang restarts in place the controller has decided for this launch (the agent carries them out).
+    in_place_acked: int = 0
     #: When a graceful stop turns into SIGKILL (epoch seconds).
     stop_deadline: float | None = None
     #: Nodes this launch must not use (the pod lost its previous node).

@@ -18,6 +18,8 @@ from typing import Any
 @dataclass(frozen=True)
 class Report:
     started: bool = False
+    #: When the agent first started the command (wall clock), i.e. when the pod began Running.
+    started_at: float | None = None
     exited: bool = False
     exit_code: int | None = None
     signal: int | None = None
@@ -25,6 +27,8 @@ class Report:
     gave_up: bool = False
     reason: str | None = None
     in_place_restarts: int = 0
+    #: Hangs the agent detected in this launch.
+    hangs: int = 0
     #: A hang was detected and not yet followed by a restart or progress.
     hung: bool = False
     last_progress_at: float | None = None
@@ -71,6 +75,7 @@ def parse(path: Path) -> Report:
 def fold(events: list[dict[str, Any]]) -> Report:
     fields: dict[str, Any] = {}
     restarts = 0
+    hangs = 0
     hung = False
     for item in events:
         kind = item.get("event")
@@ -79,6 +84,7 @@ def fold(events: list[dict[str, Any]]) -> Report:
             fields["last_event_at"] = at
         if kind == "started":
             fields["started"] = True
+            fields.setdefault("started_at", at)
             fields["child_pid"] = _integer(item.get("pid")) or fields.get("child_pid")
         elif kind == "progress":
             hung = False
@@ -86,6 +92,7 @@ def fold(events: list[dict[str, Any]]) -> Report:
                 fields["last_progress_at"] = at
         elif kind == "hang":
             hung = True
+            hangs += 1
         elif kind == "restart-in-place":
             hung = False
             restarts += 1
@@ -102,7 +109,7 @@ def fold(events: list[dict[str, Any]]) -> Report:
             if kind == "gave-up":
                 fields["gave_up"] = True
                 fields["reason"] = fields["reason"] or "Hang"
-    return Report(in_place_restarts=restarts, hung=hung, **fields)
+    return Report(in_place_restarts=restarts, hangs=hangs, hung=hung, **fields)
 
 
 def _number(value: object) -> float | None:

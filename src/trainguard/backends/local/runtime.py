@@ -233,6 +233,12 @@ class Runtime:
         )
         self._event(row, "Normal", "Killing", f"stopping {row.name}")
 
+    def acknowledge_in_place(self, pod: str, generation: int, attempt: int) -> None:
+        """The controller decided restart in place number ``attempt``; the agent does (or did) it itself."""
+        row = self.store.get_pod(pod)
+        if row is not None and row.launch == generation and row.in_place_acked < attempt:
+            self.store.update_pod(replace(row, in_place_acked=attempt))
+
     def kill_now(self, row: PodRecord) -> None:
         """SIGKILL the pod's tree and wait (bounded) until its agent is gone."""
         leader = processes.find(row.pid, row.create_time)

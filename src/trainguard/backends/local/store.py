@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS pods (
     started_at REAL,
     finished_at REAL,
     deleted_by_us INTEGER NOT NULL,
+    in_place_acked INTEGER NOT NULL,
     stop_deadline REAL,
     avoid TEXT NOT NULL,
     injected TEXT NOT NULL,
@@ -86,6 +87,14 @@ CREATE TABLE IF NOT EXISTS applied (
 """
 
 
+#: Bumped whenever the tables change shape.
+SCHEMA_VERSION = 1
+
+
+class StateError(Exception):
+    """The state file cannot be used (written by an incompatible version)."""
+
+
 class Conflict(Exception):
     """The row changed since it was read (or vanished); re-read and decide again."""
 
@@ -106,7 +115,14 @@ class Store:
         # WAL + NORMAL survives a killed process (what crash safety needs here); not a power cut.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise StateError(
+                f"{path} holds state of another trainguard version (schema {version}, this one reads "
+                f"{SCHEMA_VERSION}); use another TRAINGUARD_HOME or remove {path.parent}"
+            )
         self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         with self._lock:
@@ -214,7 +230,7 @@ class Store:
         try:
             with self.transaction() as db:
                 db.execute(
-                    "INSERT INTO pods VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    "INSERT INTO pods VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     _pod_values(pod),
                 )
         except sqlite3.IntegrityError as error:
@@ -227,7 +243,7 @@ class Store:
         self._cas(
             "UPDATE pods SET job = ?, role = ?, idx = ?, node = ?, state = ?, launch = ?, restarts = ?,"
             " pid = ?, create_time = ?, exit_code = ?, signal = ?, reason = ?, started_at = ?,"
-            " finished_at = ?, deleted_by_us = ?, stop_deadline = ?, avoid = ?, injected = ?,"
+            " finished_at = ?, deleted_by_us = ?, in_place_acked = ?, stop_deadline = ?, avoid = ?, injected = ?,"
             " version = version + 1"
             " WHERE name = ? AND version = ?",
             (*values[1:], pod.name, pod.version),
@@ -371,6 +387,7 @@ def _pod(row: sqlite3.Row) -> PodRecord:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         deleted_by_us=bool(row["deleted_by_us"]),
+        in_place_acked=row["in_place_acked"],
         stop_deadline=row["stop_deadline"],
         avoid=tuple(json.loads(row["avoid"])),
         injected=json.loads(row["injected"]),
@@ -396,6 +413,7 @@ def _pod_values(pod: PodRecord) -> tuple[Any, ...]:
         pod.started_at,
         pod.finished_at,
         int(pod.deleted_by_us),
+        pod.in_place_acked,
         pod.stop_deadline,
         json.dumps(list(pod.avoid)),
         json.dumps(pod.injected),
