@@ -162,7 +162,7 @@ def check_plain_size(value: Any, source: str) -> None:
     while stack:
         item, path = stack.pop()
         nodes += 1
-        if len(path) > MAX_DEPTH:
+        if len(path) >= MAX_DEPTH:
             raise _too_deep(source, path)
         if nodes > MAX_EXPANDED_NODES:
             raise SpecError.single(source, "", f"more than {MAX_EXPANDED_NODES} values: not a job file")
@@ -264,7 +264,7 @@ class _Composer(Composer):
                 if len(self._path) + self._heights[id(target)] > MAX_DEPTH:
                     raise _ParseLimit(event.start_mark, tuple(self._path), _deep_message())
             return cast(Node, super().compose_node(parent, index))
-        if len(self._path) > MAX_DEPTH:
+        if len(self._path) >= MAX_DEPTH:  # this node would be one level deeper than allowed
             raise _ParseLimit(self.peek_event().start_mark, tuple(self._path), _deep_message())
         nodes_before, chars_before = self._expanded_nodes, self._expanded_chars
         node = cast(Node, super().compose_node(parent, index))
@@ -343,10 +343,11 @@ if yaml.__with_libyaml__:  # libyaml scans and parses ten times faster; composin
 
 
 def _parse_yaml(text: str, source: str) -> list[Document]:
-    loader = _Loader(text)
     documents: list[Document] = []
     position = 0
+    loader = None
     try:
+        loader = _Loader(text)
         while loader.check_node():
             position += 1
             root = loader.get_node()
@@ -364,7 +365,8 @@ def _parse_yaml(text: str, source: str) -> list[Document]:
     except yaml.YAMLError as error:  # the reader's complaint about control characters
         raise SpecError.single(source, "", f"not a YAML or JSON text: {error}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return documents
 
 
