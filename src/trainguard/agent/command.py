@@ -95,6 +95,7 @@ class Command:
                     self._on_signal(signum)
             elif not self.relay.pump(key.fd):
                 self._selector.unregister(key.fd)
+                self.relay.release(key.fd)
         self.reap()
         if (
             self.stop_deadline is not None

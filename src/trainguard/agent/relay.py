@@ -27,20 +27,22 @@ class Relay:
         return list(self._pipes)
 
     def pump(self, pipe: int) -> bool:
-        """Copy what ``pipe`` has; False when it reached end of file (and is closed)."""
+        """Copy what ``pipe`` has; False when it reached end of file (then ``release`` it)."""
         try:
             data = os.read(pipe, _CHUNK)
         except OSError:
             data = b""
         if not data:
-            del self._pipes[pipe]
-            os.close(pipe)
             return False
         self.last_output_at = self._clock()
         target = self._pipes[pipe]
         if target is not None and not _write_all(target, data):
             self._pipes[pipe] = None
         return True
+
+    def release(self, pipe: int) -> None:
+        del self._pipes[pipe]
+        os.close(pipe)
 
     def close(self) -> None:
         for pipe in self._pipes:

@@ -30,6 +30,8 @@ from typing import Any
 #: Kubernetes reads at most 4096 bytes of a termination message.
 _TERMINATION_LIMIT = 4096
 _KUBERNETES_TERMINATION_LOG = Path("/dev/termination-log")
+#: What is kept of a final record that would not fit.
+_ESSENTIAL = ("event", "time", "pid", "attempt", "exit_code", "signal", "oom", "reason", "hang_restarts")
 
 
 class Reporter:
@@ -56,7 +58,10 @@ class Reporter:
     def final(self, event: str, *, pid: int | None, attempt: int, **fields: Any) -> None:
         record = self.event(event, pid=pid, attempt=attempt, **fields)
         if self._termination_log is not None:
-            message = json.dumps(record, default=str, separators=(",", ":"))[:_TERMINATION_LIMIT]
+            message = json.dumps(record, default=str, separators=(",", ":"))
+            if len(message.encode()) > _TERMINATION_LIMIT:
+                brief = {key: value for key, value in record.items() if key in _ESSENTIAL}
+                message = json.dumps(brief, default=str, separators=(",", ":"))
             with contextlib.suppress(OSError):
                 self._termination_log.write_text(message)
 
