@@ -3,9 +3,26 @@ from typing import TYPE_CHECKING
 from trainguard._version import __version__
 
 if TYPE_CHECKING:
-    from trainguard.sdk import heartbeat
+    from trainguard.sdk import (
+        Checkpoint,
+        Checkpointer,
+        CheckpointError,
+        ElasticInfo,
+        ElasticSampler,
+        elastic,
+        heartbeat,
+    )
 
-__all__ = ["__version__", "heartbeat"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "Checkpointer",
+    "ElasticInfo",
+    "ElasticSampler",
+    "__version__",
+    "elastic",
+    "heartbeat",
+]
 
 
 def __getattr__(name: str) -> object:

@@ -3,6 +3,17 @@
 Imports nothing else of trainguard's and no torch at module level, so ``import trainguard`` stays cheap.
 """
 
+from trainguard.sdk.checkpoint import Checkpoint, Checkpointer, CheckpointError
+from trainguard.sdk.elasticity import ElasticInfo, elastic
 from trainguard.sdk.heartbeat import heartbeat
+from trainguard.sdk.sampler import ElasticSampler
 
-__all__ = ["heartbeat"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "Checkpointer",
+    "ElasticInfo",
+    "ElasticSampler",
+    "elastic",
+    "heartbeat",
+]
