@@ -1,0 +1,81 @@
+"""Bad commands get one clear message and exit status 2, and leave the running job exactly as it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .harness import LocalRuntime
+from .jobs import seed_job
+
+pytestmark = pytest.mark.integration
+
+
+def _fingerprint(local: LocalRuntime, job: str) -> Any:
+    view = local.view(job)
+    pods = [(p["name"], p["generation"], p["restarts"], p["phase"]) for p in view["status"]["pods"]]
+    processes = {name: [p.pid for p in procs] for name, procs in local.pod_processes().items()}
+    return view["spec"], view["status"]["restartCounts"], view["status"]["replicas"], pods, processes
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["scale", "seed", "--role", "trainer", "--replicas", "7"], "replicas 7 outside [1, 5]"),
+        (["scale", "seed", "--role", "trainer", "--replicas", "0"], "replicas 0 outside [1, 5]"),
+        (["scale", "seed", "--role", "launcher", "--replicas", "2"], "replicas 2 outside [1, 1]"),
+        (["scale", "seed", "--role", "chef", "--replicas", "2"], "has no role 'chef'"),
+        (["scale", "nojob", "--role", "trainer", "--replicas", "2"], "no job 'nojob'"),
+        (["get", "nojob"], "no job 'nojob'"),
+        (["describe", "nojob"], "no job 'nojob'"),
+        (["delete", "nojob"], "no job 'nojob'"),
+        (["logs", "seed", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
+        (["chaos", "force-delete", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
+        (["chaos", "node-up", "rack-1"], "no node 'rack-1'"),
+        (["apply", "missing.yaml"], "missing.yaml"),
+        (["apply", "garbage.yaml"], "garbage.yaml"),
+        (["apply", "invalid.yaml"], "invalid.yaml"),
+        (["apply", "roles.yaml"], "roles of a submitted job cannot change"),
+    ],
+)
+def test_a_bad_command_is_refused_and_changes_nothing(
+    local: LocalRuntime, argv: list[str], words: str
+) -> None:
+    spec = seed_job()
+    job = local.submit(spec)
+    local.wait_running(job, 4)
+    (local.workdir / "garbage.yaml").write_text("apiVersion: [unclosed\n  - : :\n\t")
+    bad = seed_job()
+    bad["spec"]["replicaSpecs"]["trainer"]["minReplicas"] = 9
+    local.write_job(bad, "invalid.yaml")
+    other_roles = seed_job()
+    other_roles["spec"]["replicaSpecs"]["worker"] = other_roles["spec"]["replicaSpecs"].pop("trainer")
+    local.write_job(other_roles, "roles.yaml")
+    before = _fingerprint(local, job)
+
+    result = local.cli(*argv)
+    assert result.code == 2, (result.out, result.err)
+    assert words in result.err
+    assert "Traceback" not in result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+    assert _fingerprint(local, job) == before
+
+
+def test_a_second_run_of_the_same_job_is_refused(local: LocalRuntime) -> None:
+    spec = seed_job()
+    local.submit(spec)
+    result = local.cli("run", str(local.write_job(spec)), "--detach")
+    assert result.code == 2
+    assert "job 'seed' exists already" in result.err
+
+
+def test_a_job_without_a_command_is_refused_with_the_field_to_fix(local: LocalRuntime) -> None:
+    spec = seed_job()
+    spec["spec"]["replicaSpecs"]["trainer"]["template"] = {
+        "spec": {"containers": [{"name": "c", "image": "x"}]}
+    }
+    result = local.cli("run", str(local.write_job(spec)), "--detach")
+    assert result.code == 2
+    assert "spec.replicaSpecs.trainer.template.spec.containers[0].command" in result.err
