@@ -9,6 +9,7 @@ import pytest
 from tests.unit.policy.jobs import event, exited, job, role, run
 from trainguard.policy import (
     Action,
+    Fault,
     FaultKind,
     PodCounters,
     PodRef,
@@ -79,8 +80,6 @@ def test_a_deadline_records_a_timeout() -> None:
 
 
 def test_a_pod_fault_needs_its_pod() -> None:
-    from trainguard.policy import Fault
-
     with pytest.raises(ValueError, match="needs the pod"):
         decide(job(), PolicyState(), Fault(FaultKind.EXITED, None, 0.0, exit_code=1), 0.0)
 
