@@ -83,7 +83,7 @@ def parse_documents(data: bytes, source: str) -> list[Document]:
     """Every document in ``data`` (YAML, possibly several; or JSON), empty documents left out."""
     if len(data) > MAX_FILE_BYTES:
         raise SpecError.single(
-            source, "", f"the file is {len(data)} bytes; job files are at most {MAX_FILE_BYTES} bytes"
+            source, "", f"the file is larger than {MAX_FILE_BYTES} bytes, the most a job file may have"
         )
     text = _decode(data, source)
     if _looks_like_json(source, text):
@@ -296,12 +296,13 @@ class _Composer(Composer):
     def _check_keys(self, node: MappingNode) -> None:
         seen: dict[str, int] = {}
         for key, _value in node.value:
-            if not isinstance(key, ScalarNode) or key.tag not in (_STR, _MERGE):
-                shown = key.value if isinstance(key, ScalarNode) else "a list or mapping"
+            if not isinstance(key, ScalarNode):
+                raise _ParseLimit(key, tuple(self._path), "a list or a mapping cannot be a key")
+            if key.tag not in (_STR, _MERGE):
                 raise _ParseLimit(
                     key,
                     tuple(self._path),
-                    f"the key {shown!r} is not a string; quote it: {json.dumps(str(shown))}",
+                    f"the key {key.value!r} is not a string; quote it: {json.dumps(key.value)}",
                 )
             if key.tag == _MERGE:
                 continue
@@ -314,17 +315,13 @@ class _Composer(Composer):
             seen[key.value] = key.start_mark.line + 1
 
 
-class _Constructor(SafeConstructor):
-    pass
-
-
-class _PureLoader(Reader, Scanner, Parser, _Composer, _Constructor, _Resolver):
+class _PureLoader(Reader, Scanner, Parser, _Composer, SafeConstructor, _Resolver):
     def __init__(self, stream: str) -> None:
         Reader.__init__(self, stream)
         Scanner.__init__(self)
         Parser.__init__(self)
         _Composer.__init__(self)
-        _Constructor.__init__(self)
+        SafeConstructor.__init__(self)
         _Resolver.__init__(self)
 
 
@@ -332,11 +329,11 @@ _Loader: type[Any] = _PureLoader
 if yaml.__with_libyaml__:  # libyaml scans and parses ten times faster; composing stays ours
     from yaml.cyaml import CParser  # type: ignore[attr-defined]
 
-    class _FastLoader(_Composer, _Constructor, _Resolver, CParser):
+    class _FastLoader(_Composer, SafeConstructor, _Resolver, CParser):
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
             _Composer.__init__(self)
-            _Constructor.__init__(self)
+            SafeConstructor.__init__(self)
             _Resolver.__init__(self)
 
     _Loader = _FastLoader

@@ -56,7 +56,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_endless_file_is_not_read_to_the_end() -> None:
-    assert f"job files are at most {MAX_FILE_BYTES} bytes" in message_of("/dev/zero")
+    assert f"larger than {MAX_FILE_BYTES} bytes, the most a job file may have" in message_of("/dev/zero")
 
 
 @pytest.mark.parametrize("text", ["", "# nothing yet\n", "---\n"])
