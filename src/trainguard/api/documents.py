@@ -182,7 +182,10 @@ def _too_deep(source: str, path: FieldPath) -> SpecError:
 
 
 class _Resolver(BaseResolver):
-    """YAML 1.1 as Kubernetes reads it, minus timestamps (kept as strings) and base-60 numbers."""
+    """YAML 1.1 as PyYAML reads it, minus timestamps (kept as strings), base-60 numbers, .inf and .nan.
+
+    Reading no more than PyYAML's own resolver keeps ``yaml.safe_dump`` output reading back as written.
+    """
 
 
 _Resolver.add_implicit_resolver(
@@ -199,7 +202,8 @@ _Resolver.add_implicit_resolver(
 )
 _Resolver.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?$"),
+    # PyYAML's own form (its dumper quotes exactly the strings that look like this), minus .inf and .nan.
+    re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?)$"),
     list("-+0123456789."),
 )
 _Resolver.add_implicit_resolver(

@@ -153,9 +153,9 @@ def test_several_documents_and_their_lines() -> None:
     assert docs[1].line_of(("b", "missing")) == 4  # the nearest written parent
 
 
-def test_scalars_read_as_kubernetes_reads_them() -> None:
+def test_scalars_read_as_yaml_11_without_surprises() -> None:
     (document,) = parse_documents(
-        b"when: 2022-01-14T09:01:52Z\nmode: 0644\nsexagesimal: 1:30\ninf: .inf\nf: 1.5e3\nflag: on\nn: ~\n",
+        b"when: 2022-01-14T09:01:52Z\nmode: 0644\nsexagesimal: 1:30\ninf: .inf\nf: 1.5e+3\nflag: on\nn: ~\n",
         "f.yaml",
     )
     assert document.data == {
@@ -200,3 +200,11 @@ def test_utf16_with_a_bom() -> None:
 def test_nesting_up_to_the_limit_is_fine() -> None:
     (document,) = parse_documents(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH, "f.yaml")
     assert document.data is not None
+
+
+@pytest.mark.parametrize(
+    "text", ["1.0e5", "-.5", "1:30", "2022-01-14", ".inf", "0b_", "1_000", "0o17", "yes", "~", "1e3"]
+)
+def test_strings_written_by_pyyaml_read_back_as_strings(text: str) -> None:
+    (document,) = parse_documents(documents.yaml.safe_dump({"value": text}).encode(), "f.yaml")
+    assert document.data == {"value": text}

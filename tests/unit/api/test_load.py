@@ -55,6 +55,13 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert message_of(path) == f"{path}: cannot be read: permission denied"
 
 
+def test_a_path_through_a_file(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text("a: 1\n")
+    assert (
+        message_of(tmp_path / "job.yaml" / "x") == f"{tmp_path}/job.yaml/x: cannot be read: Not a directory"
+    )
+
+
 def test_endless_file_is_not_read_to_the_end() -> None:
     assert f"larger than {MAX_FILE_BYTES} bytes, the most a job file may have" in message_of("/dev/zero")
 
