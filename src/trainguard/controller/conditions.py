@@ -15,19 +15,26 @@ from trainguard.controller.status import Condition
 
 def settle_phase(cycle: Cycle) -> None:
     """The phase of a job that goes on, from its slots: Restarting while a fault is being recovered from,
-    Scaling while a scale step is under way, else Pending, Creating or Running."""
+    Scaling while a scale step is under way (pods of the step still starting or still
+    being removed), else Pending, Creating or Running."""
     if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
         return
     active = [s for s in cycle.ordered_slots() if s.phase in LIVE_PHASES]
     recovering = [s.name for s in active if s.open_faults]
     scaling = [s.name for s in active if s.cause in ("scale", "grow") and s.phase is not PodPhase.RUNNING]
-    scaled_in = any(s.phase is PodPhase.REMOVED and cycle.observed_pods(s.name) for s in cycle.slots.values())
+    # Pods being removed by a scale-in or a shrink: what the cluster still shows, not what this cycle did,
+    # so that reconciling the same observation again gives the same phase.
+    leaving = any(
+        s.phase in (PodPhase.REMOVED, PodPhase.SHRUNK)
+        and any(pod.generation == s.generation for pod in cycle.observed_pods(s.name))
+        for s in cycle.slots.values()
+    )
     if recovering:
         cycle.phase_to(
             JobPhase.RESTARTING, "TrainingJobRestarting", f"pods [{' '.join(recovering)}] restarting"
         )
-    elif cycle.scaling_message is not None or scaling or scaled_in:
-        cycle.phase_to(JobPhase.SCALING, "TrainingJobScaling", cycle.scaling_message or _last_scaling(cycle))
+    elif scaling or leaving:
+        cycle.phase_to(JobPhase.SCALING, "TrainingJobScaling", cycle.get("scaling_message") or "scaling")
     elif not active:
         return  # every pod has ended; the outcome decides what the job is
     elif all(s.phase is PodPhase.RUNNING for s in active):
@@ -37,11 +44,6 @@ def settle_phase(cycle: Cycle) -> None:
     else:
         starting = " ".join(s.name for s in active if s.phase is not PodPhase.RUNNING)
         cycle.phase_to(JobPhase.CREATING, "TrainingJobCreating", f"pods [{starting}] creating containers")
-
-
-def _last_scaling(cycle: Cycle) -> str:
-    condition = next((c for c in cycle.before.conditions if c.type is JobPhase.SCALING), None)
-    return condition.message if condition is not None else "scaling"
 
 
 def next_conditions(cycle: Cycle) -> tuple[Condition, ...]:

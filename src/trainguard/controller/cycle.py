@@ -53,8 +53,6 @@ class Cycle:
     actions: list[Action] = field(default_factory=list)
     #: Changes to JobStatus fields not listed above (scale_version, discovery, reason, ...).
     updates: dict[str, Any] = field(default_factory=dict)
-    #: The latest Scaling operation of this cycle, in the seed's words, for the Scaling condition.
-    scaling_message: str | None = None
     #: The condition of the phase, as this cycle sees it: (reason, message).
     phase_words: tuple[str, str] | None = None
     transitions: list[PhaseTransition] = field(default_factory=list)
@@ -162,7 +160,7 @@ class Cycle:
     def scale_message(self, operation: str, role: str, pods: list[str]) -> None:
         """The Scaling condition's message, in the seed's words (pods listed as Go prints a slice)."""
         meta = self.job.metadata
-        self.scaling_message = (
+        self.updates["scaling_message"] = (
             f"trainingJob {meta.namespace}/{meta.name} {operation} Operation {operation} "
             f"scale num {len(pods)} scale pods [{' '.join(pods)}], replicas name {role} "
             f"job version {self.get('scale_version')}"

@@ -42,6 +42,8 @@ def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
         pods = cycle.observed_pods(name)
         slot = _adopt_newer(cycle, slot, pods)
         current = next((pod for pod in pods if pod.generation == slot.generation), None)
+        if current is not None:
+            slot = _note(cycle, slot, current)
         fault = _fault_of(cycle, slot, current)
         if fault is None:
             _follow(cycle, slot, current, decide_faults=decide_faults)
@@ -109,11 +111,24 @@ def _start_timeout(cycle: Cycle, slot: PodStatus) -> Fault | None:
     return start_timed_out(cycle.job, slot.ref, slot.launched_at, cycle.now)
 
 
+def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
+    """What the pod shows, whatever is decided about it next: seen, its node, started or running."""
+    changes: dict[str, object] = {"seen": True, "node": pod.node or slot.node}
+    if pod.phase is ObservedPhase.PENDING:
+        changes["phase"] = PodPhase.CREATING if pod.node else PodPhase.PENDING
+    elif pod.phase is ObservedPhase.RUNNING:
+        started = pod.started_at if pod.started_at is not None else cycle.now
+        if slot.phase is not PodPhase.RUNNING:
+            cycle.state = record_running(cycle.state, slot.ref, started)
+        changes["phase"] = PodPhase.RUNNING
+        changes["running_since"] = slot.running_since if slot.running_since is not None else started
+    return cycle.put(slot, **changes)
+
+
 def _follow(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None, *, decide_faults: bool) -> None:
-    """No fault: note where the pod is, whether it runs, its progress and whether it finished."""
+    """No fault: a pod that finished well, made progress, or runs again after a fault."""
     if pod is None:
         return
-    slot = cycle.put(slot, seen=True, node=pod.node or slot.node)
     if pod.phase is ObservedPhase.SUCCEEDED:
         if decide_faults:
             act_on(cycle, Fault(FaultKind.EXITED, slot.ref, cycle.now, exit_code=0, node=pod.node), pod)
@@ -121,21 +136,10 @@ def _follow(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None, *, decide_fa
             cycle.put(slot, phase=PodPhase.SUCCEEDED, open_faults=())
         return
     if pod.phase is ObservedPhase.RUNNING:
-        started = pod.started_at if pod.started_at is not None else cycle.now
-        if slot.phase is not PodPhase.RUNNING:
-            cycle.state = record_running(cycle.state, slot.ref, started)
-        slot = cycle.put(
-            slot,
-            phase=PodPhase.RUNNING,
-            running_since=slot.running_since if slot.running_since is not None else started,
-        )
         _note_progress(cycle, slot, pod)
         if slot.open_faults and _recovered(slot, pod):
-            _close_faults(
-                cycle, cycle.slots[slot.name], started if slot.in_place_restarts == 0 else cycle.now
-            )
-        return
-    cycle.put(slot, phase=PodPhase.CREATING if pod.node else PodPhase.PENDING)
+            recovered_at = slot.running_since if slot.in_place_restarts == 0 else None
+            _close_faults(cycle, cycle.slots[slot.name], recovered_at or cycle.now)
 
 
 def _recovered(slot: PodStatus, pod: ObservedPod) -> bool:

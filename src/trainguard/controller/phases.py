@@ -13,7 +13,7 @@ the same slot, so the pod keeps its name and index::
     Waiting ─► Pending ─► Creating ─► Running ─► Succeeded
        ▲          │           │          │
        └──────────┴───────────┴──────────┴─► Waiting (restart) | Failed | Shrunk | Removed
-    Shrunk ─► Waiting (grow back) | Removed   Failed, Succeeded, Removed: terminal
+    Shrunk ─► Waiting (grow back) | Removed    Succeeded, Failed ─► Removed (scale-in)    Removed: terminal
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ POD_TRANSITIONS: Mapping[PodPhase, frozenset[PodPhase]] = {
     PodPhase.WAITING: frozenset({PodPhase.PENDING, PodPhase.FAILED, PodPhase.SHRUNK, PodPhase.REMOVED}),
     **{phase: (_UP | _DOWN | {PodPhase.SUCCEEDED}) - {phase} for phase in _UP},
     PodPhase.SHRUNK: frozenset({PodPhase.WAITING, PodPhase.REMOVED}),
-    PodPhase.SUCCEEDED: frozenset(),
-    PodPhase.FAILED: frozenset(),
+    # A finished slot stays finished; only a scale-in takes it out of the role.
+    PodPhase.SUCCEEDED: frozenset({PodPhase.REMOVED}),
+    PodPhase.FAILED: frozenset({PodPhase.REMOVED}),
     PodPhase.REMOVED: frozenset(),
 }
 

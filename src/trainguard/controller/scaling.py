@@ -110,7 +110,7 @@ def _record_scale(cycle: Cycle, operation: str, role: str, names: list[str]) -> 
     counters = {"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")}
     cycle.record(HistoryEntry(at=cycle.now, kind="scale", action=operation, reason=reason, counters=counters))
     cycle.scale_message(operation, role, names)
-    cycle.emit(EventType.NORMAL, "Scaling", cycle.scaling_message or reason)
+    cycle.emit(EventType.NORMAL, "Scaling", cycle.get("scaling_message"))
 
 
 def grow_back(cycle: Cycle) -> None:
@@ -137,6 +137,7 @@ def grow_back(cycle: Cycle) -> None:
                 due_at=cycle.now,
                 seen=False,
                 node=None,
+                avoid_nodes=(),  # the room that returned may well be the node it left
                 cause="grow",
                 shrunk_for=None,
                 message="",

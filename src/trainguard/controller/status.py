@@ -114,6 +114,8 @@ class JobStatus(_Model):
     #: Accepted scale operations so far ("job version" of the Scaling message).
     scale_version: int = 0
     handled_scale_requests: tuple[str, ...] = ()
+    #: The latest scale step in the seed's words (the Scaling condition's message).
+    scaling_message: str = ""
     pods: tuple[PodStatus, ...] = ()
     history: tuple[HistoryEntry, ...] = ()
     #: ``PolicyState.to_dict()``.

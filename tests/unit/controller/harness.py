@@ -116,3 +116,18 @@ class Harness:
 
     def pod(self, name: str) -> Any:
         return next(p for p in self.status.pods if p.name == name)
+
+
+def worker_job(workers: int = 2, job: dict[str, Any] | None = None, **worker: Any) -> TrainingJob:
+    """A job with one master and ``workers`` workers; ``worker`` changes the worker role's fields."""
+    master = {"replicas": 1, "restartPolicy": "OnFailure", "completePolicy": "All", "failPolicy": "Any"}
+    spec: dict[str, Any] = {
+        "replicaSpecs": {
+            "master": master,
+            "worker": {"replicas": workers, "restartPolicy": "OnFailure", "completePolicy": "None", **worker},
+        },
+        "cleanPodPolicy": "All",
+        "completePolicy": "Any",
+        **(job or {}),
+    }
+    return make_job(spec, name="job")

@@ -1,0 +1,146 @@
+"""Seed 000 (test-horovod-elastic) end to end: reconcile against the fake cluster."""
+
+from __future__ import annotations
+
+from tests.unit.controller.harness import Harness, make_job, seed_spec
+from trainguard.controller import JobPhase, LaunchPod, PodPhase, TerminatePod
+from trainguard.controller.backend import ObservedPhase
+
+LAUNCHER = "test-horovod-elastic-launcher-0"
+TRAINER_1 = "test-horovod-elastic-trainer-1"
+
+
+def test_starts_pending_then_creating_then_running_with_the_seeds_conditions() -> None:
+    h = Harness.start(start_seconds=2)
+    h.step()
+    assert h.status.phase is JobPhase.PENDING
+    assert h.status.conditions[-1].message == "all pods are waiting for scheduling"
+    h.cluster.advance(1)  # scheduled, containers starting
+    h.step()
+    assert h.status.phase is JobPhase.CREATING
+    assert h.status.conditions[-1].message.startswith(f"pods [{LAUNCHER} ")
+    assert h.status.conditions[-1].message.endswith("] creating containers")
+    h.running()
+    types = [(c.type, c.status, c.reason) for c in h.status.conditions]
+    assert types == [
+        (JobPhase.PENDING, "False", "TrainingJobPending"),
+        (JobPhase.CREATING, "False", "TrainingJobCreating"),
+        (JobPhase.RUNNING, "True", "TrainingJobRunning"),
+    ]
+    assert h.status.conditions[-1].message == "all pods are running"
+    assert h.status.replicas == {"launcher": 1, "trainer": 3}
+    assert h.status.restart_counts == {"launcher": 0, "trainer": 0}
+    assert [p.name for p in h.status.pods] == [
+        LAUNCHER,
+        *(f"test-horovod-elastic-trainer-{i}" for i in range(3)),
+    ]
+
+
+def test_launcher_exit_129_restarts_that_pod_only() -> None:
+    h = Harness.start()
+    h.running()
+    trainers_before = [p for p in h.status.pods if p.role == "trainer"]
+    h.cluster.exit(LAUNCHER, 129)
+    h.step()
+    assert h.status.phase is JobPhase.RESTARTING
+    h.run_until(lambda h: h.status.phase is JobPhase.RUNNING)
+    launcher = h.pod(LAUNCHER)
+    assert (launcher.generation, launcher.restarts, launcher.phase) == (2, 1, PodPhase.RUNNING)
+    assert [p for p in h.status.pods if p.role == "trainer"] == trainers_before
+    assert h.status.restart_counts == {"launcher": 1, "trainer": 0}
+    [entry] = h.status.history
+    assert (entry.pod, entry.fault, entry.exit_code, entry.rule, entry.action, entry.scope) == (
+        LAUNCHER,
+        "Exited",
+        129,
+        "faultTolerantPolicy[0]",
+        "restart",
+        "Pod",
+    )
+    assert entry.counters["roleRestarts"] == 1
+    assert entry.recovery_seconds is not None
+    assert entry.recovery_seconds > 0
+
+
+def test_launcher_exit_1_fails_the_job() -> None:
+    h = Harness.start()
+    h.running()
+    h.cluster.exit(LAUNCHER, 1)
+    h.step()
+    assert h.status.phase is JobPhase.FAILED
+    assert h.status.conditions[-1].type is JobPhase.FAILED
+    assert "failPolicy Any" in h.status.conditions[-1].message
+    assert h.pod(LAUNCHER).phase is PodPhase.FAILED
+    assert not any(isinstance(a, LaunchPod) and a.pod == LAUNCHER and a.generation > 1 for a in h.cluster.log)
+
+
+def test_trainer_on_a_node_that_goes_not_ready_is_replaced_on_another_node() -> None:
+    h = Harness.start()
+    h.running()
+    lost = h.pod(TRAINER_1).node
+    h.cluster.node_down(lost)
+    h.run_until(lambda h: h.status.phase is JobPhase.RUNNING and h.pod(TRAINER_1).generation == 2)
+    replaced = h.pod(TRAINER_1)
+    assert replaced.node not in (None, lost)
+    assert h.cluster.pods[TRAINER_1].node == replaced.node
+    [entry] = h.status.history
+    assert (entry.fault, entry.rule, entry.node) == ("NodeNotReady", "faultTolerantPolicy[0]", lost)
+    forced = [a for a in h.cluster.log if isinstance(a, TerminatePod) and a.pod == TRAINER_1]
+    assert [a.force for a in forced] == [True]
+
+
+def test_force_deleted_trainer_is_replaced() -> None:
+    h = Harness.start()
+    h.running()
+    h.cluster.force_delete(TRAINER_1)
+    h.step()
+    assert h.status.phase is JobPhase.RESTARTING
+    h.run_until(lambda h: h.status.phase is JobPhase.RUNNING)
+    assert h.pod(TRAINER_1).generation == 2
+    assert len(h.cluster.running("trainer")) == 3
+    [entry] = h.status.history
+    assert (entry.fault, entry.action, entry.recovered_at is not None) == ("PodForceDeleted", "restart", True)
+
+
+def test_launcher_success_ends_the_job_while_trainers_still_run_and_clean_pod_policy_none_keeps_them() -> (
+    None
+):
+    h = Harness.start()
+    h.running()
+    h.cluster.exit(LAUNCHER, 0)
+    h.step()
+    assert h.status.phase is JobPhase.SUCCEEDED
+    assert h.pod(LAUNCHER).phase is PodPhase.SUCCEEDED
+    for _ in range(3):
+        h.tick()
+    assert len(h.cluster.running("trainer")) == 3
+    assert not any(isinstance(a, TerminatePod) for a in h.cluster.log)
+
+
+def test_launcher_success_with_clean_pod_policy_running_stops_the_trainers_and_keeps_the_launcher() -> None:
+    h = Harness.start(make_job(seed_spec(cleanPodPolicy="Running")))
+    h.running()
+    h.cluster.exit(LAUNCHER, 0)
+    h.run_until(lambda h: not h.cluster.running())
+    assert h.status.phase is JobPhase.SUCCEEDED
+    assert h.cluster.pods[LAUNCHER].phase is ObservedPhase.SUCCEEDED
+    assert {p.phase for p in h.status.pods if p.role == "trainer"} == {PodPhase.REMOVED}
+
+
+def test_launcher_success_with_clean_pod_policy_all_removes_every_pod() -> None:
+    h = Harness.start(make_job(seed_spec(cleanPodPolicy="All")))
+    h.running()
+    h.cluster.exit(LAUNCHER, 0)
+    h.run_until(lambda h: not h.cluster.pods)
+    assert h.status.phase is JobPhase.SUCCEEDED
+
+
+def test_horovod_discovery_lists_the_running_trainers() -> None:
+    h = Harness.start()
+    h.running()
+    h.step()
+    assert h.cluster.discovery == tuple(f"test-horovod-elastic-trainer-{i}:1" for i in range(3))
+    h.cluster.force_delete(TRAINER_1)
+    h.step()
+    assert TRAINER_1 + ":1" not in h.cluster.discovery
+    h.run_until(lambda h: len(h.cluster.discovery) == 3)
