@@ -20,6 +20,8 @@ from trainguard.backends.local.home import ENV_HOME, Home
 READ_ONLY = frozenset({"ping", "get", "events", "logs", "nodes", "exists"})
 #: How long a command waits for a control plane it started to answer.
 START_TIMEOUT_SECONDS = 30.0
+#: After this long without a control plane process holding the lock, starting it failed.
+_STARTUP_GRACE_SECONDS = 10.0
 
 
 class ClientError(Exception):
@@ -102,11 +104,13 @@ class Client:
 
     def _start_and_connect(self) -> socket.socket:
         start_control_plane(self.home)
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() < started + START_TIMEOUT_SECONDS:
             connection = self._try_connect()
             if connection is not None:
                 return connection
+            if time.monotonic() > started + _STARTUP_GRACE_SECONDS and control_plane_pid(self.home) is None:
+                raise ClientError(f"the control plane did not start: {_tail(self.home)}", 1)
             time.sleep(0.05)
         raise ClientError(
             f"the control plane did not answer within {START_TIMEOUT_SECONDS:.0f} s: {_tail(self.home)}", 1

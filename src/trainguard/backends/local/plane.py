@@ -22,7 +22,7 @@ from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
-from trainguard.controller.reconcile import reconcile
+from trainguard.controller.loop import step
 
 log = logging.getLogger("trainguard.local")
 
@@ -104,9 +104,7 @@ class ControlPlane:
             return False
         status = self.backend.read_status(record)
         self.runtime.place_pending(record, job)
-        observed = self.backend.observe(job)
-        result = reconcile(job, status, observed, now)
-        self.backend.apply(job, result.actions)
+        result = step(self.backend, job, status, now)
         alive = any(row.alive for row in self.store.list_pods(record.name))
         finished = result.status.phase.is_terminal
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0

@@ -1,0 +1,34 @@
+"""The ``driver`` fixture: every contract scenario runs once per backend.
+
+A new backend adds its driver here (the simulator's and the Kubernetes operator's come with their issues).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.local.harness import LocalRuntime
+from trainguard.backends.local.home import ENV_HOME
+
+from .driver import Driver
+from .fake_driver import FakeDriver
+from .local_driver import LocalDriver
+
+
+@pytest.fixture(params=["fake", pytest.param("local", marks=pytest.mark.integration)])
+def driver(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Driver]:
+    chosen: Driver
+    if request.param == "fake":
+        chosen = FakeDriver()
+    else:
+        runtime = LocalRuntime(tmp_path)
+        monkeypatch.setenv(ENV_HOME, str(runtime.home.root))
+        monkeypatch.setenv("TRAINGUARD_IDLE_EXIT", "120")
+        chosen = LocalDriver(runtime)
+    yield chosen
+    chosen.close()
