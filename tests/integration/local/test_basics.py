@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import time
 
 import pytest
 
@@ -123,3 +124,32 @@ def test_delete_stops_the_pods_and_forgets_the_job(local: LocalRuntime) -> None:
     assert local.pod_processes() == {}
     assert local.cli("get", "doomed").code == 2
     assert not (local.home.logs_dir / "doomed").exists()
+
+
+def test_run_exits_1_when_the_job_times_out(local: LocalRuntime) -> None:
+    job = simple_job("slow", ["/bin/sh", "-c", "sleep 600"])
+    job["spec"]["timeLimit"] = 2
+    result = local.cli_process("run", str(local.write_job(job)))
+    assert result.code == 1
+    assert "job slow Timeout" in result.out
+    assert local.pod_processes() == {}  # cleanPodPolicy Running: the pod was stopped
+
+
+def test_logs_follow_prints_until_the_job_ends(local: LocalRuntime) -> None:
+    job = simple_job("counting", ["/bin/sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.3; done"])
+    local.submit(job)
+    result = local.cli_process("logs", "counting", "counting-worker-0", "-f")
+    assert result.code == 0
+    assert result.out.split() == ["line", "1", "line", "2", "line", "3"]
+
+
+def test_a_finished_job_is_removed_after_its_ttl(local: LocalRuntime) -> None:
+    job = simple_job("brief", ["/bin/sh", "-c", "true"])
+    job["spec"]["ttlSecondsAfterFinished"] = 1
+    local.submit(job)
+    local.wait_phase("brief", "Succeeded")
+    deadline = time.monotonic() + 20
+    while local.call("exists", job="brief"):
+        assert time.monotonic() < deadline, "the job outlived its ttlSecondsAfterFinished"
+        time.sleep(0.1)
+    assert not (local.home.logs_dir / "brief").exists()

@@ -105,6 +105,16 @@ class ControlPlane:
         status = self.backend.read_status(record)
         self.runtime.place_pending(record, job)
         result = step(self.backend, job, status, now)
+        ttl, completed = job.spec.ttl_seconds_after_finished, result.status.completed_at
+        if (
+            result.status.phase.is_terminal
+            and ttl is not None
+            and completed is not None
+            and now >= completed + ttl
+        ):
+            log.info("job %s: ttlSecondsAfterFinished (%d s) has passed; deleting it", record.name, ttl)
+            self.delete(record)
+            return True
         alive = any(row.alive for row in self.store.list_pods(record.name))
         finished = result.status.phase.is_terminal
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0

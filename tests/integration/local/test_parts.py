@@ -1,0 +1,119 @@
+"""The local runtime's pure parts, without processes: environment, placement, agent reports, discovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainguard.api import TrainingJob
+from trainguard.backends.local import discovery
+from trainguard.backends.local.placement import choose_node
+from trainguard.backends.local.podenv import PodIdentity, argv_and_cwd, expand, pod_environment
+from trainguard.backends.local.records import NodeRecord, PodRecord, PodState
+from trainguard.backends.local.reports import parse
+
+from .jobs import seed_job, simple_job
+
+
+@pytest.mark.parametrize(
+    ("text", "expanded"),
+    [
+        ("--name=$(TRAININGJOB_NAME)", "--name=seed"),
+        ("$(UNDEFINED) stays", "$(UNDEFINED) stays"),
+        ("$$(TRAININGJOB_NAME) is escaped", "$(TRAININGJOB_NAME) is escaped"),
+        ("$HOME is not ours", "$HOME is not ours"),
+    ],
+)
+def test_kubernetes_variable_expansion(text: str, expanded: str) -> None:
+    assert expand(text, {"TRAININGJOB_NAME": "seed"}) == expanded
+
+
+def test_a_trainer_gets_the_operators_environment_and_its_rank_after_the_launcher() -> None:
+    job = TrainingJob.model_validate(seed_job())
+    pod = PodIdentity(job, "uid-1", "trainer", 2, restarts=4, port=41000)
+    env = pod_environment(pod, {"launcher": 1, "trainer": 3}, {"PATH": "/bin", "TRAININGJOB_NAME": "stale"})
+    assert env["PATH"] == "/bin"
+    assert (env["TRAININGJOB_NAME"], env["TRAININGJOB_REPLICA_NAME"], env["TRAININGJOB_REPLICA_INDEX"]) == (
+        "seed",
+        "trainer",
+        "2",
+    )
+    assert env["TRAININGJOB_REPLICA_RESTARTCOUNT"] == "4"
+    assert env["TRAINGUARD_RDZV_ENDPOINT"] == "127.0.0.1:41000"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"]) == (
+        "127.0.0.1",
+        "41000",
+        "4",
+        "3",
+    )
+    assert "PET_RDZV_ENDPOINT" not in env  # a Horovod job: no torchrun settings
+
+
+def test_a_pytorch_worker_gets_torchruns_elastic_defaults() -> None:
+    spec = simple_job("elastic", ["torchrun", "train.py"], replicas=2, minReplicas=1, maxReplicas=4)
+    spec["spec"]["frameworkType"] = "pytorch"
+    job = TrainingJob.model_validate(spec)
+    env = pod_environment(PodIdentity(job, "uid-9", "worker", 0, 0, 42000), {"worker": 2}, {})
+    assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:42000"
+    assert (env["PET_RDZV_BACKEND"], env["PET_RDZV_ID"], env["PET_NNODES"]) == ("c10d", "uid-9", "1:4")
+
+
+def test_command_and_working_dir_come_from_the_container(tmp_path: Path) -> None:
+    spec = simple_job("wd", ["python", "-c", "print('$(TRAININGJOB_REPLICA_INDEX)')"])
+    spec["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["workingDir"] = "sub"
+    job = TrainingJob.model_validate(spec)
+    pod = PodIdentity(job, "u", "worker", 0, 0, 1)
+    argv, cwd = argv_and_cwd(pod, pod_environment(pod, {"worker": 1}, {}), str(tmp_path))
+    assert argv == ["python", "-c", "print('0')"]
+    assert cwd == tmp_path / "sub"
+
+
+def _pod(name: str, node: str, state: PodState = PodState.RUNNING) -> PodRecord:
+    return PodRecord(name, "j", "worker", 0, node, state)
+
+
+def test_placement_spreads_and_avoids_and_waits_when_full() -> None:
+    nodes = [NodeRecord("node-0", 2), NodeRecord("node-1", 2), NodeRecord("node-2", 1, ready=False)]
+    assert choose_node(nodes, []) == "node-0"
+    assert choose_node(nodes, [_pod("a", "node-0")]) == "node-1"
+    assert choose_node(nodes, [_pod("a", "node-0")], avoid=["node-1"]) == "node-0"
+    full = [_pod("a", "node-0"), _pod("b", "node-0"), _pod("c", "node-1"), _pod("d", "node-1")]
+    assert choose_node(nodes, full) is None  # node-2 is NotReady
+    # A pod that ended frees its slot.
+    assert choose_node(nodes, [*full[:3], _pod("d", "node-1", PodState.EXITED)]) == "node-1"
+
+
+def test_agent_reports_fold_into_exit_hangs_and_progress(tmp_path: Path) -> None:
+    lines = [
+        {"event": "started", "time": 10.0, "pid": 100, "attempt": 1},
+        {"event": "progress", "time": 11.0, "pid": 100, "attempt": 1},
+        {"event": "hang", "time": 15.0, "pid": 100, "attempt": 1, "signal": "log"},
+        {"event": "restart-in-place", "time": 15.1, "pid": 100, "attempt": 1},
+        {"event": "started", "time": 15.2, "pid": 101, "attempt": 2},
+        {
+            "event": "exited",
+            "time": 20.0,
+            "pid": 101,
+            "attempt": 2,
+            "exit_code": 137,
+            "signal": "SIGKILL",
+            "oom": True,
+        },
+    ]
+    path = tmp_path / "report.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"event": "trunc')
+    report = parse(path)
+    assert (report.started_at, report.child_pid, report.last_progress_at) == (10.0, 101, 11.0)
+    assert (report.hangs, report.in_place_restarts, report.hung) == (1, 1, False)
+    assert (report.exited, report.exit_code, report.signal, report.reason) == (True, 137, 9, "OOMKilled")
+
+
+def test_discovery_is_replaced_atomically_and_never_by_an_older_version(tmp_path: Path) -> None:
+    script = tmp_path / "discover_hosts.sh"
+    assert discovery.write(script, 2, ["job-trainer-0:1", "job-trainer-1:1"])
+    assert not discovery.write(script, 1, ["stale:1"])
+    assert discovery.current_version(script) == 2
+    assert "echo job-trainer-1:1" in script.read_text()
+    assert script.stat().st_mode & 0o100
