@@ -3,59 +3,137 @@
 The copy has the same structure and types as the original (an ``OrderedDict`` state dict keeps its
 ``_metadata``, optimizer state keeps its lists and ints), and tensors that shared storage still share it, so
 ``torch.save`` of the snapshot writes what ``torch.save`` of the original would have written at that moment.
+
+The snapshot is the time the training loop waits for an async checkpoint, so the bytes of CPU tensors are
+copied with ``memmove`` (several times faster than ``copy_`` on storages) in chunks spread over
+``torch.get_num_threads()`` threads (memmove releases the GIL); GPU tensors are copied by ``copy_``.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-# Containers searched for tensors before the deep copy; tensors elsewhere (inside user objects) are deep-copied
-# by their own ``__deepcopy__``, which is also a faithful copy, only on their original device.
-_CONTAINERS = (dict, list, tuple)
+_StorageKey = tuple[str, int, int]  # device, address, size: one source storage
+_Copy = tuple[int, int, int]  # destination address, source address, bytes
+
+#: Copies are cut into pieces of this size so that the threads share the work evenly.
+CHUNK_BYTES = 8 << 20
+#: Below this, one thread copies everything: handing work to others would cost more than it saves.
+PARALLEL_BYTES = 32 << 20
 
 
-def snapshot(state: Any) -> Any:
-    import torch
+class Snapshotter:
+    """Takes snapshots. With ``reuse_memory``, a snapshot's CPU memory is kept and written over by the next
+    one: no allocation (and no page faults) after the first, at the price of holding one copy of the state,
+    and a snapshot is valid only until the next ``take``. Copies from a GPU then go to pinned memory."""
 
-    memo: dict[int, Any] = {}
-    storages: dict[tuple[str, int, int], Any] = {}
+    def __init__(self, reuse_memory: bool) -> None:
+        self.reuse_memory = reuse_memory
+        self._pool: dict[_StorageKey, Any] = {}
+        self._threads: ThreadPoolExecutor | None = None
+        self._thread_count = 0
 
-    def visit(obj: Any) -> None:
-        if isinstance(obj, torch.Tensor):
-            if id(obj) not in memo:
-                memo[id(obj)] = _copy_tensor(obj, storages)
-        elif isinstance(obj, dict):
-            for value in obj.values():
-                visit(value)
-        elif isinstance(obj, _CONTAINERS):
-            for value in obj:
-                visit(value)
+    def take(self, state: Any) -> Any:
+        import torch
 
-    visit(state)
-    # deepcopy consults the memo by id first, so each tensor found above is replaced by its CPU copy, and all
-    # the rest (containers, numbers, user objects) is copied with its exact type.
-    return copy.deepcopy(state, memo)
+        memo: dict[int, Any] = {}
+        storages: dict[_StorageKey, Any] = {}
+        copies: list[_Copy] = []
+
+        def visit(obj: Any) -> None:
+            if isinstance(obj, torch.Tensor):
+                if id(obj) not in memo:
+                    memo[id(obj)] = self._copy_tensor(obj, storages, copies)
+            elif isinstance(obj, dict):
+                for value in obj.values():
+                    visit(value)
+            elif isinstance(obj, (list, tuple)):
+                for value in obj:
+                    visit(value)
+
+        visit(state)
+        self._memmove(copies)
+        if self.reuse_memory:
+            self._pool = storages  # what this state needs; buffers of tensors gone since are let go
+        return _rebuild(state, memo)
+
+    def _copy_tensor(self, tensor: Any, storages: dict[_StorageKey, Any], copies: list[_Copy]) -> Any:
+        import torch
+
+        plain = type(tensor) in (torch.Tensor, torch.nn.Parameter)
+        unusual = tensor.layout != torch.strided or tensor.is_quantized or tensor.is_conj() or tensor.is_neg()
+        if not plain or unusual or tensor.device.type == "meta":
+            # Sparse, quantized, lazily conjugated, subclassed or meta tensors: a detached copy, sharing nothing.
+            out = tensor.detach().to("cpu", copy=True)
+        else:
+            source = tensor.untyped_storage()
+            key = (str(tensor.device), source.data_ptr(), source.nbytes())
+            target = storages.get(key)
+            if target is None:
+                target = self._pool.get(key)
+                if target is None:
+                    target = torch.empty(
+                        source.nbytes(),
+                        dtype=torch.uint8,
+                        pin_memory=self.reuse_memory and tensor.device.type == "cuda",
+                    ).untyped_storage()
+                if tensor.device.type == "cpu":
+                    copies.append((target.data_ptr(), source.data_ptr(), source.nbytes()))
+                else:
+                    target.copy_(source)
+                storages[key] = target
+            out = torch.empty(0, dtype=tensor.dtype).set_(
+                target, tensor.storage_offset(), tensor.size(), tensor.stride()
+            )
+        if isinstance(tensor, torch.nn.Parameter):
+            return torch.nn.Parameter(out, requires_grad=tensor.requires_grad)
+        return out
+
+    def _memmove(self, copies: list[_Copy]) -> None:
+        import torch
+
+        chunks = [
+            (destination + offset, source + offset, min(CHUNK_BYTES, size - offset))
+            for destination, source, size in copies
+            for offset in range(0, size, CHUNK_BYTES)
+        ]
+        threads = torch.get_num_threads()
+        if threads < 2 or sum(size for _, _, size in copies) < PARALLEL_BYTES:
+            for chunk in chunks:
+                ctypes.memmove(*chunk)
+            return
+        if self._threads is None or self._thread_count != threads:
+            if self._threads is not None:
+                self._threads.shutdown()
+            self._threads = ThreadPoolExecutor(threads, thread_name_prefix="trainguard-snapshot")
+            self._thread_count = threads
+        list(self._threads.map(lambda chunk: ctypes.memmove(*chunk), chunks))
 
 
-def _copy_tensor(tensor: Any, storages: dict[tuple[str, int, int], Any]) -> Any:
-    import torch
+def _rebuild(obj: Any, memo: dict[int, Any]) -> Any:
+    """Copy the containers of ``obj``, putting the tensor copies of ``memo`` in place of the tensors.
 
-    plain = type(tensor) in (torch.Tensor, torch.nn.Parameter)
-    unusual = tensor.layout != torch.strided or tensor.is_quantized or tensor.is_conj() or tensor.is_neg()
-    if not plain or unusual or tensor.device.type == "meta":
-        # Sparse, quantized, lazily conjugated, subclassed or meta tensors: a detached copy, sharing nothing.
-        out = tensor.detach().to("cpu", copy=True)
-    else:
-        storage = tensor.untyped_storage()
-        key = (str(tensor.device), storage.data_ptr(), storage.nbytes())
-        cpu_storage = storages.get(key)
-        if cpu_storage is None:
-            cpu_storage = storage.clone() if tensor.device.type == "cpu" else storage.cpu()
-            storages[key] = cpu_storage
-        out = torch.empty(0, dtype=tensor.dtype).set_(
-            cpu_storage, tensor.storage_offset(), tensor.size(), tensor.stride()
+    Plain dicts, lists and tuples are rebuilt directly (much faster than ``copy.deepcopy`` of an optimizer's
+    state); anything else goes through ``copy.deepcopy`` with the same memo, which keeps its exact type.
+    """
+    copied = memo.get(id(obj))
+    if copied is not None:
+        return copied
+    kind = type(obj)
+    if kind is dict:
+        return {key: _rebuild(value, memo) for key, value in obj.items()}
+    if kind is OrderedDict:  # a module's state_dict, with its _metadata attribute
+        rebuilt: OrderedDict[Any, Any] = OrderedDict(
+            (key, _rebuild(value, memo)) for key, value in obj.items()
         )
-    if isinstance(tensor, torch.nn.Parameter):
-        return torch.nn.Parameter(out, requires_grad=tensor.requires_grad)
-    return out
+        rebuilt.__dict__.update(copy.deepcopy(obj.__dict__))
+        return rebuilt
+    if kind is list:
+        return [_rebuild(value, memo) for value in obj]
+    if kind is tuple:
+        return tuple(_rebuild(value, memo) for value in obj)
+    return copy.deepcopy(obj, memo)

@@ -226,14 +226,17 @@ class GatedCheckpointer(Checkpointer):
                 self.running -= 1
 
 
-def test_changing_the_model_after_save_async_returns_does_not_change_what_is_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reuse_memory", [True, False])
+def test_changing_the_model_after_save_async_returns_does_not_change_what_is_written(
+    tmp_path: Path, reuse_memory: bool
+) -> None:
     model = torch.nn.Linear(8, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.ones(2, 8)).sum().backward()
     optimizer.step()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     momentum_before = optimizer.state_dict()["state"][0]["momentum_buffer"].clone()
-    checkpointer = GatedCheckpointer(tmp_path)
+    checkpointer = GatedCheckpointer(tmp_path, reuse_memory=reuse_memory)
 
     checkpointer.save_async({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, step=1)
     # Training goes on while the write has not even started.
@@ -251,6 +254,20 @@ def test_changing_the_model_after_save_async_returns_does_not_change_what_is_wri
         assert torch.equal(latest.state["model"][name], tensor), name
     assert torch.equal(latest.state["optimizer"]["state"][0]["momentum_buffer"], momentum_before)
     assert not torch.equal(model.weight, before["weight"])
+
+
+def test_async_saves_that_reuse_memory_each_write_their_own_state(tmp_path: Path) -> None:
+    checkpointer = Checkpointer(tmp_path, keep=10)
+    weights = torch.zeros(1000)
+    for step in range(1, 5):
+        weights.fill_(step)
+        checkpointer.save_async({"w": weights, "views": [weights[:10]]}, step)
+    checkpointer.wait()
+
+    for step, path in checkpointer.checkpoints():
+        saved = torch.load(path)["state"]
+        assert torch.equal(saved["w"], torch.full((1000,), float(step))), path
+        assert torch.equal(saved["views"][0], torch.full((10,), float(step))), path
 
 
 def test_the_snapshot_keeps_types_metadata_and_shared_storage(tmp_path: Path) -> None:
