@@ -19,31 +19,29 @@ def _fingerprint(local: LocalRuntime, job: str) -> Any:
     return view["spec"], view["status"]["restartCounts"], view["status"]["replicas"], pods, processes
 
 
-@pytest.mark.parametrize(
-    ("argv", "words"),
-    [
-        (["scale", "seed", "--role", "trainer", "--replicas", "7"], "replicas 7 outside [1, 5]"),
-        (["scale", "seed", "--role", "trainer", "--replicas", "0"], "replicas 0 outside [1, 5]"),
-        (["scale", "seed", "--role", "launcher", "--replicas", "2"], "replicas 2 outside [1, 1]"),
-        (["scale", "seed", "--role", "chef", "--replicas", "2"], "has no role 'chef'"),
-        (["scale", "nojob", "--role", "trainer", "--replicas", "2"], "no job 'nojob'"),
-        (["get", "nojob"], "no job 'nojob'"),
-        (["describe", "nojob"], "no job 'nojob'"),
-        (["delete", "nojob"], "no job 'nojob'"),
-        (["logs", "seed", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
-        (["chaos", "force-delete", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
-        (["chaos", "node-up", "rack-1"], "no node 'rack-1'"),
-        (["apply", "missing.yaml"], "missing.yaml"),
-        (["apply", "garbage.yaml"], "garbage.yaml"),
-        (["apply", "invalid.yaml"], "invalid.yaml"),
-        (["apply", "roles.yaml"], "roles of a submitted job cannot change"),
-    ],
-)
-def test_a_bad_command_is_refused_and_changes_nothing(
-    local: LocalRuntime, argv: list[str], words: str
-) -> None:
-    spec = seed_job()
-    job = local.submit(spec)
+BAD_COMMANDS = [
+    (["scale", "seed", "--role", "trainer", "--replicas", "7"], "replicas 7 outside [1, 5]"),
+    (["scale", "seed", "--role", "trainer", "--replicas", "0"], "replicas 0 outside [1, 5]"),
+    (["scale", "seed", "--role", "launcher", "--replicas", "2"], "replicas 2 outside [1, 1]"),
+    (["scale", "seed", "--role", "chef", "--replicas", "2"], "has no role 'chef'"),
+    (["scale", "nojob", "--role", "trainer", "--replicas", "2"], "no job 'nojob'"),
+    (["get", "nojob"], "no job 'nojob'"),
+    (["describe", "nojob"], "no job 'nojob'"),
+    (["delete", "nojob"], "no job 'nojob'"),
+    (["logs", "seed", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
+    (["chaos", "force-delete", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
+    (["chaos", "node-up", "rack-1"], "no node 'rack-1'"),
+    (["apply", "missing.yaml"], "missing.yaml"),
+    (["apply", "garbage.yaml"], "garbage.yaml"),
+    (["apply", "invalid.yaml"], "invalid.yaml"),
+    (["apply", "roles.yaml"], "roles of a submitted job cannot change"),
+    (["apply", "toolarge.yaml"], "replicas 7 outside [1, 5]"),
+]
+
+
+def test_bad_commands_are_refused_and_change_nothing(local: LocalRuntime) -> None:
+    """One running job, every bad command in turn: each gets one clear line and exit 2, the job stays as it was."""
+    job = local.submit(seed_job())
     local.wait_running(job, 4)
     (local.workdir / "garbage.yaml").write_text("apiVersion: [unclosed\n  - : :\n\t")
     bad = seed_job()
@@ -52,15 +50,18 @@ def test_a_bad_command_is_refused_and_changes_nothing(
     other_roles = seed_job()
     other_roles["spec"]["replicaSpecs"]["worker"] = other_roles["spec"]["replicaSpecs"].pop("trainer")
     local.write_job(other_roles, "roles.yaml")
+    too_large = seed_job()
+    too_large["spec"]["replicaSpecs"]["trainer"]["replicas"] = 7
+    local.write_job(too_large, "toolarge.yaml")
     before = _fingerprint(local, job)
 
-    result = local.cli(*argv)
-    assert result.code == 2, (result.out, result.err)
-    assert words in result.err
-    assert "Traceback" not in result.err
-    assert len(result.err.strip().splitlines()) == 1
-
-    assert _fingerprint(local, job) == before
+    for argv, words in BAD_COMMANDS:
+        result = local.cli(*argv)
+        assert result.code == 2, (argv, result.out, result.err)
+        assert words in result.err, argv
+        assert "Traceback" not in result.err
+        assert len(result.err.strip().splitlines()) == 1, argv
+        assert _fingerprint(local, job) == before, argv
 
 
 def test_a_second_run_of_the_same_job_is_refused(local: LocalRuntime) -> None:
