@@ -314,7 +314,7 @@ def _read(path: Path, map_location: Any, weights_only: bool, verify: bool) -> An
 
 def _check_step(step: int) -> int:
     try:
-        value = operator.index(step)  # ints and integer scalars (NumPy, 0-d tensors are not: call int())
+        value = operator.index(step)  # ints, NumPy integers, integer 0-d tensors
     except TypeError:
         value = -1
     if isinstance(step, bool) or value < 0:
