@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from trainguard.api import RestartScope
 from trainguard.controller import keys
-from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod, RestartInPlace
+from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import LIVE_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, PodStatus
@@ -37,10 +37,10 @@ def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
     """Update every launched slot from its current incarnation; with ``decide_faults``, act on faults."""
     for name in [slot.name for slot in cycle.ordered_slots()]:
         slot = cycle.slots[name]  # an earlier decision of this loop may have changed it
+        pods = cycle.observed_pods(name)
+        slot = _adopt(cycle, slot, pods)
         if not slot.phase.is_launched:
             continue
-        pods = cycle.observed_pods(name)
-        slot = _adopt_newer(cycle, slot, pods)
         current = next((pod for pod in pods if pod.generation == slot.generation), None)
         if current is not None:
             slot = _note(cycle, slot, current)
@@ -53,12 +53,15 @@ def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
             _record_end(cycle, slot, current)
 
 
-def _adopt_newer(cycle: Cycle, slot: PodStatus, pods: list[ObservedPod]) -> PodStatus:
-    """A newer incarnation than the status knows of was launched by a run whose status was never stored."""
+def _adopt(cycle: Cycle, slot: PodStatus, pods: list[ObservedPod]) -> PodStatus:
+    """Pods launched by a controller run whose status was never stored: a waiting slot whose incarnation
+    exists was launched, and an incarnation newer than the status knows of is the current one."""
+    if slot.phase is PodPhase.WAITING and any(pod.generation == slot.generation for pod in pods):
+        slot = cycle.put(slot, phase=PodPhase.PENDING, due_at=None, launched_at=cycle.now, seen=False)
     newest = max((pod.generation for pod in pods), default=slot.generation)
-    if newest <= slot.generation:
-        return slot
-    return cycle.put(slot, generation=newest, seen=False, in_place_restarts=0)
+    if newest > slot.generation and slot.phase.is_launched:
+        slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0)
+    return slot
 
 
 def _observation(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Observation:
@@ -198,9 +201,9 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
     elif decision.action is Action.RESTART_IN_PLACE:
         _restart_in_place(cycle, slot, decision, entry)
     elif decision.action is Action.SHRINK:
-        _shrink(cycle, slot, decision, pod)
+        _shrink(cycle, slot, decision)
     else:
-        _fail(cycle, slot, decision, pod)
+        _fail(cycle, slot, decision)
     return decision
 
 
@@ -229,8 +232,6 @@ def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, f
     if slot.phase is PodPhase.WAITING:  # not launched yet: just wait for the later of the two delays
         cycle.put(slot, due_at=max(slot.due_at or due, due), open_faults=opened)
         return
-    node_lost = decision.fault.kind is FaultKind.NODE_NOT_READY
-    cycle.terminate(slot.name, slot.generation, f"restart: {decision.reason}", force=faulted and node_lost)
     avoid = (slot.node,) if faulted and decision.replace_node and slot.node else ()
     cycle.put(
         slot,
@@ -251,19 +252,15 @@ def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, f
 
 
 def _restart_in_place(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int) -> None:
-    attempt = slot.in_place_restarts + 1
-    key = keys.restart_in_place(cycle.job, slot.name, slot.generation, attempt)
-    cycle.issue(RestartInPlace(key, slot.name, slot.generation, attempt, decision.reason))
     cycle.put(
         slot,
-        in_place_restarts=attempt,
+        in_place_restarts=slot.in_place_restarts + 1,
         restarts=slot.restarts + 1,
         open_faults=(*slot.open_faults, entry),
     )
 
 
-def _shrink(cycle: Cycle, slot: PodStatus, decision: Decision, pod: ObservedPod | None) -> None:
-    cycle.terminate(slot.name, slot.generation, f"shrink: {decision.reason}", force=_node_lost(cycle, pod))
+def _shrink(cycle: Cycle, slot: PodStatus, decision: Decision) -> None:
     cycle.put(
         slot,
         phase=PodPhase.SHRUNK,
@@ -275,19 +272,10 @@ def _shrink(cycle: Cycle, slot: PodStatus, decision: Decision, pod: ObservedPod 
     cycle.scale_message("scalein", slot.role, [slot.name])
 
 
-def _fail(cycle: Cycle, slot: PodStatus, decision: Decision, pod: ObservedPod | None) -> None:
-    """The pod failed for good. A pod that still runs (hung, on a lost node) is stopped; one that ended is
-    kept for its logs until cleanPodPolicy removes it."""
-    if pod is not None and pod.phase in (ObservedPhase.PENDING, ObservedPhase.RUNNING, ObservedPhase.UNKNOWN):
-        cycle.terminate(
-            slot.name, slot.generation, f"failed: {decision.reason}", force=_node_lost(cycle, pod)
-        )
+def _fail(cycle: Cycle, slot: PodStatus, decision: Decision) -> None:
+    """The pod failed for good. One that still runs (hung, on a lost node) is stopped; one that ended is kept
+    for its logs until cleanPodPolicy removes it."""
     cycle.put(slot, phase=PodPhase.FAILED, open_faults=(), message=decision.reason)
-
-
-def _node_lost(cycle: Cycle, pod: ObservedPod | None) -> bool:
-    node = cycle.node(pod.node) if pod is not None else None
-    return node is not None and not node.ready
 
 
 def _close_faults(cycle: Cycle, slot: PodStatus, at: float) -> None:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from trainguard.api import TrainingJob
 from trainguard.controller import keys
+from trainguard.controller.actuate import actuate
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faults import act_on, observe_pods
-from trainguard.controller.lifecycle import clean_up, launch_due, resume, suspend, sweep
+from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.phases import JobPhase, PodPhase
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
 from trainguard.controller.status import JobStatus
@@ -49,14 +50,14 @@ def reconcile(job: TrainingJob, status: JobStatus, observed: Observed, now: floa
         _begin(cycle)
     if cycle.phase.is_terminal:
         observe_pods(cycle, decide_faults=False)
-        clean_up(cycle)
+        end_pods(cycle)
     elif job.spec.suspend:
         suspend(cycle)
     else:
         if cycle.phase is JobPhase.SUSPENDED:
             resume(cycle)
         _run(cycle)
-    sweep(cycle)
+    actuate(cycle)
     update_discovery(cycle)
     settle_phase(cycle)
     return _finish(cycle)
@@ -80,7 +81,7 @@ def _run(cycle: Cycle) -> None:
     if judged.result is not None:
         cycle.updates.update(completed_at=cycle.now, reason=judged.result.value, message=judged.reason)
         cycle.phase_to(_ENDS[judged.result], f"TrainingJob{judged.result.value}", judged.reason)
-        clean_up(cycle)
+        end_pods(cycle)
         return
     grow_back(cycle)
     launch_due(cycle)
@@ -111,10 +112,16 @@ def _wake_at(cycle: Cycle) -> float | None:
 
 
 def _finish(cycle: Cycle) -> ReconcileResult:
+    """The next status, and the actions with the status writes around them.
+
+    When this cycle decided something and acts on it, the decision is stored *before* the actions
+    (with the keys issued so far), and the keys of the actions *after* them: a controller that crashes
+    in between finds its decisions, and issues again whatever it had not yet recorded as issued.
+    """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
     counts = cycle.state.role_restarts
-    status = before.model_copy(
+    decided = before.model_copy(
         update={
             **cycle.updates,
             "phase": cycle.phase,
@@ -129,12 +136,17 @@ def _finish(cycle: Cycle) -> ReconcileResult:
             "pods": slots,
             "history": tuple(cycle.history),
             "policy_state": cycle.state.to_dict(),
-            "issued_keys": cycle.issued_keys(),
             "event_seq": cycle.event_seq,
         }
     )
-    actions = list(cycle.actions)
-    if status != before:
-        status = status.model_copy(update={"revision": before.revision + 1})
-        actions.append(WriteStatus(keys.status(cycle.job, status.revision), status))
-    return ReconcileResult(status, tuple(actions), _wake_at(cycle))
+    actions: list[Action] = []
+    stored = before
+    if decided != before and cycle.actions:
+        stored = decided.model_copy(update={"revision": before.revision + 1})
+        actions.append(WriteStatus(keys.status(cycle.job, stored.revision), stored))
+    actions.extend(cycle.actions)
+    final = decided.model_copy(update={"issued_keys": cycle.issued_keys(), "revision": stored.revision})
+    if final != stored:
+        final = final.model_copy(update={"revision": stored.revision + 1})
+        actions.append(WriteStatus(keys.status(cycle.job, final.revision), final))
+    return ReconcileResult(final, tuple(actions), _wake_at(cycle))

@@ -99,8 +99,6 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
 def _scale_in(cycle: Cycle, role: str, slots: list[PodStatus]) -> None:
     names = [slot.name for slot in reversed(slots)]
     for slot in reversed(slots):
-        if slot.phase.is_launched:
-            cycle.terminate(slot.name, slot.generation, "scale in")
         cycle.put(slot, phase=PodPhase.REMOVED, open_faults=(), message="scaled in", due_at=None)
     _record_scale(cycle, "scalein", role, names)
 

@@ -132,3 +132,43 @@ def test_random_fault_sequences_keep_every_invariant(job: Any, sequence: list[tu
         h.cluster.advance(5)
         check_step(h, h.status)
     assert h.status.phase in (JobPhase.RUNNING, *(p for p in JobPhase if p.is_terminal)), h.status.phase
+
+
+crashy_faults = st.one_of(
+    st.tuples(st.just("exit"), st.sampled_from(PODS), st.sampled_from([1, 101, 129, 137])),
+    st.tuples(st.sampled_from(["node_down", "evict", "hang"]), st.sampled_from(PODS)),
+    st.tuples(st.just("node_up"), st.integers(0, 5)),
+    st.tuples(st.just("scale"), st.integers(1, 5)),
+    st.tuples(st.just("wait"), st.sampled_from([0.5, 2.0, 30.0])),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=jobs(), sequence=st.lists(crashy_faults, min_size=1, max_size=15), data=st.data())
+def test_a_controller_that_crashes_anywhere_loses_and_duplicates_nothing(
+    job: Any, sequence: list[tuple[Any, ...]], data: st.DataObject
+) -> None:
+    """Each round may stop after any prefix of its actions; the next starts from the last stored status."""
+    h = Harness.start(job, nodes=7)
+
+    def round_() -> None:
+        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
+        cut = data.draw(st.integers(0, len(result.actions)), label="actions applied before the crash")
+        h.cluster.apply(h.job, result.actions[:cut])
+        h.status = h.cluster.stored or JobStatus()
+        check_limits(h, h.status)
+        assert not [e for e in h.cluster.errors if "already exists" in e.message]
+        assert "PodForceDeleted" not in [e.fault for e in h.status.history], "a deletion of ours was misread"
+
+    for fault in sequence:
+        inject(h, fault)
+        for _ in range(2):
+            h.cluster.progress()
+            round_()
+            h.cluster.advance(1)
+    for node in h.cluster.nodes:
+        h.cluster.node_up(node)
+    for _ in range(40):
+        h.cluster.advance(5)
+        h.step()
+    assert h.status.phase in (JobPhase.RUNNING, *(p for p in JobPhase if p.is_terminal)), h.status.phase

@@ -1,0 +1,83 @@
+"""From the status to actions: what must be done on the cluster so that it matches the status.
+
+Level-triggered: every action follows from the status (after this cycle's decisions) and the observation
+alone, and carries a key that names its intent, so an action already issued is not issued again, and one
+whose issue was lost (a controller that crashed before storing the status saying so) is issued again.
+
+- a launched slot whose incarnation was never seen and is not there: launch it;
+- a slot with more restarts in place than its agent has done: ask for the next one;
+- a pod of an older incarnation, of a slot left out (shrunk, scaled in, removed at the end), of a slot that
+  failed for good but still runs, or of no slot at all: remove it; after the end, under cleanPodPolicy All,
+  every pod.
+"""
+
+from __future__ import annotations
+
+from trainguard.api import CleanPodPolicy
+from trainguard.controller import keys
+from trainguard.controller.backend import EventType, LaunchPod, ObservedPhase, ObservedPod, RestartInPlace
+from trainguard.controller.cycle import Cycle
+from trainguard.controller.phases import PodPhase
+from trainguard.controller.status import PodStatus
+
+_STILL_RUNS = (ObservedPhase.PENDING, ObservedPhase.RUNNING, ObservedPhase.UNKNOWN)
+_WHY_LAUNCHED = {"restart": "restart", "scale": "scale out", "grow": "grow back", "resume": "resume"}
+
+
+def actuate(cycle: Cycle) -> None:
+    for slot in list(cycle.ordered_slots()):
+        pods = cycle.observed_pods(slot.name)
+        if slot.phase is PodPhase.PENDING and not slot.seen and not pods:
+            _launch(cycle, slot)
+        current = next((pod for pod in pods if pod.generation == slot.generation), None)
+        if current is not None and slot.phase.is_launched and slot.in_place_restarts:
+            _restart_in_place(cycle, slot, current)
+    for pod in cycle.observed.pods:
+        why = _unwanted(cycle, pod)
+        if why is not None:
+            node = cycle.node(pod.node)
+            cycle.terminate(pod.name, pod.generation, why, force=node is not None and not node.ready)
+
+
+def _launch(cycle: Cycle, slot: PodStatus) -> None:
+    reason = _WHY_LAUNCHED.get(slot.cause, "start")
+    action = LaunchPod(
+        key=keys.launch(cycle.job, slot.name, slot.generation, 0),
+        pod=slot.name,
+        role=slot.role,
+        index=slot.index,
+        generation=slot.generation,
+        restart_count=slot.restarts,
+        reason=reason,
+        avoid_nodes=slot.avoid_nodes,
+    )
+    if cycle.issue(action):
+        cycle.emit(EventType.NORMAL, "SuccessfulCreatePod", f"created pod {slot.name} ({reason})", slot.name)
+
+
+def _restart_in_place(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> None:
+    done = pod.agent.in_place_restarts if pod.agent is not None else 0
+    if done >= slot.in_place_restarts:
+        return
+    attempt = slot.in_place_restarts
+    key = keys.restart_in_place(cycle.job, slot.name, slot.generation, attempt)
+    reason = f"hang: restart in place {attempt} of this incarnation"
+    cycle.issue(RestartInPlace(key, slot.name, slot.generation, attempt, reason))
+
+
+def _unwanted(cycle: Cycle, pod: ObservedPod) -> str | None:
+    """Why ``pod`` has to go, or None if it may stay."""
+    slot = cycle.slots.get(pod.name)
+    if slot is None:
+        return "no pod slot of the job has this name"
+    if pod.generation < slot.generation:
+        return f"replaced by incarnation {slot.generation} ({slot.cause})"
+    if cycle.phase.is_terminal and cycle.job.spec.clean_pod_policy is CleanPodPolicy.ALL:
+        return "the job ended (cleanPodPolicy All)"
+    if pod.generation != slot.generation:
+        return None
+    if slot.phase in (PodPhase.SHRUNK, PodPhase.REMOVED):
+        return slot.message or f"pod slot is {slot.phase.value}"
+    if slot.phase is PodPhase.FAILED and pod.phase in _STILL_RUNS:
+        return f"failed for good: {slot.message}"
+    return None
