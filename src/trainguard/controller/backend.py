@@ -15,9 +15,11 @@ A backend does two things:
     happens twice. ``apply`` does not raise for an action that fails: the failure is reported, with the
     action's key, in ``Observed.errors``, and the controller decides what to do with it next time.
 
-Apply the actions in the order given: ``WriteStatus`` comes last, so a status is stored only after the
-actions it records as issued were accepted, and a controller that crashes in between issues them again
-under the same keys.
+Apply the actions in the order given. A batch that acts on new decisions starts with a ``WriteStatus``
+holding those decisions, and every batch ends with one holding the keys it issued: a controller that
+crashes in between finds its decisions stored (so it never mistakes a pod it removed for one that vanished)
+and issues again, under the same keys, whatever it had not recorded as issued. A ``WriteStatus`` that meets
+a newer stored status (another writer) should be refused, as a conflict, and reported in ``errors``.
 
 Pods are named ``<job>-<role>-<index>`` on every backend (``trainguard.api.pod_name``); a relaunch keeps the
 name and bumps the ``generation``, which the backend stores with the pod (a label on Kubernetes) and
@@ -183,7 +185,7 @@ class EmitEvent:
 
 @dataclass(frozen=True)
 class WriteStatus:
-    """Store the job's status (always the last action of a batch)."""
+    """Store the job's status (``status.revision`` grows by one with every write)."""
 
     key: str
     status: JobStatus

@@ -167,8 +167,18 @@ class Cycle:
         )
 
     def record(self, entry: HistoryEntry) -> int:
-        self.history.append(entry)
-        return len(self.history) - 1
+        """Append to the history; returns the entry's ``seq``."""
+        seq = self.history[-1].seq + 1 if self.history else 1
+        self.history.append(entry.model_copy(update={"seq": seq}))
+        return seq
+
+    def history_entry(self, seq: int) -> tuple[int, HistoryEntry] | None:
+        """The position and entry numbered ``seq``, if it is still kept."""
+        first = self.history[0].seq if self.history else 0
+        position = seq - first
+        if 0 <= position < len(self.history) and self.history[position].seq == seq:
+            return position, self.history[position]
+        return None
 
     def issued_keys(self) -> tuple[str, ...]:
         keys_ = tuple(self.issued)

@@ -281,11 +281,12 @@ def _fail(cycle: Cycle, slot: PodStatus, decision: Decision) -> None:
 def _close_faults(cycle: Cycle, slot: PodStatus, at: float) -> None:
     """The slot runs again: each fault it was recovering from is over once no other slot still waits on it."""
     cycle.put(slot, open_faults=())
-    for position in slot.open_faults:
-        if any(position in other.open_faults for other in cycle.slots.values()):
+    for seq in slot.open_faults:
+        if any(seq in other.open_faults for other in cycle.slots.values()):
             continue
-        entry = cycle.history[position]
-        if entry.recovered_at is None:
+        found = cycle.history_entry(seq)
+        if found is not None and found[1].recovered_at is None:
+            position, entry = found
             cycle.history[position] = entry.model_copy(
                 update={"recovered_at": at, "recovery_seconds": max(at - entry.at, 0.0)}
             )

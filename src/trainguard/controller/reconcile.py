@@ -2,7 +2,7 @@
 
     observed = backend.observe(job)
     result = reconcile(job, status, observed, now)
-    backend.apply(job, result.actions)        # WriteStatus last: the new status is stored
+    backend.apply(job, result.actions)        # in order: decisions stored, actions, issued keys stored
     ... call again by ``result.wake_at`` at the latest, or sooner when something changes
 
 It is a pure function of the job, the stored status, the observation and the time: it reads no clock and
@@ -25,7 +25,7 @@ from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.phases import JobPhase, PodPhase
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
-from trainguard.controller.status import JobStatus
+from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus
 from trainguard.policy import Outcome, check_deadline, outcome
 
 _ENDS = {
@@ -126,7 +126,7 @@ def _finish(cycle: Cycle) -> ReconcileResult:
             **cycle.updates,
             "phase": cycle.phase,
             "conditions": next_conditions(cycle),
-            "transitions": (*before.transitions, *cycle.transitions),
+            "transitions": (*before.transitions, *cycle.transitions)[-MAX_TRANSITIONS:],
             "restart_counts": {role: counts.get(role, 0) for role in cycle.job.spec.replica_specs},
             "replicas": {
                 role: sum(1 for s in slots if s.role == role and s.phase.is_member)
@@ -134,7 +134,7 @@ def _finish(cycle: Cycle) -> ReconcileResult:
             },
             "desired": dict(cycle.desired),
             "pods": slots,
-            "history": tuple(cycle.history),
+            "history": tuple(cycle.history[-MAX_HISTORY:]),
             "policy_state": cycle.state.to_dict(),
             "event_seq": cycle.event_seq,
         }

@@ -63,7 +63,7 @@ class PodStatus(_Model):
     avoid_nodes: tuple[str, ...] = ()
     #: The last progress time already given to the policy.
     progress_at: float | None = None
-    #: History entries (positions) of faults not yet recovered from.
+    #: History entries (their ``seq``) of faults not yet recovered from.
     open_faults: tuple[int, ...] = ()
     #: Why an elastic shrink left the slot out (a fault kind), for growing back.
     shrunk_for: str | None = None
@@ -80,6 +80,8 @@ class PodStatus(_Model):
 class HistoryEntry(_Model):
     """One fault with what was done about it, or one scaling step (POLICY.md §7)."""
 
+    #: Numbers entries over the job's life (the oldest are dropped past ``MAX_HISTORY``).
+    seq: int = 0
     at: float
     #: "fault", "scale", "scale-rejected", "grow", "shrink"
     kind: str
@@ -102,6 +104,7 @@ class HistoryEntry(_Model):
 class JobStatus(_Model):
     phase: JobPhase = JobPhase.PENDING
     conditions: tuple[Condition, ...] = ()
+    #: The latest phase changes (at most ``MAX_TRANSITIONS``).
     transitions: tuple[PhaseTransition, ...] = ()
     #: role -> restarts of the role's pods (what ``kubectl get`` shows per role).
     restart_counts: dict[str, int] = Field(default_factory=dict)
@@ -147,5 +150,8 @@ class JobStatus(_Model):
         return cls.model_validate(data)
 
 
+MAX_TRANSITIONS = 200
+#: History entries kept; older ones are dropped (events and logs keep the long story).
+MAX_HISTORY = 500
 #: Keys older than this many issues are forgotten; they belong to incarnations long replaced.
 MAX_ISSUED_KEYS = 2000
