@@ -99,3 +99,15 @@ def test_the_control_plane_killed_at_random_moments_loses_and_duplicates_nothing
     assert local.cli("chaos", "kill", "seed-launcher-0", "--exit-code", "0").code == 0
     view = local.wait_phase(job, "Succeeded")
     assert view["status"]["restartCounts"] == expected
+
+
+def test_a_delete_interrupted_by_a_kill_9_is_finished_by_the_next_control_plane(local: LocalRuntime) -> None:
+    job = local.submit(seed_job())
+    local.wait_running(job, 4)
+    assert local.cli("delete", job, "--no-wait").code == 0
+    local.kill_control_plane()
+    deadline = time.monotonic() + 30
+    while local.call("exists", job=job):  # the next command's control plane carries on
+        assert time.monotonic() < deadline, "the deleted job is still there"
+        time.sleep(0.1)
+    assert local.pod_processes() == {}

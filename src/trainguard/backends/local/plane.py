@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from trainguard.api import TrainingJob
 from trainguard.backends.local.backend import LocalBackend
 from trainguard.backends.local.home import Home
-from trainguard.backends.local.records import JobRecord
+from trainguard.backends.local.records import JobRecord, PodState
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
@@ -117,9 +117,9 @@ class ControlPlane:
             return True
         alive = any(row.alive for row in self.store.list_pods(record.name))
         finished = result.status.phase.is_terminal
+        # A live job is reconciled on every pass (a pass is at most TICK_SECONDS, sooner on any change, so
+        # result.wake_at is always met); an ended one without processes only now and then.
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0
-        if result.wake_at is not None and not finished:
-            self._next_look[record.name] = 0.0
         return alive or not finished
 
     # ---- deleting ----------------------------------------------------------------------------------
@@ -128,14 +128,18 @@ class ControlPlane:
         """Mark the job deleted and stop its pods; the loop forgets it once they are gone."""
         with self.lock:
             self.store.mark_job_deleted(record.name)
-            job = self.job_model(record)
-            for row in self.store.list_pods(record.name):
-                if job is not None and row.alive:
-                    self.runtime.terminate(job, row.name, row.launch, force=False)
+            self._finish_delete(record)
         self.waker.wake()
 
     def _finish_delete(self, record: JobRecord) -> bool:
         rows = self.runtime.refresh(record.name)
+        job = self.job_model(record)
+        for row in rows:  # again after a restart: the control plane may have died before stopping them all
+            if row.alive and row.state is not PodState.TERMINATING:
+                if job is None:
+                    self.runtime.kill_now(row)
+                else:
+                    self.runtime.terminate(job, row.name, row.launch, force=False)
         if any(row.alive for row in rows):
             return True
         self.store.forget_job(record.name)

@@ -63,6 +63,9 @@ class Service:
         with self.plane.lock:
             self._check_runnable(job, source)
             name = job.name
+            previous = self.store.get_job(name, include_deleted=True)
+            if previous is not None and previous.deleted:
+                raise RequestError(f"job {name!r} is still being deleted; try again in a moment", exit_code=1)
             uid = job.metadata.uid or str(uuid.uuid4())
             job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": uid})})
             record = JobRecord(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -92,7 +93,9 @@ class _Live:
 
     def show(self, view: dict[str, Any], events: list[dict[str, Any]]) -> None:
         self._blocks[view["metadata"]["name"]] = views.live_view(view, events, time.time())
-        text = "\n\n".join(self._blocks.values())
+        # Lines longer than the terminal would wrap, and the redraw would lose count of them.
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        text = "\n".join(line[:width] for line in "\n\n".join(self._blocks.values()).splitlines())
         if self._height:
             sys.stdout.write(f"\x1b[{self._height}F\x1b[J")
         sys.stdout.write(text + "\n")
