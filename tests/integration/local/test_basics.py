@@ -9,7 +9,7 @@ import time
 import pytest
 
 from .harness import LocalRuntime
-from .jobs import simple_job
+from .jobs import seed_job, simple_job
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +153,13 @@ def test_a_finished_job_is_removed_after_its_ttl(local: LocalRuntime) -> None:
         assert time.monotonic() < deadline, "the job outlived its ttlSecondsAfterFinished"
         time.sleep(0.1)
     assert not (local.home.logs_dir / "brief").exists()
+
+
+def test_run_nodes_packs_pods_onto_fewer_nodes_with_more_slots(local: LocalRuntime) -> None:
+    job = local.submit(seed_job(), "--nodes", "2")
+    view = local.wait_running(job, 4)
+    assert {p["node"] for p in view["status"]["pods"]} == {"node-0", "node-1"}
+    assert local.call("nodes") == [
+        {"name": "node-0", "slots": 3, "ready": True},
+        {"name": "node-1", "slots": 3, "ready": True},
+    ]
