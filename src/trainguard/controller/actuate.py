@@ -42,7 +42,7 @@ def actuate(cycle: Cycle) -> None:
 def _launch(cycle: Cycle, slot: PodStatus) -> None:
     reason = _WHY_LAUNCHED.get(slot.cause, "start")
     action = LaunchPod(
-        key=keys.launch(cycle.job, slot.name, slot.generation, 0),
+        key=keys.launch(cycle.job, slot.name, slot.generation),
         pod=slot.name,
         role=slot.role,
         index=slot.index,

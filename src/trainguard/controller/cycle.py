@@ -93,9 +93,6 @@ class Cycle:
         for role in self.job.spec.replica_specs:
             yield from self.role_slots(role)
 
-    def members(self, role: str) -> list[PodStatus]:
-        return [s for s in self.role_slots(role) if s.phase.is_member]
-
     def live(self) -> dict[str, int]:
         """role -> pods that are up or coming up (not finished, failed or left out)."""
         counts = dict.fromkeys(self.job.spec.replica_specs, 0)

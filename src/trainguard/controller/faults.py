@@ -1,9 +1,10 @@
 """Bringing the pod slots up to date with what the backend shows, and acting on every fault found.
 
 An observed pod counts only as its slot's current incarnation (same generation); older incarnations are
-already replaced and are just removed (``sweep``). So a fault is decided once: the decision moves the slot to a
-new generation (restart), to a restart in place (whose number the agent reports back), or to an end (failed,
-shrunk), and the same observation seen again no longer matches anything to decide.
+already replaced and are just removed (``actuate``). So a fault is decided once: the decision moves the slot
+to a new generation (restart), to a restart in place (whose number the agent reports back), or to an end
+(failed, shrunk), and the same observation seen again no longer matches anything to decide. Decisions only
+change the status; ``actuate`` derives the actions from it.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _observation(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Obse
 
 
 def _fault_of(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Fault | None:
-    launch_key = keys.launch(cycle.job, slot.name, slot.generation, 0)
+    launch_key = keys.launch(cycle.job, slot.name, slot.generation)
     error = next((e for e in cycle.observed.errors if e.key == launch_key), None)
     if pod is None and error is not None:
         fault = classify(Observation(slot.ref, cycle.now, "Failed", reason="StartTimeout"))
@@ -102,7 +103,7 @@ def _fault_of(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Fault |
     if pod is None and not slot.seen:
         return _start_timeout(cycle, slot)  # launched but not listed yet (eventually consistent)
     fault = classify(_observation(cycle, slot, pod))
-    if fault is None and pod is not None and pod.phase is not ObservedPhase.RUNNING:
+    if fault is None and pod is not None and pod.phase is ObservedPhase.PENDING:
         return _start_timeout(cycle, slot)
     return fault
 
@@ -273,8 +274,7 @@ def _shrink(cycle: Cycle, slot: PodStatus, decision: Decision) -> None:
 
 
 def _fail(cycle: Cycle, slot: PodStatus, decision: Decision) -> None:
-    """The pod failed for good. One that still runs (hung, on a lost node) is stopped; one that ended is kept
-    for its logs until cleanPodPolicy removes it."""
+    """The pod failed for good (``actuate`` stops it if it still runs; one that ended stays for its logs)."""
     cycle.put(slot, phase=PodPhase.FAILED, open_faults=(), message=decision.reason)
 
 

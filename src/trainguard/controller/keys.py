@@ -13,8 +13,8 @@ def job_key(job: TrainingJob) -> str:
     return job.metadata.uid or f"{job.metadata.namespace}/{job.metadata.name}"
 
 
-def launch(job: TrainingJob, pod: str, generation: int, attempt: int) -> str:
-    return f"{job_key(job)}/{pod}/g{generation}/launch{attempt}"
+def launch(job: TrainingJob, pod: str, generation: int) -> str:
+    return f"{job_key(job)}/{pod}/g{generation}/launch"
 
 
 def terminate(job: TrainingJob, pod: str, generation: int) -> str:

@@ -102,7 +102,8 @@ def _wake_at(cycle: Cycle) -> float | None:
     for slot in cycle.slots.values():
         if slot.phase is PodPhase.WAITING and slot.due_at is not None and slot.due_at > cycle.now:
             times.append(slot.due_at)
-        limit = cycle.job.spec.replica_specs[slot.role].restart_time_limit
+        spec = cycle.job.spec.replica_specs.get(slot.role)
+        limit = spec.restart_time_limit if spec is not None else None
         if slot.cause == "restart" and slot.phase in (PodPhase.PENDING, PodPhase.CREATING) and limit:
             times.append((slot.launched_at or cycle.now) + limit)
     started, limit = cycle.get("started_at"), cycle.job.spec.time_limit

@@ -92,6 +92,8 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
             cause=cause,
         )
         added.append(name)
+    # An index used before starts clean: whatever its earlier pod ended as does not count for the new one.
+    cycle.state = record_grown(cycle.state, [PodRef(role, cycle.slots[name].index) for name in added])
     if cause == "scale" and added:
         _record_scale(cycle, "scaleout", role, added)
 

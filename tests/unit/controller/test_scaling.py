@@ -112,3 +112,22 @@ def test_scaled_in_pods_are_terminated_once() -> None:
         h.tick()
     terminations = [a.pod for a in h.cluster.log if isinstance(a, TerminatePod)]
     assert sorted(terminations) == [f"{JOB}-trainer-1", f"{JOB}-trainer-2"]
+
+
+def test_an_index_scaled_away_after_failing_comes_back_clean() -> None:
+    job = make_job(
+        with_role(seed_spec(), "trainer", restartLimit=0, restartPolicy="OnFailure", failPolicy="All")
+    )
+    h = Harness.start(job)
+    h.running()
+    h.cluster.exit(f"{JOB}-trainer-2", 1)
+    h.run_until(lambda h: h.pod(f"{JOB}-trainer-2").phase is PodPhase.SHRUNK)
+    h.cluster.scale("trainer", 2)
+    h.run_until(
+        lambda h: h.status.phase is JobPhase.RUNNING and h.pod(f"{JOB}-trainer-2").phase is PodPhase.REMOVED
+    )
+    h.cluster.scale("trainer", 3)
+    h.run_until(
+        lambda h: h.status.phase is JobPhase.RUNNING and h.pod(f"{JOB}-trainer-2").phase is PodPhase.RUNNING
+    )
+    assert {"role": "trainer", "index": 2} not in h.status.policy_state["failedPods"]

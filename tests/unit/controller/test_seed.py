@@ -58,6 +58,8 @@ def test_launcher_exit_129_restarts_that_pod_only() -> None:
         "Pod",
     )
     assert entry.counters["roleRestarts"] == 1
+    warning = next(e for e in h.cluster.events() if e.reason == "Exited")
+    assert (warning.type.value, warning.pod, warning.message) == ("Warning", LAUNCHER, entry.reason)
     assert entry.recovery_seconds is not None
     assert entry.recovery_seconds > 0
 
