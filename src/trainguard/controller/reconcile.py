@@ -38,7 +38,7 @@ _ENDS = {
 @dataclass(frozen=True)
 class ReconcileResult:
     status: JobStatus
-    #: To apply in this order (a WriteStatus, when the status changed, is last).
+    #: To apply in this order: the decisions' WriteStatus (if any), the actions, the final WriteStatus.
     actions: tuple[Action, ...]
     #: Reconcile again by this time even if nothing changes (a backoff ends, a deadline passes), or None.
     wake_at: float | None
