@@ -132,7 +132,8 @@ def test_run_exits_1_when_the_job_times_out(local: LocalRuntime) -> None:
     result = local.cli_process("run", str(local.write_job(job)))
     assert result.code == 1
     assert "job slow Timeout" in result.out
-    assert local.pod_processes() == {}  # cleanPodPolicy Running: the pod was stopped
+    # cleanPodPolicy Running: the pod is stopped (right after the phase is stored).
+    local.wait("slow", lambda _: local.pod_processes() == {}, what="the pod stopped")
 
 
 def test_logs_follow_prints_until_the_job_ends(local: LocalRuntime) -> None:
