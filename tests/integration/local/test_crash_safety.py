@@ -92,9 +92,8 @@ def test_the_control_plane_killed_at_random_moments_loses_and_duplicates_nothing
     assert _faults(view) == sum(expected.values())
     assert view["status"]["replicas"]["trainer"] == trainers
     _no_duplicates(local)
-    assert set(local.pod_processes()) == {
-        p["name"] for p in view["status"]["pods"] if p["phase"] == "Running"
-    }
+    wanted = {p["name"] for p in view["status"]["pods"] if p["phase"] == "Running"}
+    local.wait(job, lambda _: set(local.pod_processes()) == wanted, what=f"exactly the processes of {wanted}")
 
     assert local.cli("chaos", "kill", "seed-launcher-0", "--exit-code", "0").code == 0
     view = local.wait_phase(job, "Succeeded")
