@@ -142,9 +142,10 @@ class ControlPlane:
                     self.runtime.terminate(job, row.name, row.launch, force=False)
         if any(row.alive for row in rows):
             return True
-        self.store.forget_job(record.name)
+        # Files first: once the job is gone from the store, a command may look and find nothing left.
         shutil.rmtree(self.home.job_dir(record.name), ignore_errors=True)
         shutil.rmtree(self.home.logs_dir / record.name, ignore_errors=True)
+        self.store.forget_job(record.name)
         self._next_look.pop(record.name, None)
         log.info("job %s deleted", record.name)
         return False
