@@ -10,6 +10,7 @@ The environment lets a runtime configure the agent without touching the command 
 | ``--grace SECONDS`` | ``TRAINGUARD_HANG_GRACE`` | 10 |
 | ``--report FILE`` | ``TRAINGUARD_REPORT_FILE`` | none |
 | ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
+| ``--control FILE`` | ``TRAINGUARD_CONTROL_FILE`` | none: see ``trainguard.agent.control`` |
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainguard.agent.control import ENV_CONTROL
 from trainguard.agent.report import default_termination_log
 from trainguard.api import HangSignal
 
@@ -45,6 +47,8 @@ class AgentConfig:
     grace: float = 10.0
     report_file: Path | None = None
     termination_log: Path | None = None
+    #: Where the runtime leaves requests for the agent (an exit code to end the pod with).
+    control_file: Path | None = None
     #: How often the agent looks at heartbeats (and, at most once a second, at the tree's CPU time).
     poll_interval: float = 0.25
 
@@ -59,6 +63,7 @@ class AgentConfig:
         grace: str | None = None,
         report: str | None = None,
         termination_log: str | None = None,
+        control: str | None = None,
         env: Mapping[str, str] = os.environ,
     ) -> AgentConfig:
         """Options win over the environment; raises ValueError naming the option or variable and the fix."""
@@ -72,6 +77,7 @@ class AgentConfig:
         grace_text, grace_name = _pick(grace, "--grace", env, ENV_GRACE)
         report_text, _ = _pick(report, "--report", env, ENV_REPORT)
         log_text, _ = _pick(termination_log, "--termination-log", env, ENV_TERMINATION_LOG)
+        control_text, _ = _pick(control, "--control", env, ENV_CONTROL)
         return cls(
             command=tuple(command),
             hang_timeout=None
@@ -82,6 +88,7 @@ class AgentConfig:
             grace=10.0 if grace_text is None else _seconds(grace_text, grace_name, positive=False),
             report_file=Path(report_text) if report_text else None,
             termination_log=Path(log_text) if log_text else default_termination_log(),
+            control_file=Path(control_text) if control_text else None,
         )
 
 

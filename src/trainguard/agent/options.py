@@ -11,9 +11,10 @@ DESCRIPTION = (
     "Run CMD and supervise it: relay its output, forward signals, pass its exit status through, reap its "
     "whole process tree and, with --hang-timeout, restart it in place when it hangs. Each option falls back "
     "to an environment variable (TRAINGUARD_HANG_TIMEOUT, TRAINGUARD_HANG_MAX_CONSECUTIVE, "
-    "TRAINGUARD_HANG_SIGNALS, TRAINGUARD_HANG_GRACE, TRAINGUARD_REPORT_FILE, TRAINGUARD_TERMINATION_LOG). "
+    "TRAINGUARD_HANG_SIGNALS, TRAINGUARD_HANG_GRACE, TRAINGUARD_REPORT_FILE, TRAINGUARD_TERMINATION_LOG, "
+    "TRAINGUARD_CONTROL_FILE). "
     "Exit status: CMD's (128+N when killed by signal N); 137 after giving up on a hang; 127/126 when CMD "
-    "cannot be found/run."
+    "cannot be found/run; N when the runtime asked for exit code N through --control."
 )
 
 
@@ -43,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write the final status here (default /dev/termination-log when it exists and is writable)",
     )
+    parser.add_argument(
+        "--control",
+        metavar="FILE",
+        help='requests from the runtime: {"exit_code": N} ends the pod with status N (chaos kill --exit-code)',
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
 
 
@@ -59,4 +65,5 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         grace=args.grace,
         report=args.report,
         termination_log=args.termination_log,
+        control=args.control,
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 from trainguard.agent import tree
 from trainguard.agent.command import Command
 from trainguard.agent.config import AgentConfig
+from trainguard.agent.control import take_exit_request
 from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.report import Reporter
@@ -42,6 +43,11 @@ _QUIET = {HangSignal.HEARTBEAT: "heartbeat", HangSignal.LOG: "output", HangSigna
 class _Hung:
     hang: Hang
     best_step: int | None
+
+
+@dataclass(frozen=True)
+class _ExitRequested:
+    exit_code: int
 
 
 class Agent:
@@ -95,6 +101,11 @@ class Agent:
                 return code
             reporter.event("started", pid=pid, attempt=self._attempt, command=list(self.config.command))
             hung = self._watch(command, heartbeats, reporter)
+            if isinstance(hung, _ExitRequested):
+                self._say(f"ending the pod with exit code {hung.exit_code}, as the runtime asked")
+                command.stop_tree(force=True)
+                self._final(reporter, pid, hung.exit_code, None, injected=True)
+                return hung.exit_code
             if hung is None:
                 command.stop_tree(force=False)  # whatever the command left behind
                 code, signame = tree.exit_code(command.status or 0)
@@ -130,8 +141,10 @@ class Agent:
                 exit_signal=signame,
             )
 
-    def _watch(self, command: Command, heartbeats: HeartbeatReader, reporter: Reporter) -> _Hung | None:
-        """Pump the command until it exits (None) or hangs."""
+    def _watch(
+        self, command: Command, heartbeats: HeartbeatReader, reporter: Reporter
+    ) -> _Hung | _ExitRequested | None:
+        """Pump the command until it exits (None), hangs, or the runtime asks for an exit code."""
         config = self.config
         started_at = self._clock()
         detector = HangDetector(
@@ -140,7 +153,7 @@ class Agent:
             started_at=started_at,
             baseline_step=self._streak.watermark,
         )
-        watching = config.hang_timeout is not None or reporter.enabled
+        watching = config.hang_timeout is not None or reporter.enabled or config.control_file is not None
         next_tick = next_cpu = started_at
         self._last_progress = None
         while True:
@@ -151,6 +164,12 @@ class Agent:
             if command.stopping or not watching or now < next_tick:
                 continue
             next_tick = now + config.poll_interval
+            if config.control_file is not None:
+                request = take_exit_request(config.control_file)
+                if isinstance(request, int):
+                    return _ExitRequested(request)
+                if request is not None:
+                    self._say(f"ignoring a request: {request}")
             beats = heartbeats.read()
             cpu: float | None = None
             if (
@@ -214,7 +233,13 @@ class Agent:
         self._last_progress = (now, key)
 
     def _final(
-        self, reporter: Reporter, pid: int | None, code: int, signame: str | None, oom: bool = False
+        self,
+        reporter: Reporter,
+        pid: int | None,
+        code: int,
+        signame: str | None,
+        oom: bool = False,
+        injected: bool = False,
     ) -> None:
         reporter.final(
             "exited",
@@ -224,6 +249,7 @@ class Agent:
             signal=signame,
             oom=oom,
             hang_restarts=self._hang_restarts,
+            **({"injected": True} if injected else {}),
         )
 
     def _say(self, message: str) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 from trainguard.api import TrainingJob
 
 
-def agent_argv(job: TrainingJob, role: str, report: Path, command: list[str]) -> list[str]:
+def agent_argv(
+    job: TrainingJob, role: str, report: Path, command: list[str], control: Path | None = None
+) -> list[str]:
     """Run ``command`` under the agent, with the job's hang settings (restarts in place when enabled).
 
     The agent has one grace period, for stopping a hung command and for a SIGTERM: the hang block's when
@@ -16,6 +18,8 @@ def agent_argv(job: TrainingJob, role: str, report: Path, command: list[str]) ->
     """
     hang = job.spec.hang
     options = ["--report", str(report)]
+    if control is not None:
+        options += ["--control", str(control)]
     if hang is not None and hang.enabled:
         options += [
             "--hang-timeout",

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import psutil
 
+from trainguard.agent.control import write_exit_request
 from trainguard.backends.local import processes
 from trainguard.backends.local.records import EventRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.runtime import Runtime
@@ -41,21 +42,22 @@ def _command_group(runtime: Runtime, row: PodRecord) -> int:
 
 
 def kill(runtime: Runtime, name: str, signum: int | None = None, exit_code: int | None = None) -> str:
-    """Kill the pod's training command (not its agent) with a signal, or make it end with ``exit_code``."""
+    """Kill the pod's training command (not its agent) with a signal, or make the pod end with ``exit_code``.
+
+    An exit code is asked of the pod's agent (``trainguard.agent.control``): it stops the command and exits
+    with that code itself, so the pod really ends with it, as its report and wait status both say.
+    """
     row, _ = running_pod(runtime, name)
     group = _command_group(runtime, row)
     if exit_code is not None:
-        # The command cannot be made to exit with a chosen code from outside; it is SIGKILLed and the exit
-        # code this launch reports is replaced by the one asked for.
-        runtime.store.update_pod(
-            replace(row, injected={"launch": row.launch, "exit_code": exit_code, "reason": "ChaosExitCode"})
-        )
-        signum = signal.SIGKILL
-    sig = signum if signum is not None else signal.SIGKILL
-    for target in (signal.SIGCONT, sig):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, target)
-    what = f"exit code {exit_code}" if exit_code is not None else signal.Signals(sig).name
+        write_exit_request(runtime.home.control_file(row.job, row.name), exit_code)
+        what = f"exit code {exit_code}"
+    else:
+        sig = signum if signum is not None else signal.SIGKILL
+        for target in (signal.SIGCONT, sig):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, target)
+        what = signal.Signals(sig).name
     _event(runtime, row, "ChaosKill", f"chaos: killed the command of {name} ({what})")
     return f"pod {name}: command killed ({what})"
 

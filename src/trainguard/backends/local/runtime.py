@@ -108,6 +108,8 @@ class Runtime:
         report = self.home.report_file(record.name, row.name, row.launch)
         report.unlink(missing_ok=True)  # a relaunch after a crash must not read a half-run's lines
         self.reports.forget(report)
+        control = self.home.control_file(record.name, row.name)
+        control.unlink(missing_ok=True)  # a request meant for an earlier launch
         replicas = {
             role: record.status.get("replicas", {}).get(role, spec.replicas)
             for role, spec in job.spec.replica_specs.items()
@@ -123,7 +125,7 @@ class Runtime:
         argv, cwd = argv_and_cwd(identity, env, record.workdir)
         log = self.home.pod_log(record.name, row.name)
         try:
-            started = processes.start(agent_argv(job, row.role, report, argv), env, cwd, log)
+            started = processes.start(agent_argv(job, row.role, report, argv, control), env, cwd, log)
         except OSError as error:
             message = f"cannot start {row.name}: {error.strerror or error} ({cwd})"
             self._event(row, "Warning", "FailedStart", message)
@@ -180,9 +182,7 @@ class Runtime:
             return replace(row, state=PodState.DELETED, finished_at=now, stop_deadline=None)
         report = self.report(row)
         code, sig, reason = _exit_of(report, returncode)
-        if row.injected.get("launch") == row.launch:  # chaos decided how this launch ends
-            if "exit_code" in row.injected:
-                code, sig = row.injected["exit_code"], None
+        if row.injected.get("launch") == row.launch:  # chaos decided why this launch ends (evicted)
             reason = row.injected.get("reason", reason)
         if code is None:  # no report and not our child: it vanished, as a force-deleted pod does
             return replace(
