@@ -1,0 +1,374 @@
+"""The discrete-event loop: faults happen to nodes and pods, the real controller (``controller.step``, the
+same call the local runtime makes) decides what to do, the simulated cluster does it, and the ledger
+records where the time went.
+
+When the controller runs:
+- at once when a fault becomes visible (a process exit, a hang report, a node seen NotReady, an eviction),
+  and when the controller asked to be woken (``wake_at``: a backoff ends, a start deadline, the job's limit);
+- after other changes it has not seen yet (pods placed, started, progress), batched over ``batch`` seconds
+  as a controller's watch would batch them;
+- when a repaired node gives a shrunk role room to grow back.
+
+The job trains while every pod of its current membership runs healthily. A fault stops it at once (the
+ranks of a synchronous job wait for the lost one); the job resumes ``restart_cost`` seconds after every live
+pod runs again (rendezvous, loading the checkpoint). When the controller grows a shrunk role back, the job
+saves a checkpoint and restarts with the larger world.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from trainguard.api import TrainingJob
+from trainguard.backends.sim.accounting import Cause, Segment
+from trainguard.backends.sim.cluster import SimCluster, SimPod
+from trainguard.backends.sim.failures import FailureKind
+from trainguard.controller import (
+    HistoryEntry,
+    JobPhase,
+    JobStatus,
+    ObservedPhase,
+    RestartInPlace,
+    TerminatePod,
+    step,
+)
+from trainguard.controller.phases import LIVE_PHASES, PodPhase
+
+#: What a process killed by the NCCL/c10d watchdog (SIGABRT) exits with.
+ABORT_EXIT_CODE = 134
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Costs and delays, in seconds."""
+
+    #: δ: writing one checkpoint.
+    checkpoint_cost: float
+    #: R: from every pod running again to training again (rendezvous, loading the checkpoint).
+    restart_cost: float
+    #: A lost node is seen NotReady after this long (Kubernetes' node-monitor-grace-period).
+    node_detect: float = 40.0
+    #: A process exit is seen after this long.
+    crash_detect: float = 1.0
+    #: Without hang detection, a stuck collective ends when the watchdog aborts it (PyTorch's NCCL default).
+    collective_timeout: float = 600.0
+    #: An evicted pod has this long to stop; the job saves on SIGTERM when its checkpoint fits in it.
+    grace: float = 30.0
+    #: A lost node comes back after this long.
+    repair: float = 24 * 3600.0
+    #: A node whose pod was evicted (drained for maintenance, or taken by a preemptor) is back after this.
+    maintenance: float = 2 * 3600.0
+    crash_exit_code: int = ABORT_EXIT_CODE
+    #: Changes that need no decision are handed to the controller at most this often.
+    batch: float = 1.0
+
+
+@dataclass
+class FaultRecord:
+    at: float
+    kind: FailureKind
+    node: str
+    #: The job's pod it hit, if any.
+    pod: str | None
+    detected_at: float | None = None
+
+
+@dataclass
+class Engine:
+    job: TrainingJob
+    cluster: SimCluster
+    timing: Timing
+    worker_role: str
+    status: JobStatus = field(default_factory=JobStatus)
+    #: Training segments so far, and time lost while not training, by cause.
+    segments: list[Segment] = field(default_factory=list)
+    down: dict[Cause, float] = field(default_factory=lambda: dict.fromkeys(Cause, 0.0))
+    #: (start, end, cause) of every stretch without training, merged when the cause stays the same.
+    down_spans: list[tuple[float, float, Cause]] = field(default_factory=list)
+    faults: list[FaultRecord] = field(default_factory=list)
+    #: Every history entry the controller wrote (its status keeps only the latest).
+    history: list[HistoryEntry] = field(default_factory=list)
+    reconciles: int = 0
+    #: When the job reached a terminal phase.
+    ended_at: float | None = None
+    _due_token: int = 0
+    _due_at: float | None = None
+    _last_reconcile: float = -math.inf
+    _seen_version: int = -1
+    _live: frozenset[str] = frozenset()
+    _live_workers: int = 0
+    _shrunk: bool = False
+    _history_seq: int = 0
+    _training_since: float | None = None
+    _members: frozenset[str] = frozenset()
+    _fraction: float = 1.0
+    _resume_token: int = 0
+    _resume_at: float | None = None
+    _saving_until: float = 0.0
+    #: Pods hit by a fault the controller has not dealt with yet: name -> generation.
+    _broken: dict[str, int] = field(default_factory=dict)
+    #: A fault was seen since the job last trained (the time down is recovery, not detection).
+    _recovering: bool = False
+    _trained: bool = False
+    _needs_progress: set[str] = field(default_factory=set)
+    _accounted_to: float = 0.0
+
+    @property
+    def now(self) -> float:
+        return self.cluster.now
+
+    @property
+    def asked_workers(self) -> int:
+        return self.job.spec.replica_specs[self.worker_role].replicas
+
+    @property
+    def training(self) -> bool:
+        return self._training_since is not None
+
+    # ---- running ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._accounted_to = self.now
+        self._request(self.now)
+
+    def run_until(self, until: float) -> None:
+        clock = self.cluster.clock
+        while (when := clock.next_time()) is not None and when <= until:
+            self._account(when)
+            clock.pop()()
+            self._after_event()
+        self._account(until)
+        clock.now = max(clock.now, until)
+
+    def finish(self) -> None:
+        """End the run now: a job still training keeps the work since its last checkpoint."""
+        self._account(self.now)
+        if self.training:
+            self._stop(graceful=True)
+
+    def _account(self, until: float) -> None:
+        elapsed = until - self._accounted_to
+        if elapsed > 0 and not self.training and not self._finished():
+            cause = self._down_cause()
+            self.down[cause] += elapsed
+            start = self._accounted_to
+            last = self.down_spans[-1] if self.down_spans else None
+            if last is not None and last[2] is cause and last[1] == start:
+                self.down_spans[-1] = (last[0], until, cause)
+            else:
+                self.down_spans.append((start, until, cause))
+        self._accounted_to = max(self._accounted_to, until)
+
+    def _finished(self) -> bool:
+        return self.status.phase is JobPhase.SUCCEEDED
+
+    def _down_cause(self) -> Cause:
+        if self.status.phase.is_terminal:
+            return Cause.JOB_FAILED
+        if self._accounted_to < self._saving_until:
+            return Cause.CHECKPOINTING
+        if any(name in self._live for name in self.cluster.unplaced()):
+            return Cause.WAITING_FOR_CAPACITY
+        if self._broken and not self._recovering:
+            return Cause.DETECTION
+        if not self._trained and not self._recovering:
+            return Cause.STARTUP
+        return Cause.RESTART
+
+    # ---- the controller ---------------------------------------------------------------------------
+
+    def _request(self, when: float) -> None:
+        """Reconcile at ``when`` (or earlier, if already asked for)."""
+        if self._due_at is not None and self._due_at <= when:
+            return
+        self._due_token += 1
+        token, self._due_at = self._due_token, when
+        self.cluster.clock.at(when, lambda: self._due(token))
+
+    def _due(self, token: int) -> None:
+        if token == self._due_token:
+            self._due_at = None
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        version = self.cluster.version
+        result = step(self.cluster, self.job, self.status, self.now)
+        self.status = result.status
+        self.reconciles += 1
+        self._seen_version = version
+        self._last_reconcile = self.now
+        for action in result.actions:
+            if isinstance(action, RestartInPlace | TerminatePod):
+                if self._broken.get(action.pod) == action.generation:
+                    del self._broken[action.pod]
+                if isinstance(action, RestartInPlace):
+                    self._needs_progress.add(action.pod)
+        self._take_status()
+        if result.wake_at is not None:
+            self._request(result.wake_at)
+
+    def _take_status(self) -> None:
+        pods = self.status.pods
+        self._live = frozenset(p.name for p in pods if p.phase in LIVE_PHASES)
+        self._live_workers = sum(1 for p in pods if p.role == self.worker_role and p.phase in LIVE_PHASES)
+        self._shrunk = any(p.phase is PodPhase.SHRUNK for p in pods)
+        for entry in self.status.history:
+            if entry.seq > self._history_seq:
+                self.history.append(entry)
+        if self.status.history:
+            self._history_seq = max(self._history_seq, self.status.history[-1].seq)
+
+    def _after_event(self) -> None:
+        if self.cluster.version != self._seen_version:
+            self._request(max(self.now, self._last_reconcile + self.timing.batch))
+        self._check()
+
+    # ---- the job: training, stopping, resuming ----------------------------------------------------------
+
+    def _fine(self, name: str) -> bool:
+        pod = self.cluster.pods.get(name)
+        return (
+            pod is not None
+            and pod.phase is ObservedPhase.RUNNING
+            and not (pod.agent is not None and pod.agent.hung)
+            and self._broken.get(name) != pod.generation
+        )
+
+    def _check(self) -> None:
+        if self.status.phase.is_terminal:
+            if self.ended_at is None:
+                self.ended_at = self.now
+            if self.training:
+                self._stop(graceful=self._finished())
+            self._cancel_resume()
+            return
+        if self.training:
+            if not all(self._fine(name) for name in self._members):
+                self._stop(graceful=False)
+            elif self._live != self._members and all(self._fine(name) for name in self._live):
+                self._stop(graceful=True)  # grown back: save, then restart with the larger world
+                self._saving_until = self.now + self.timing.checkpoint_cost
+                self.cluster.clock.at(self._saving_until, lambda: None)
+            else:
+                return
+        ready = bool(self._live) and all(self._fine(name) for name in self._live)
+        if ready and self._resume_at is None:
+            self._resume_token += 1
+            token = self._resume_token
+            self._resume_at = max(self.now, self._saving_until) + self.timing.restart_cost
+            self.cluster.clock.at(self._resume_at, lambda: self._resume(token))
+        elif not ready:
+            self._cancel_resume()
+
+    def _cancel_resume(self) -> None:
+        self._resume_token += 1
+        self._resume_at = None
+
+    def _resume(self, token: int) -> None:
+        if token != self._resume_token:
+            return
+        self._resume_at = None
+        self._training_since = self.now
+        self._members = self._live
+        self._fraction = min(self._live_workers / self.asked_workers, 1.0) if self.asked_workers else 1.0
+        self._trained, self._recovering = True, False
+        for name in sorted(self._needs_progress):
+            if name in self.cluster.pods:
+                self.cluster.report_progress(name)
+        self._needs_progress.clear()
+
+    def _stop(self, *, graceful: bool) -> None:
+        if self._training_since is not None:
+            self.segments.append(Segment(self._training_since, self.now, self._fraction, graceful))
+        self._training_since = None
+
+    # ---- faults ---------------------------------------------------------------------------------------
+
+    def fail(self, node: str, kind: FailureKind) -> None:
+        """``kind`` happens to ``node`` (and to the job's pod on it, if any) now."""
+        target = self.cluster.nodes[node]
+        if not target.alive:
+            return  # a node that is down cannot fail again
+        pod = self.cluster.pod_on(node)
+        if kind is FailureKind.NODE:
+            lost = FaultRecord(self.now, kind, node, pod.name if pod else None)
+            self.faults.append(lost)
+            self.cluster.node_lost(node)
+            if pod is not None:
+                self._break(pod)
+            self._later(self.timing.node_detect, lambda: self._seen_down(node, lost))
+            self._later(self.timing.repair, lambda: self._repair(node))
+            return
+        if pod is None or pod.phase is not ObservedPhase.RUNNING or pod.name in self._broken:
+            return  # no process to fail (or one already failing)
+        record = FaultRecord(self.now, kind, node, pod.name)
+        self.faults.append(record)
+        generation = pod.generation
+        if kind is FailureKind.EVICT:
+            self._evict(pod, record)
+            return
+        self._break(pod)
+        hang = self.job.spec.hang
+        if kind is FailureKind.HANG and hang is not None and hang.enabled:
+            self._later(hang.timeout_seconds, lambda: self._seen(pod.name, generation, record, "hang"))
+        elif kind is FailureKind.HANG:
+            delay = self.timing.collective_timeout + self.timing.crash_detect
+            self._later(delay, lambda: self._seen(pod.name, generation, record, "abort"))
+        else:
+            self._later(self.timing.crash_detect, lambda: self._seen(pod.name, generation, record, "crash"))
+
+    def _evict(self, pod: SimPod, record: FaultRecord) -> None:
+        """SIGTERM, then the grace period: the job saves on the way out when its checkpoint fits in it."""
+        saves = self.timing.checkpoint_cost <= self.timing.grace
+        if saves and self.training and pod.name in self._members:
+            self._stop(graceful=True)
+            self._saving_until = self.now + self.timing.checkpoint_cost
+        self._break(pod)
+        node = pod.node
+        if node is not None:
+            self.cluster.cordon(node)
+            self._later(self.timing.maintenance, lambda: self._uncordon(node))
+        delay = self.timing.checkpoint_cost if saves else self.timing.grace
+        self._later(delay, lambda: self._seen(pod.name, pod.generation, record, "evict"))
+
+    def _uncordon(self, node: str) -> None:
+        self.cluster.uncordon(node)
+        if self._shrunk:
+            self._request(self.now)
+
+    def _break(self, pod: SimPod) -> None:
+        self._broken[pod.name] = pod.generation
+
+    def _later(self, delay: float, action: Callable[[], None]) -> None:
+        self.cluster.clock.at(self.now + delay, action)
+
+    def _seen(self, name: str, generation: int, record: FaultRecord, how: str) -> None:
+        pod = self.cluster.pods.get(name)
+        if pod is None or pod.generation != generation or pod.phase is not ObservedPhase.RUNNING:
+            return  # replaced or ended meanwhile
+        if how == "hang":
+            self.cluster.hang(name)
+        elif how == "evict":
+            self.cluster.evict(name)
+        else:
+            self.cluster.exit(name, self.timing.crash_exit_code if how == "crash" else ABORT_EXIT_CODE)
+        self._detected(record)
+
+    def _seen_down(self, node: str, record: FaultRecord) -> None:
+        if self.cluster.nodes[node].alive:
+            return  # repaired before anyone noticed
+        self.cluster.node_down(node)
+        if record.pod is not None:
+            self._detected(record)
+
+    def _detected(self, record: FaultRecord) -> None:
+        record.detected_at = self.now
+        self._recovering = True
+        self._request(self.now)
+
+    def _repair(self, node: str) -> None:
+        self.cluster.node_up(node)
+        if self._shrunk:
+            self._request(self.now)
