@@ -17,7 +17,7 @@ from trainguard.backends.local import wire
 from trainguard.backends.local.home import ENV_HOME, Home
 
 #: Requests that change nothing, so they may be sent again to a restarted control plane.
-READ_ONLY = frozenset({"ping", "get", "events", "logs", "nodes", "exists"})
+READ_ONLY = frozenset({"ping", "get", "events", "logs", "nodes", "exists", "metrics"})
 #: How long a command waits for a control plane it started to answer.
 START_TIMEOUT_SECONDS = 30.0
 #: After this long without a control plane process holding the lock, starting it failed.

@@ -20,7 +20,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from trainguard.backends.local import wire
+from trainguard.backends.local import metrics, wire
 from trainguard.backends.local.clock import Clock
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.plane import ControlPlane
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGCHLD, on_child)
     plane.waker.wake_on_signals()
     plane.recover()
+    endpoint = metrics.serve(store, plane.stats)
+    plane.metrics = endpoint.to_dict()
     server = _listen(home)
     service = Service(plane, shutdown)
     threading.Thread(target=_accept_loop, args=(server, service, stop), daemon=True, name="api").start()
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         plane.run(stop, _idle_exit())
     finally:
         server.close()
+        endpoint.close()
         with contextlib.suppress(OSError):
             home.socket.unlink()
         if stop_pods.is_set():

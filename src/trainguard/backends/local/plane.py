@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable
 
 from pydantic import ValidationError
@@ -23,6 +24,7 @@ from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
 from trainguard.controller.loop import step
+from trainguard.controller.metrics import ControllerStats
 
 log = logging.getLogger("trainguard.local")
 
@@ -45,6 +47,10 @@ class ControlPlane:
         self.runtime = Runtime(home, store, clock, base_env)
         self.backend = LocalBackend(home, store, self.runtime, clock)
         self._next_look: dict[str, float] = {}
+        #: Reconcile latency, queue depth and errors, for the metrics endpoint.
+        self.stats = ControllerStats()
+        #: Where the metrics are served (set by the daemon; ``metrics.Endpoint.to_dict()``).
+        self.metrics: dict[str, object] = {"url": None, "problem": "metrics are not served"}
 
     def recover(self) -> None:
         """After a start: finish what a killed predecessor left half-done."""
@@ -85,12 +91,20 @@ class ControlPlane:
         """One pass over every job; True while any job is live or any pod process remains."""
         busy = False
         with self.lock:
-            for record in self.store.list_jobs(include_deleted=True):
+            records = self.store.list_jobs(include_deleted=True)
+            now = self.clock()
+            due = {r.name for r in records if r.deleted or self._next_look.get(r.name, 0.0) <= now}
+            self.stats.set_queue_depth(len(due))
+            for record in records:
+                started = time.monotonic()
                 try:
                     busy |= self._step_job(record)
                 except Exception:  # one broken job must not stop the others
                     log.exception("job %s: reconcile failed", record.name)
+                    self.stats.failed()
                     busy = True
+                if record.name in due:
+                    self.stats.observe(time.monotonic() - started)
         return busy
 
     def _step_job(self, record: JobRecord) -> bool:

@@ -196,6 +196,10 @@ class Service:
         self.plane.waker.wake()
         return message
 
+    def op_metrics(self) -> dict[str, object]:
+        """Where the Prometheus metrics are served: ``{"url": ..., "problem": ...}``."""
+        return self.plane.metrics
+
     def op_nodes(self) -> list[dict[str, Any]]:
         return [{"name": n.name, "slots": n.slots, "ready": n.ready} for n in self.store.list_nodes()]
 

@@ -1,0 +1,130 @@
+"""The local control plane's Prometheus endpoint: ``http://127.0.0.1:<port>/metrics``.
+
+It listens on the loopback interface only, on an ephemeral port unless ``TRAINGUARD_METRICS_PORT`` names
+one (``off`` serves nothing); ``TRAINGUARD_METRICS_ADDRESS`` binds elsewhere for whoever wants that.
+``trainguard metrics --url`` asks the control plane where it listens. A scrape reads every job's stored
+status at that moment (``trainguard.controller.metrics``), so counters survive control-plane restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from trainguard.backends.local.records import JobRecord
+from trainguard.backends.local.store import Store
+from trainguard.controller.metrics import (
+    ControllerStats,
+    Family,
+    JobSnapshot,
+    MetricType,
+    job_families,
+)
+from trainguard.controller.status import JobStatus
+
+log = logging.getLogger("trainguard.local")
+
+ENV_PORT = "TRAINGUARD_METRICS_PORT"
+ENV_ADDRESS = "TRAINGUARD_METRICS_ADDRESS"
+DEFAULT_ADDRESS = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the metrics are served, or why they are not (``url`` None, ``problem`` says why)."""
+
+    url: str | None
+    problem: str = ""
+    close: Callable[[], None] = lambda: None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "problem": self.problem}
+
+
+class StoreCollector(Collector):
+    """Reads the store at every scrape: the jobs' metrics from their status, and the loop's own figures."""
+
+    def __init__(self, store: Store, stats: ControllerStats) -> None:
+        self.store = store
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        snapshots = [snapshot(record) for record in self.store.list_jobs()]
+        for family in [*job_families(snapshots), *self.stats.families()]:
+            yield to_prometheus(family)
+
+
+def snapshot(record: JobRecord) -> JobSnapshot:
+    metadata = record.spec.get("metadata", {})
+    roles = tuple(record.spec.get("spec", {}).get("replicaSpecs", {}))
+    return JobSnapshot(
+        namespace=str(metadata.get("namespace") or "default"),
+        name=record.name,
+        roles=roles,
+        status=JobStatus.from_dict(record.status),
+    )
+
+
+def to_prometheus(family: Family) -> Metric:
+    spec = family.spec
+    labels = list(spec.labels)
+    if spec.type is MetricType.HISTOGRAM:
+        histogram = HistogramMetricFamily(spec.name, spec.help, labels=labels)
+        for sample in family.histograms:
+            buckets = [(_le(bound), float(n)) for bound, n in zip(spec.buckets, sample.counts, strict=True)]
+            buckets.append(("+Inf", float(sample.count)))
+            histogram.add_metric(list(sample.labels), buckets, sample.sum)
+        return histogram
+    metric: CounterMetricFamily | GaugeMetricFamily
+    if spec.type is MetricType.COUNTER:
+        metric = CounterMetricFamily(spec.name, spec.help, labels=labels)
+    else:
+        metric = GaugeMetricFamily(spec.name, spec.help, labels=labels)
+    for value in family.samples:
+        metric.add_metric(list(value.labels), value.value)
+    return metric
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def serve(store: Store, stats: ControllerStats, environ: dict[str, str] | None = None) -> Endpoint:
+    """Start the endpoint in a thread of this process; a port that cannot be had is logged, not fatal."""
+    env = os.environ if environ is None else environ
+    wanted = env.get(ENV_PORT, "").strip()
+    if wanted.lower() == "off":
+        return Endpoint(None, f"metrics are off ({ENV_PORT}=off)")
+    try:
+        port = int(wanted) if wanted else 0
+        if not 0 <= port <= 65535:
+            raise ValueError
+    except ValueError:
+        return Endpoint(None, f"{ENV_PORT}={wanted!r} is not a port number (0-65535, or off)")
+    address = env.get(ENV_ADDRESS, "").strip() or DEFAULT_ADDRESS
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, stats))
+    ProcessCollector(registry=registry)
+    try:
+        server, _ = start_http_server(port, addr=address, registry=registry)
+    except OSError as error:
+        problem = f"cannot serve metrics on {address}:{port}: {error.strerror or error}"
+        log.error("%s; set %s to a free port", problem, ENV_PORT)
+        return Endpoint(None, problem)
+    host = f"[{address}]" if ":" in address else address
+    url = f"http://{host}:{server.server_port}/metrics"
+    log.info("metrics at %s", url)
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return Endpoint(url, close=close)
