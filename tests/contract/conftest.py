@@ -16,15 +16,18 @@ from trainguard.backends.local.home import ENV_HOME
 from .driver import Driver
 from .fake_driver import FakeDriver
 from .local_driver import LocalDriver
+from .sim_driver import SimDriver
 
 
-@pytest.fixture(params=["fake", pytest.param("local", marks=pytest.mark.integration)])
+@pytest.fixture(params=["fake", "sim", pytest.param("local", marks=pytest.mark.integration)])
 def driver(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Driver]:
     chosen: Driver
     if request.param == "fake":
         chosen = FakeDriver()
+    elif request.param == "sim":
+        chosen = SimDriver()
     else:
         runtime = LocalRuntime(tmp_path)
         monkeypatch.setenv(ENV_HOME, str(runtime.home.root))

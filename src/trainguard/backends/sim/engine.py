@@ -284,6 +284,44 @@ class Engine:
             self.segments.append(Segment(self._training_since, self.now, self._fraction, graceful))
         self._training_since = None
 
+    # ---- what a user or an operator does (seen at once) ------------------------------------------------
+
+    def exit_pod(self, name: str, code: int) -> None:
+        """The pod's process ends with ``code`` (0: it succeeded)."""
+        if code != 0:
+            self._break(self.cluster.pods[name])
+        self.cluster.exit(name, code)
+        self._noticed(failure=code != 0)
+
+    def evict_pod(self, name: str) -> None:
+        self._break(self.cluster.pods[name])
+        self.cluster.evict(name)
+        self._noticed()
+
+    def force_delete(self, name: str) -> None:
+        self.cluster.force_delete(name)
+        self._noticed()
+
+    def node_down(self, node: str) -> None:
+        pod = self.cluster.pod_on(node)
+        if pod is not None:
+            self._break(pod)
+        self.cluster.node_down(node)
+        self._noticed(failure=pod is not None)
+
+    def node_up(self, node: str) -> None:
+        self.cluster.node_up(node)
+        self._noticed(failure=False)
+
+    def scale(self, role: str, replicas: int) -> None:
+        self.cluster.scale(role, replicas)
+        self._noticed(failure=False)
+
+    def _noticed(self, *, failure: bool = True) -> None:
+        self._recovering = self._recovering or failure
+        self._request(self.now)
+        self._after_event()
+
     # ---- faults ---------------------------------------------------------------------------------------
 
     def fail(self, node: str, kind: FailureKind) -> None:
