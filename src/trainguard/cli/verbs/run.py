@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from typing import Any
 
 from trainguard.backends.local import views
 from trainguard.cli.errors import CliError
+from trainguard.cli.progress import Progress
 from trainguard.cli.verbs._local import add_overlay, call, load
 
 #: How often the follower asks for the job's state.
@@ -85,25 +85,16 @@ def follow(names: list[str], live: bool) -> int:
 
 
 class _Live:
-    """Redraws one block per job in place (ANSI cursor movement)."""
+    """Redraws one block per job in place (``trainguard.cli.progress``)."""
 
     def __init__(self) -> None:
-        self._blocks: dict[str, str] = {}
-        self._height = 0
+        self._progress = Progress(live=True, show_elapsed=False)
 
     def show(self, view: dict[str, Any], events: list[dict[str, Any]]) -> None:
-        self._blocks[view["metadata"]["name"]] = views.live_view(view, events, time.time())
-        # Lines longer than the terminal would wrap, and the redraw would lose count of them.
-        width = max(20, shutil.get_terminal_size().columns - 1)
-        text = "\n".join(line[:width] for line in "\n\n".join(self._blocks.values()).splitlines())
-        if self._height:
-            sys.stdout.write(f"\x1b[{self._height}F\x1b[J")
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-        self._height = text.count("\n") + 1
+        self._progress.update(views.live_view(view, events, time.time()), key=view["metadata"]["name"])
 
     def close(self) -> None:
-        self._height = 0
+        self._progress.close()
 
 
 class _Plain:
