@@ -81,11 +81,18 @@ def run(args: argparse.Namespace) -> int:
     draw(timeline, output)
     if args.data:
         _write(Path(args.data), json.dumps(timeline.to_dict(), indent=2) + "\n")
-    print(
-        f"wrote {output} ({len(timeline.lanes)} pods, {len(timeline.faults)} faults, "
-        f"{len(timeline.scale_steps)} scaling steps, {timeline.end - timeline.start:.0f} s)"
-    )
+    print(f"wrote {output} ({_counts(timeline)}, {timeline.end - timeline.start:.0f} s)")
     return 0
+
+
+def _counts(timeline: Timeline) -> str:
+    """``3 pods, 1 fault, 2 scaling steps``."""
+    counts = (
+        (len(timeline.lanes), "pod"),
+        (len(timeline.faults), "fault"),
+        (len(timeline.scale_steps), "scaling step"),
+    )
+    return ", ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts)
 
 
 def _from_file(path: Path) -> Timeline:
@@ -169,8 +176,7 @@ def draw(timeline: Timeline, output: Path) -> None:
     axes.set_xlim(0, max(timeline.end - start, 1.0) * 1.02)
     axes.set_xlabel("seconds since the job started")
     axes.grid(axis="x", color="#eeeeee")
-    faults, steps = len(timeline.faults), len(timeline.scale_steps)
-    axes.set_title(f"job {timeline.job}: {faults} faults, {steps} scaling steps", loc="left")
+    axes.set_title(f"job {timeline.job}: {_counts(timeline)}", loc="left")
     seen_states = {s.state for lane in lanes for s in lane.segments}
     seen_phases = {s.state for s in timeline.phases}
     handles = [Patch(color=c, label=f"pod {s}") for s, c in STATE_COLOURS.items() if s in seen_states]
