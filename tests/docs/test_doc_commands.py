@@ -1,0 +1,151 @@
+"""The commands in the docs run, as shown, so the pages cannot rot.
+
+Each page's ```console blocks are run in order, in a fresh directory with its own TRAINGUARD_HOME: a line
+``$ CMD`` is a command (run by bash, with this virtualenv's ``trainguard`` and ``python3`` on PATH), and the
+lines after it, up to the next ``$ ``, are its output. Every command must exit 0. Output is compared with
+runs of spaces collapsed, and ``...`` stands for any text (a whole line of ``...``: any lines). A command
+that only looks (get, describe, logs, events, metrics, plot) is run again until its output matches, within a
+deadline: the runtime is eventually consistent, as a reader who runs it twice finds out. Files the commands
+need are the page's ```yaml blocks whose first line is a comment naming the file (``# hello.yaml``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainguard.backends.local.client import Client, ClientError, control_plane_pid
+from trainguard.backends.local.home import ENV_HOME, Home
+
+pytestmark = pytest.mark.integration
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+#: The pages whose commands this test keeps true.
+PAGES = ("quickstart.md", "metrics.md")
+#: Verbs that change nothing: run again until their output matches.
+LOOKING = frozenset({"get", "describe", "logs", "events", "metrics", "plot"})
+#: How long a looking command may take to show what the page says.
+SETTLE_SECONDS = 45.0
+_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
+_FILE = re.compile(r"#\s*([\w.-]+\.ya?ml)\b")
+
+
+@dataclass(frozen=True)
+class Step:
+    command: str
+    expected: str
+
+    @property
+    def looking(self) -> bool:
+        words = shlex.split(self.command.split("|")[0])
+        words = [w for w in words if "=" not in w or w.startswith("-")]  # VAR=value prefixes
+        return len(words) > 1 and words[0] == "trainguard" and words[1] in LOOKING
+
+
+def blocks(page: str, kind: str) -> list[str]:
+    return [body for found, body in _BLOCK.findall((DOCS / page).read_text()) if found == kind]
+
+
+def steps(page: str) -> list[Step]:
+    found = []
+    for block in blocks(page, "console"):
+        for chunk in ("\n" + block).split("\n$ ")[1:]:
+            command, _, output = chunk.partition("\n")
+            found.append(Step(command.strip(), output))
+    return found
+
+
+def files(page: str) -> dict[str, str]:
+    named = {}
+    for block in blocks(page, "yaml"):
+        first = block.splitlines()[0] if block.strip() else ""
+        match = _FILE.match(first)
+        if match:
+            named[match.group(1)] = block
+    return named
+
+
+def matches(expected: str, actual: str) -> bool:
+    def squeeze(text: str) -> str:
+        return "\n".join(re.sub(r"[ \t]+", " ", line).strip() for line in text.strip().splitlines())
+
+    parts = [re.escape(part) for part in squeeze(expected).split("...")]
+    return re.fullmatch(".*?".join(parts), squeeze(actual), re.DOTALL) is not None
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_page_has_commands(page: str) -> None:
+    assert len(steps(page)) >= 5
+    assert all(step.command.startswith(("trainguard", "TRAINGUARD_")) for step in steps(page))
+
+
+@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.timeout(240)
+def test_the_commands_of_the_page_run_as_shown(page: str, tmp_path: Path) -> None:
+    for name, text in files(page).items():
+        (tmp_path / name).write_text(text)
+    home = Home(tmp_path / "home")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        ENV_HOME: str(home.root),
+        "TRAINGUARD_IDLE_EXIT": "120",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "COLUMNS": "200",
+    }
+    env.pop("TRAINGUARD_METRICS_PORT", None)
+    try:
+        for step in steps(page):
+            _run(step, tmp_path, env)
+    finally:
+        _stop(home)
+
+
+def _run(step: Step, cwd: Path, env: dict[str, str]) -> None:
+    deadline = time.monotonic() + (SETTLE_SECONDS if step.looking else 0)
+    while True:
+        done = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", step.command],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode == 0 and matches(step.expected, done.stdout):
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"$ {step.command}\nexit {done.returncode}\n--- expected\n{step.expected}--- got\n"
+                f"{done.stdout}{done.stderr}"
+            )
+        time.sleep(0.5)
+
+
+def _stop(home: Home) -> None:
+    """Shut the page's control plane down with its pods; nothing of the home may be left running."""
+    pid = control_plane_pid(home)
+    if pid is None:
+        return
+    with contextlib.suppress(ClientError, OSError), Client(home, start=False) as client:
+        client.call("shutdown", stop_pods=True)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait(timeout=15)
+
+
+def test_ellipsis_matching() -> None:
+    assert matches("job hello: Running (...) - worker 2/2\n", "job hello: Running (4s) - worker 2/2\n")
+    assert matches("a\n...\nz\n", "a\nb\nc\nz\n")
+    assert matches("POD   ROLE\n", "POD ROLE\n")
+    assert not matches("restarts worker=1\n", "restarts worker=0\n")
+    assert not matches("a\n", "a\nb\n")
