@@ -2,7 +2,8 @@
 
 Goodput against the interval is flat near its top, so the highest simulated point wanders with the luck of
 where faults fell. The lost share of time has the shape a/τ + b·τ + c (checkpoints, rework, the rest); a
-least-squares fit of that shape over τ*/4..4τ* puts the optimum at √(a/b), which is far steadier.
+least-squares fit of that shape over τ*/4..4τ* (τ* for the MTBF the run saw) puts the optimum at √(a/b),
+which is far steadier. A fit whose optimum falls outside that range gives way to the highest point.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ POINTS = 41
 
 
 def fitted_best_interval(result: RunResult) -> float:
-    star = result.config.young_daly
-    points = result.curve(star / SPAN, star * SPAN, POINTS)
+    center = result.search_center()
+    points = result.curve(center / SPAN, center * SPAN, POINTS)
     coefficients = _least_squares([(1 / tau, tau, 1.0) for tau, _ in points], [1 - g for _, g in points])
-    if coefficients is None or coefficients[0] <= 0 or coefficients[1] <= 0:
-        return result.best_interval()[0]
-    a, b, _ = coefficients
-    return math.sqrt(a / b)
+    if coefficients is not None and coefficients[0] > 0 and coefficients[1] > 0:
+        best = math.sqrt(coefficients[0] / coefficients[1])
+        if center / SPAN <= best <= center * SPAN:
+            return best
+    return result.best_interval()[0]
 
 
 def _least_squares(rows: Sequence[tuple[float, float, float]], values: Sequence[float]) -> list[float] | None:

@@ -83,7 +83,8 @@ def goodput_vs_interval(result: RunResult, path: Path) -> Path:
     plt = _pyplot()
     config = result.config
     star = config.young_daly
-    points = result.curve(star / 8, star * 8, 121)
+    center = result.search_center()
+    points = result.curve(min(star, center) / 8, max(star, center) * 8, 121)
     taus = [tau for tau, _ in points]
     figure, axes = plt.subplots(figsize=(7, 4.5))
     axes.plot(taus, [g for _, g in points], label="simulated", color=TRAINING)

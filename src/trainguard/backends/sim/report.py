@@ -94,7 +94,7 @@ def text(result: RunResult, rows: Sequence[Row] = (), plots: Sequence[str] = ())
     chosen = "Young/Daly's" if config.interval is None else "--interval-s"
     lines = [
         f"job {result.job.name}: {config.gpus} GPUs on {config.nodes} nodes of {config.gpus_per_node} "
-        f"(+{config.spares} spare), {config.days:g} days"
+        f"(+{config.spares} spare), {config.days:g} {'day' if config.days == 1 else 'days'}"
         + (" replaying a trace" if config.trace is not None else f", seed {config.seed}"),
         f"  node MTBF {config.mtbf_hours:g} h -> job MTBF {config.job_mtbf / HOUR:.2f} h; "
         f"{sum(counts.values())} interruptions ({kinds})",

@@ -99,7 +99,8 @@ class SimConfig:
 
     @property
     def chosen_interval(self) -> float:
-        return self.interval if self.interval is not None else self.young_daly
+        """The interval asked for, else τ* (at least a second: with free checkpoints, checkpoint often)."""
+        return self.interval if self.interval is not None else max(self.young_daly, 1.0)
 
     def timing(self) -> Timing:
         return Timing(
@@ -145,10 +146,16 @@ class RunResult:
         grid = log_grid(low, high, points)
         return goodput_curve(self.segments, self.down, self.wall, grid, self.config.checkpoint_cost)
 
+    def search_center(self) -> float:
+        """Where to look for the best interval: τ* for the MTBF this run saw (a trace has its own)."""
+        hits = sum(self.interruptions().values())
+        mtbf = self.wall / hits if hits else self.config.job_mtbf
+        return max(young_daly_interval(self.config.checkpoint_cost, mtbf), 1.0)
+
     def best_interval(self) -> tuple[float, float]:
         """The interval with the highest goodput on this run's faults, and that goodput."""
-        star = self.config.young_daly
-        points = self.curve(star / SEARCH_SPAN, star * SEARCH_SPAN, SEARCH_POINTS)
+        center = self.search_center()
+        points = self.curve(center / SEARCH_SPAN, center * SEARCH_SPAN, SEARCH_POINTS)
         return max(points, key=lambda point: point[1])
 
     def interruptions(self) -> Counter[str]:
