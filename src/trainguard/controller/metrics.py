@@ -21,8 +21,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from trainguard.api import RestartScope
 from trainguard.controller.phases import JobPhase, PodPhase
 from trainguard.controller.status import HistoryEntry, JobStatus
+from trainguard.policy.types import FaultKind
 
 
 class MetricType(str, Enum):
@@ -163,6 +165,21 @@ JOB_METRICS = (JOBS, JOB_PHASE, PODS, FAULTS, RESTARTS, HANGS, SCALE_EVENTS, REC
 CONTROLLER_METRICS = (RECONCILE, QUEUE_DEPTH, RECONCILE_ERRORS)
 
 _RESTART_ACTIONS = frozenset({"restart", "restart-in-place"})
+#: Faults of a pod (a Deadline is the job's): the kinds every role's series start with, at 0.
+POD_FAULTS = tuple(kind.value for kind in FaultKind if kind is not FaultKind.DEADLINE)
+#: (action, scope, counted) of the restarts the policy can decide.
+_RESTARTS = (
+    *(("restart", scope.value, counted) for scope in RestartScope for counted in ("true", "false")),
+    ("restart-in-place", "Pod", "false"),
+)
+#: (operation, cause) of the scaling steps the controller records.
+_SCALINGS = (
+    ("scaleout", "request"),
+    ("scalein", "request"),
+    ("rejected", "request"),
+    ("scalein", "shrink"),
+    ("scaleout", "grow"),
+)
 
 
 def job_families(jobs: Iterable[JobSnapshot]) -> list[Family]:
@@ -190,10 +207,18 @@ def _add_job(
     for role in job.roles:
         samples[PODS] += [Sample((*key, role, p.value), pods[(role, p)]) for p in PodPhase]
 
+    # Every series a job can have exists from its first scrape, at 0: Prometheus' increase() and rate()
+    # cannot see the first event of a series that appears with it.
     tallies: dict[MetricSpec, Counter[tuple[str, ...]]] = {
-        spec: Counter() for spec in (FAULTS, RESTARTS, HANGS, SCALE_EVENTS)
+        FAULTS: Counter({(role, kind): 0 for role in job.roles for kind in POD_FAULTS}),
+        RESTARTS: Counter({(role, *restart): 0 for role in job.roles for restart in _RESTARTS}),
+        HANGS: Counter({(role,): 0 for role in job.roles}),
+        SCALE_EVENTS: Counter({(role, *scaling): 0 for role in job.roles for scaling in _SCALINGS}),
     }
-    lost: dict[tuple[str, ...], float] = {}
+    for role in job.roles:
+        for kind in POD_FAULTS:
+            recoveries.setdefault((*key, role, kind), [])
+    lost: dict[tuple[str, ...], float] = dict.fromkeys(((kind,) for kind in POD_FAULTS), 0.0)
     recovering = 0
     for entry in status.history:
         role = entry_role(entry, job)

@@ -68,7 +68,7 @@ def test_a_scrape_reads_the_stored_status_in_prometheus_text(store: Store) -> No
     assert samples[("trainguard_jobs", labels(phase="Running"))] == 1
     assert samples[("trainguard_controller_reconcile_duration_seconds_count", ())] == 1
     assert samples[("trainguard_controller_reconcile_duration_seconds_bucket", labels(le="0.0025"))] == 1
-    recovery = [key for key in samples if key[0] == "trainguard_fault_recovery_seconds_count"]
+    recovery = [k for k, v in samples.items() if k[0] == "trainguard_fault_recovery_seconds_count" and v]
     assert len(recovery) == 3
     assert "# TYPE trainguard_faults_total counter" in text
     assert "# TYPE trainguard_fault_recovery_seconds histogram" in text

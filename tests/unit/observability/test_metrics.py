@@ -74,14 +74,14 @@ def test_recovery_histogram_and_time_lost_are_the_recovery_seconds_of_the_histor
     faults = [e for e in night.status.history if e.kind == "fault"]
     assert all(e.recovery_seconds is not None for e in faults)
     (recovery,) = [f for f in families if f.spec.name == "trainguard_fault_recovery_seconds"]
-    by_kind = {sample.labels[3]: sample for sample in recovery.histograms}
+    by_kind = {sample.labels[3]: sample for sample in recovery.histograms if sample.count}
     assert set(by_kind) == {"Exited", "Hang", "PodForceDeleted"}
     for entry in faults:
         sample = by_kind[str(entry.fault)]
         assert sample.count == 1
         assert sample.sum == entry.recovery_seconds
         assert sample.counts == tuple(int(entry.recovery_seconds <= b) for b in RECOVERY_BUCKETS)
-    lost = values(families, "trainguard_job_time_lost_seconds_total")
+    lost = nonzero(families, "trainguard_job_time_lost_seconds_total")
     assert lost == {(*KEY, str(e.fault)): e.recovery_seconds for e in faults}
 
 
@@ -111,8 +111,28 @@ def test_an_unrecovered_fault_is_recovering_and_adds_no_time_yet() -> None:
     h.step()
     families = job_families([snapshot(h.status)])
     assert values(families, "trainguard_job_faults_recovering") == {KEY: 1}
-    assert values(families, "trainguard_job_time_lost_seconds_total") == {}
+    assert nonzero(families, "trainguard_job_time_lost_seconds_total") == {}
     assert nonzero(families, "trainguard_restarts_total") == {(*KEY, "trainer", "restart", "Pod", "true"): 1}
+
+
+def test_a_new_job_has_every_series_at_zero_so_that_increase_sees_the_first_fault() -> None:
+    families = job_families([snapshot(JobStatus())])
+    faults = values(families, "trainguard_faults_total")
+    assert len(faults) == 2 * 7
+    assert set(faults.values()) == {0}
+    assert (*KEY, "trainer", "PodForceDeleted") in faults
+    restarts = values(families, "trainguard_restarts_total")
+    assert (*KEY, "launcher", "restart", "All", "true") in restarts
+    assert (*KEY, "launcher", "restart-in-place", "Pod", "false") in restarts
+    assert values(families, "trainguard_hang_detections_total") == {
+        (*KEY, "launcher"): 0,
+        (*KEY, "trainer"): 0,
+    }
+    assert len(values(families, "trainguard_scale_events_total")) == 2 * 5
+    (recovery,) = [f for f in families if f.spec.name == "trainguard_fault_recovery_seconds"]
+    assert len(recovery.histograms) == 2 * 7
+    assert all(h.count == 0 and set(h.counts) == {0} for h in recovery.histograms)
+    assert len(values(families, "trainguard_job_time_lost_seconds_total")) == 7
 
 
 def test_jobs_by_phase_count_every_job_and_list_every_phase() -> None:
