@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from trainguard.controller.metrics import CONTROLLER_METRICS, JOB_METRICS, MetricType
 
@@ -58,3 +63,20 @@ def test_panels_fit_the_grid_with_unique_ids_and_the_variables_are_used() -> Non
     assert variables == {"datasource", "namespace", "trainingjob"}
     job_queries = [e for e in exprs(dashboard) if "controller" not in e and "trainguard_jobs" not in e]
     assert all('trainingjob=~"$trainingjob"' in e for e in job_queries)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Prometheus) is not installed")
+def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses every query as a recording rule (Grafana's variables filled in)."""
+    fill = {"$__rate_interval": "1m", "$namespace": ".*", "$trainingjob": ".*"}
+    rules = []
+    for number, expr in enumerate(exprs(load())):
+        for variable, value in fill.items():
+            expr = expr.replace(variable, value)
+        rules.append({"record": f"dashboard:query_{number}", "expr": expr})
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    checked = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
