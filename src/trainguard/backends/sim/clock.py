@@ -23,6 +23,10 @@ class VirtualClock:
     def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
+    def advance_to(self, when: float) -> None:
+        """Move the clock to ``when`` (never back) without running anything."""
+        self.now = max(self.now, when)
+
     def pop(self) -> Callable[[], None]:
         """Move to the next event's time and hand its action over (the caller runs it)."""
         when, _, action = heapq.heappop(self._heap)

@@ -140,7 +140,7 @@ class Engine:
             clock.pop()()
             self._after_event()
         self._account(until)
-        clock.now = max(clock.now, until)
+        clock.advance_to(until)
 
     def finish(self) -> None:
         """End the run now: a job still training keeps the work since its last checkpoint."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from trainguard.backends.sim import plots
 from trainguard.backends.sim.compare import MemoryCheckpoints, compare
 from trainguard.backends.sim.failures import DEFAULT_MIX, FailureKind, TraceError, parse_mix, read_trace
 from trainguard.backends.sim.report import report, text
-from trainguard.backends.sim.run import DAY, SimConfig, simulate
+from trainguard.backends.sim.run import SimConfig, simulate
 from trainguard.cli.errors import CliError
 from trainguard.cli.verbs._jobfiles import add_overlay_argument, load_files
 
@@ -166,21 +167,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
             f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}: "
             "a worker pod takes a whole node"
         )
-    nodes = args.gpus // args.gpus_per_node
-    spares = args.spare_nodes if args.spare_nodes is not None else max(1, -(-nodes // 100))
-    trace = None
-    if args.trace:
-        try:
-            trace = read_trace(args.trace, nodes + spares)
-        except TraceError as error:
-            raise CliError(str(error)) from None
-        late = sum(1 for failure in trace if failure.at >= args.days * DAY)
-        if late:
-            print(
-                f"warning: {args.trace}: {late} failures after day {args.days:g} are left out",
-                file=sys.stderr,
-            )
-    return SimConfig(
+    config = SimConfig(
         gpus=args.gpus,
         gpus_per_node=args.gpus_per_node,
         mtbf_hours=args.mtbf_hours,
@@ -189,9 +176,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
         interval=args.interval_s,
         days=args.days,
         seed=args.seed,
-        spare_nodes=spares,
+        spare_nodes=args.spare_nodes,
         mix=args.failure_mix or dict(DEFAULT_MIX),
-        trace=trace,
         node_detect=args.node_detect_s,
         crash_detect=args.crash_detect_s,
         collective_timeout=args.collective_timeout_s,
@@ -200,6 +186,16 @@ def _config(args: argparse.Namespace) -> SimConfig:
         crash_exit_code=args.crash_exit_code,
         launch_rate=args.launch_rate or None,
     )
+    if not args.trace:
+        return config
+    try:
+        trace = read_trace(args.trace, config.nodes + config.spares)
+    except TraceError as error:
+        raise CliError(str(error)) from None
+    late = sum(1 for failure in trace if failure.at >= config.horizon)
+    if late:
+        print(f"warning: {args.trace}: {late} failures after day {args.days:g} are left out", file=sys.stderr)
+    return replace(config, trace=trace)
 
 
 def _memory(args: argparse.Namespace, config: SimConfig) -> MemoryCheckpoints:
