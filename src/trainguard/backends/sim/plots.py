@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainguard.backends.sim.accounting import Cause
+from trainguard.backends.sim.accounting import Cause, split
 from trainguard.backends.sim.compare import Row
 from trainguard.backends.sim.failures import FailureKind
 from trainguard.backends.sim.fit import fitted_best_interval
@@ -48,6 +48,13 @@ def timeline(result: RunResult, path: Path) -> Path:
     )
     trained = [(s.start / DAY, (s.end - s.start) / DAY) for s in result.segments]
     band.broken_barh(trained, (0, 1), facecolors=TRAINING, label="training")
+    config = result.config
+    rework = [
+        (segment.end / DAY - lost / DAY, lost / DAY)
+        for segment in result.segments
+        if (lost := split(segment, result.interval, config.checkpoint_cost).rework) > 0
+    ]
+    band.broken_barh(rework, (0, 1), facecolors=COLORS[Cause.REWORK], label="rework")
     thinnest = result.wall / DAY / MIN_SPANS  # so that an outage of minutes in weeks still shows
     for cause in Cause:
         spans = [(a / DAY, max((b - a) / DAY, thinnest)) for a, b, c in result.down_spans if c is cause]
@@ -110,7 +117,7 @@ def goodput_vs_interval(result: RunResult, path: Path) -> Path:
 def policies(rows: Sequence[Row], path: Path) -> Path:
     """Each policy's wall time: useful, and lost by cause (stacked bars)."""
     plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))
+    figure, axes = plt.subplots(figsize=(9, 0.6 * len(rows) + 2.2))
     labels = [row.policy for row in rows]
     ledgers = [row.result.ledger() for row in rows]
     left = [ledger.goodput for ledger in ledgers]
@@ -123,7 +130,7 @@ def policies(rows: Sequence[Row], path: Path) -> Path:
     axes.invert_yaxis()
     axes.set_xlim(min(ledger.goodput for ledger in ledgers) - 0.05, 1.0)
     axes.set_xlabel("share of wall time")
-    axes.legend(fontsize=7, ncol=4, loc="lower left")
+    axes.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     return _save(figure, path)
 
 
