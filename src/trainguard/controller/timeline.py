@@ -202,8 +202,8 @@ def _end(
 
 def _phases(transitions: list[PhaseTransition], end: float) -> tuple[Segment, ...]:
     segments = []
-    for current, following in zip(transitions, [*transitions[1:], None], strict=True):
-        until = following.at if following is not None else end
+    for position, current in enumerate(transitions):
+        until = transitions[position + 1].at if position + 1 < len(transitions) else end
         if until > current.at:
             segments.append(Segment(current.at, until, current.to_phase.value))
     return tuple(segments)

@@ -52,6 +52,14 @@ def test_a_bare_status_and_other_formats(status_file: Path, tmp_path: Path) -> N
     assert svg.read_text().lstrip().startswith("<?xml")
 
 
+def test_a_job_that_has_not_started_is_an_empty_picture(tmp_path: Path) -> None:
+    status = tmp_path / "new.json"
+    status.write_text('{"phase": "Pending", "history": []}')
+    picture = tmp_path / "new.png"
+    assert main(["plot", "--from-json", str(status), "-o", str(picture)]) == 0
+    assert png_size(picture) == (1200, 205)
+
+
 @pytest.mark.parametrize(
     ("content", "argv", "message"),
     [
