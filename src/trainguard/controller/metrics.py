@@ -219,7 +219,6 @@ def _add_job(
         for kind in POD_FAULTS:
             recoveries.setdefault((*key, role, kind), [])
     lost: dict[tuple[str, ...], float] = dict.fromkeys(((kind,) for kind in POD_FAULTS), 0.0)
-    recovering = 0
     for entry in status.history:
         role = entry_role(entry, job)
         if entry.kind == "fault":
@@ -230,8 +229,6 @@ def _add_job(
             if entry.action in _RESTART_ACTIONS:
                 counted = "true" if entry.counted else "false"
                 tallies[RESTARTS][(role, entry.action, entry.scope or "Pod", counted)] += 1
-                if entry.recovery_seconds is None:
-                    recovering += 1
             elif entry.action == "shrink":
                 tallies[SCALE_EVENTS][(role, "scalein", "shrink")] += 1
             if entry.recovery_seconds is not None:
@@ -246,8 +243,10 @@ def _add_job(
     for spec, tally in tallies.items():
         samples[spec] += [Sample((*key, *labels), count) for labels, count in sorted(tally.items())]
     samples[TIME_LOST] += [Sample((*key, *labels), seconds) for labels, seconds in sorted(lost.items())]
-    live = not status.phase.is_terminal
-    samples[RECOVERING].append(Sample(key, recovering if live else 0))
+    # The controller's own list of what the pods wait to recover from (a fault whose pod later failed for
+    # good or was scaled in leaves it without ever being recovered from).
+    recovering = {seq for pod in status.pods for seq in pod.open_faults}
+    samples[RECOVERING].append(Sample(key, len(recovering) if not status.phase.is_terminal else 0))
 
 
 _ROLE_IN_REASON = re.compile(r"\brole (\S+?)(?::|\s|$)")
