@@ -8,9 +8,9 @@ if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip
 fi
-stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)-${TRAINGUARD_EXTRAS:-dev,torch}"
+stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)-${TRAINGUARD_EXTRAS:-dev,torch,k8s}"
 if [[ ! -f "$stamp" ]]; then
-    "$venv/bin/python" -m pip install -q -e "$root[${TRAINGUARD_EXTRAS:-dev,torch}]"
+    "$venv/bin/python" -m pip install -q -e "$root[${TRAINGUARD_EXTRAS:-dev,torch,k8s}]"
     rm -f "$venv"/.installed-*
     touch "$stamp"
 fi

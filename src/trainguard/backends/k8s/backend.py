@@ -1,0 +1,316 @@
+"""The controller's backend interface (``trainguard.controller.backend``) over the Kubernetes API, for one job.
+
+``observe`` reads the watched caches (pods of the job, all nodes); ``apply`` writes to the API server.
+Idempotency comes from the cluster itself: a pod's name is unique, so creating an incarnation that exists
+answers 409 (done already); deleting names the pod's uid, so an incarnation that is gone is not touched
+twice; an event's name is derived from its key; the status is written with the resourceVersion it was read
+at, and a conflict (someone else wrote first) stops the batch: the job is read again and decided again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from trainguard.api import TrainingJob
+from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s.cache import Cache
+from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.kinds import JobKind
+from trainguard.backends.k8s.observe import is_ours, node_ready, observed_node, observed_pod
+from trainguard.controller.backend import (
+    Action,
+    ActionError,
+    EmitEvent,
+    LaunchPod,
+    Observed,
+    ObservedPhase,
+    ObservedPod,
+    RestartInPlace,
+    TerminatePod,
+    UpdateDiscovery,
+    WriteStatus,
+)
+from trainguard.controller.status import JobStatus
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+COMPONENT = "trainguard-operator"
+_MAX_ERRORS = 50
+
+
+class StatusConflict(Exception):
+    """The job's status changed since it was read: read it again and decide again."""
+
+
+@dataclass
+class Shared:
+    """What the operator keeps between reconciles (all of it can be lost: it is rebuilt from the cluster)."""
+
+    kube: Kube
+    pods: Cache
+    nodes: Cache
+    scheduler: str | None = None
+    clock: Callable[[], float] = time.time
+    #: Pods that vanished after a disruption was seen on them, so that the fault keeps its cause
+    #: (evicted, preempted) instead of reading as a forced deletion: pod name -> last view.
+    tombstones: dict[tuple[str, str], ObservedPod] = field(default_factory=dict)
+    #: (namespace, job) -> action errors the controller should see.
+    errors: dict[tuple[str, str], list[ActionError]] = field(default_factory=dict)
+    #: Launches waiting for the previous incarnation of their pod to be gone: (namespace, pod) -> body.
+    pending_launches: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    #: Jobs whose Service exists (by uid).
+    services: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def remember_disruption(self, pod: Obj) -> None:
+        if not is_ours(pod):
+            return
+        seen = observed_pod(pod)
+        if seen.reason in ("Evicted", "Preempted", "DisruptionTarget"):
+            key = (pod["metadata"]["namespace"], seen.name)
+            with self.lock:
+                self.tombstones[key] = ObservedPod(
+                    name=seen.name,
+                    role=seen.role,
+                    index=seen.index,
+                    generation=seen.generation,
+                    phase=ObservedPhase.FAILED,
+                    node=seen.node,
+                    reason=seen.reason,
+                )
+
+
+class JobBackend:
+    """One job's view and hands, for one reconcile (``obj`` is the custom resource as read)."""
+
+    def __init__(self, shared: Shared, kind: JobKind, obj: Obj) -> None:
+        self.shared = shared
+        self.kube = shared.kube
+        self.kind = kind
+        self.obj = obj
+        self.namespace = obj["metadata"]["namespace"]
+        self.name = obj["metadata"]["name"]
+        self.written: JobStatus | None = None
+
+    # ---- observe -----------------------------------------------------------------------------------
+
+    def observe(self, job: TrainingJob) -> Observed:
+        pods = [
+            p for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name}) if is_ours(p)
+        ]
+        nodes = {n["metadata"]["name"]: n for n in self.shared.nodes.items()}
+        seen = [observed_pod(p) for p in pods]
+        names = {p.name for p in seen}
+        with self.shared.lock:
+            for (namespace, name), tomb in list(self.shared.tombstones.items()):
+                if namespace == self.namespace and name.startswith(job.name + "-") and name not in names:
+                    seen.append(tomb)
+        self._clean_stuck(pods, nodes)
+        self._retry_launches(job, names)
+        with self.shared.lock:
+            errors = tuple(self.shared.errors.get((self.namespace, self.name), ()))
+        return Observed(
+            pods=tuple(sorted(seen, key=lambda p: p.name)),
+            nodes=tuple(observed_node(n) for n in nodes.values()),
+            errors=errors,
+        )
+
+    def _clean_stuck(self, pods: list[Obj], nodes: dict[str, Obj]) -> None:
+        """Pods being deleted on a node that is not Ready never finish (no kubelet confirms): remove them."""
+        for pod in pods:
+            node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+            if pod["metadata"].get("deletionTimestamp") and node is not None and not node_ready(node):
+                self._delete_pod(pod["metadata"]["name"], pod["metadata"]["uid"], grace=0)
+
+    def _retry_launches(self, job: TrainingJob, present: set[str]) -> None:
+        with self.shared.lock:
+            due = [
+                (name, body)
+                for (namespace, name), body in self.shared.pending_launches.items()
+                if namespace == self.namespace and name.startswith(job.name + "-") and name not in present
+            ]
+        for name, body in due:
+            try:
+                self.shared.pods.put(self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body))
+            except ApiError as error:
+                if error.status == 409:
+                    continue  # not gone yet
+                log.warning("%s/%s: launch of %s: %s", self.namespace, self.name, name, error)
+            with self.shared.lock:
+                self.shared.pending_launches.pop((self.namespace, name), None)
+
+    # ---- apply -------------------------------------------------------------------------------------
+
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
+        for action in actions:
+            try:
+                self._apply_one(job, action)
+            except StatusConflict:
+                raise
+            except ApiError as error:
+                log.warning("%s/%s: %s failed: %s", self.namespace, self.name, action.key, error)
+                with self.shared.lock:
+                    errors = self.shared.errors.setdefault((self.namespace, self.name), [])
+                    errors.append(ActionError(action.key, error.message, self.shared.clock()))
+                    del errors[:-_MAX_ERRORS]
+
+    def _apply_one(self, job: TrainingJob, action: Action) -> None:
+        if isinstance(action, WriteStatus):
+            self._write_status(job, action.status)
+        elif isinstance(action, LaunchPod):
+            self._launch(job, action)
+        elif isinstance(action, TerminatePod):
+            self._terminate(action)
+        elif isinstance(action, RestartInPlace):
+            self._restart_in_place(action)
+        elif isinstance(action, UpdateDiscovery):
+            self._discovery(job, action)
+        elif isinstance(action, EmitEvent):
+            self._event(job, action)
+
+    def _write_status(self, job: TrainingJob, status: JobStatus) -> None:
+        body = {
+            "apiVersion": self.kind.api_version,
+            "kind": self.kind.kind,
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": self.obj["metadata"]["resourceVersion"],
+            },
+            "spec": self.obj.get("spec"),
+            "status": status_document(self.kind, job, status),
+        }
+        try:
+            self.obj = self.kube.replace(self.kind.path(self.namespace, self.name, "status"), body)
+        except ApiError as error:
+            if error.status in (409, 404):
+                raise StatusConflict(error.message) from None
+            raise
+        self.written = status
+
+    def _launch(self, job: TrainingJob, action: LaunchPod) -> None:
+        self._ensure_service(job)
+        with self.shared.lock:
+            self.shared.tombstones.pop((self.namespace, action.pod), None)
+        status = self.written
+        world = dict(status.desired) if status is not None else {}
+        body = manifests.pod(self.kind, job, action, self.shared.scheduler, world)
+        try:
+            created = self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body)
+            self.shared.pods.put(created)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            existing = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{action.pod}")
+            generation = int(existing["metadata"].get("labels", {}).get(manifests.LABEL_GENERATION, 0))
+            if generation >= action.generation:
+                return  # launched before (by us, before a crash, or by the other replica)
+            # The previous incarnation is still there although the controller saw it gone (it is on its way
+            # out): remove it now, and create this one as soon as it is gone (``observe`` retries).
+            self._delete_pod(action.pod, existing["metadata"]["uid"], grace=0)
+            with self.shared.lock:
+                self.shared.pending_launches[(self.namespace, action.pod)] = body
+
+    def _ensure_service(self, job: TrainingJob) -> None:
+        uid = job.metadata.uid or ""
+        if uid in self.shared.services:
+            return
+        try:
+            self.kube.create(
+                f"/api/v1/namespaces/{self.namespace}/services", manifests.service(self.kind, job)
+            )
+        except ApiError as error:
+            if error.status != 409:
+                raise
+        self.shared.services.add(uid)
+
+    def _terminate(self, action: TerminatePod) -> None:
+        pod = self.shared.pods.get(self.namespace, action.pod)
+        if pod is None:
+            return
+        generation = int(pod["metadata"].get("labels", {}).get(manifests.LABEL_GENERATION, 0))
+        if generation != action.generation:
+            return
+        self._delete_pod(action.pod, pod["metadata"]["uid"], grace=0 if action.force else None)
+
+    def _delete_pod(self, name: str, uid: str, grace: int | None) -> None:
+        try:
+            self.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{name}", grace=grace, uid=uid)
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone already, or a newer pod of that name
+                raise
+
+    def _restart_in_place(self, action: RestartInPlace) -> None:
+        patch = {"metadata": {"annotations": {manifests.ANNOTATION_IN_PLACE: str(action.attempt)}}}
+        try:
+            self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{action.pod}", patch)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+
+    def _discovery(self, job: TrainingJob, action: UpdateDiscovery) -> None:
+        body = manifests.discovery_config_map(self.kind, job, action.version, action.hosts)
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        try:
+            self.kube.create(path, body)
+            return
+        except ApiError as error:
+            if error.status != 409:
+                raise
+        existing = self.kube.get(f"{path}/{body['metadata']['name']}")
+        annotations = existing["metadata"].get("annotations") or {}
+        if int(annotations.get("trainguard.io/discovery-version", "0")) >= action.version:
+            return
+        body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+        self.kube.replace(f"{path}/{body['metadata']['name']}", body)
+
+    def _event(self, job: TrainingJob, action: EmitEvent) -> None:
+        digest = hashlib.sha256(action.key.encode()).hexdigest()[:16]
+        when = datetime.fromtimestamp(action.at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved: Obj = {
+            "apiVersion": self.kind.api_version,
+            "kind": self.kind.kind,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": job.metadata.uid or "",
+        }
+        if action.pod is not None:
+            involved = {"apiVersion": "v1", "kind": "Pod", "name": action.pod, "namespace": self.namespace}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{self.name}.{digest}", "namespace": self.namespace},
+            "involvedObject": involved,
+            "type": action.type.value,
+            "reason": action.reason,
+            "message": action.message[:1024],
+            "firstTimestamp": when,
+            "lastTimestamp": when,
+            "count": 1,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+        }
+        try:
+            self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
+        except ApiError as error:
+            if error.status != 409:  # the same key: sent before
+                raise
+
+
+def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:
+    """The controller's status as stored, plus the label selector that the scale subresource reads."""
+    selector = f"{manifests.LABEL_JOB}={job.name},{manifests.LABEL_ROLE}={kind.scale_role}"
+    return {**status.to_dict(), "selector": selector}
+
+
+def read_status(obj: Obj) -> JobStatus:
+    data = dict(obj.get("status") or {})
+    data.pop("selector", None)
+    return JobStatus.from_dict(data) if data else JobStatus()

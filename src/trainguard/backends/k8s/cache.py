@@ -1,0 +1,141 @@
+"""A watched copy of one kind of object: list once, then watch from that version, and list again when the
+watch falls too far behind (410 Gone). Every change calls ``on_change`` with the object, which is how the
+operator learns which job to reconcile; readers take consistent snapshots under a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from trainguard.backends.k8s.client import ApiError, Kube
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+
+#: Seconds between attempts when the API server cannot be reached.
+RETRY_SECONDS = 1.0
+
+
+def key_of(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+class Cache:
+    def __init__(
+        self,
+        kube: Kube,
+        path: str,
+        on_change: Callable[[Obj, Obj | None], None],
+        label_selector: str | None = None,
+    ) -> None:
+        self.kube = kube
+        self.path = path
+        self.label_selector = label_selector
+        self.on_change = on_change
+        self._objects: dict[tuple[str, str], Obj] = {}
+        self._lock = threading.Lock()
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch {path}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    # ---- reading ----------------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        with self._lock:
+            return self._objects.get((namespace, name))
+
+    def items(self) -> list[Obj]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def select(self, namespace: str, labels: dict[str, str]) -> list[Obj]:
+        with self._lock:
+            return [
+                obj
+                for (ns, _), obj in self._objects.items()
+                if ns == namespace
+                and all(((obj["metadata"].get("labels") or {}).get(k)) == v for k, v in labels.items())
+            ]
+
+    def put(self, obj: Obj) -> None:
+        """What a write returned: newer than the cache may be yet (the watch catches up)."""
+        with self._lock:
+            old = self._objects.get(key_of(obj))
+            if old is None or _version(old) <= _version(obj):
+                self._objects[key_of(obj)] = obj
+
+    # ---- the watch --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                version = self._list()
+                self.synced.set()
+                while not self._stop.is_set():
+                    version = self._watch(version)
+            except ApiError as error:
+                if error.status != 410:
+                    log.warning("watch of %s: %s", self.path, error)
+                    self._stop.wait(RETRY_SECONDS)
+            except Exception as error:  # the connection broke: list again after a pause
+                log.warning("watch of %s: %s", self.path, error)
+                self._stop.wait(RETRY_SECONDS)
+
+    def _query(self) -> dict[str, Any]:
+        return {"labelSelector": self.label_selector} if self.label_selector else {}
+
+    def _list(self) -> str:
+        listed = self.kube.list(self.path, **self._query())
+        fresh = {key_of(obj): obj for obj in listed.get("items") or []}
+        with self._lock:
+            gone = [obj for key, obj in self._objects.items() if key not in fresh]
+            previous = dict(self._objects)
+            self._objects = fresh
+        for obj in gone:
+            self.on_change(obj, None)
+        for key, obj in fresh.items():
+            if previous.get(key, {}).get("metadata", {}).get("resourceVersion") != _rv(obj):
+                self.on_change(obj, obj)
+        return str(listed["metadata"]["resourceVersion"])
+
+    def _watch(self, version: str) -> str:
+        for event in self.kube.watch(self.path, version, self._query()):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
+            version = _rv(obj) or version
+            if kind == "BOOKMARK":
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    self._objects.pop(key_of(obj), None)
+                else:
+                    self._objects[key_of(obj)] = obj
+            self.on_change(obj, None if kind == "DELETED" else obj)
+            if self._stop.is_set():
+                break
+        return version
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _version(obj: Obj) -> int:
+    try:
+        return int(_rv(obj))
+    except ValueError:
+        return 0

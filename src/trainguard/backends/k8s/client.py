@@ -1,0 +1,142 @@
+"""The one place that talks to the Kubernetes API: plain JSON over the official client's connection.
+
+Objects are plain dicts (what ``kubectl get -o json`` shows), for pods, nodes and custom resources alike: the
+operator reads a handful of fields, and typed models would cost a conversion per watch event at scale.
+Errors come back as ``ApiError`` with the HTTP status, so callers can tell a conflict (409) or a missing
+object (404) from a failure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class Kube:
+    """A connection to one API server (kubeconfig file, or the pod's service account when in a cluster)."""
+
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        configuration = k8s_client.Configuration()
+        if kubeconfig is None:
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except k8s_config.ConfigException:
+                k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = 16
+        self.api = k8s_client.ApiClient(configuration)
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    def _send(
+        self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: Any
+    ) -> Any:
+        """The raw urllib3 response (not read yet), with the connection's TLS and credentials."""
+        _, url, headers, _, _ = self.api.param_serialize(
+            method,
+            path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"],
+        )
+        data = json.dumps(body).encode() if body is not None else None
+        try:
+            return self.api.rest_client.pool_manager.request(
+                method, url, body=data, headers=headers, timeout=timeout, preload_content=False
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise ApiError(0, f"{method} {path}: {error}") from None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30,
+    ) -> Obj:
+        response = self._send(method, path, query or {}, body, content_type, timeout)
+        try:
+            data = response.read()
+        finally:
+            response.release_conn()
+        if response.status >= 400:
+            raise ApiError(response.status, _message(data) or f"{method} {path}: HTTP {response.status}")
+        return json.loads(data) if data else {}
+
+    def get(self, path: str) -> Obj:
+        return self.request("GET", path)
+
+    def list(self, path: str, **query: Any) -> Obj:
+        return self.request("GET", path, query=query, timeout=120)
+
+    def create(self, path: str, body: Obj) -> Obj:
+        return self.request("POST", path, body)
+
+    def replace(self, path: str, body: Obj) -> Obj:
+        return self.request("PUT", path, body)
+
+    def patch(self, path: str, body: Obj) -> Obj:
+        return self.request("PATCH", path, body, content_type=MERGE_PATCH)
+
+    def delete(self, path: str, grace: int | None = None, uid: str | None = None) -> Obj:
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        return self.request("DELETE", path, options)
+
+    def watch(
+        self, path: str, resource_version: str, query: dict[str, Any], timeout_seconds: int = 60
+    ) -> Iterator[Obj]:
+        """Watch events ({"type", "object"}) from ``resource_version`` until the server ends the stream."""
+        query = {
+            **query,
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+        }
+        timeout = urllib3.Timeout(connect=10, read=timeout_seconds + 10)
+        stream = self._send("GET", path, query, None, "application/json", timeout)
+        if stream.status >= 400:
+            data = stream.read()
+            stream.release_conn()
+            raise ApiError(stream.status, _message(data) or f"watch {path}: HTTP {stream.status}")
+        try:
+            buffer = b""
+            for chunk in stream.stream(amt=65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            stream.release_conn()
+
+
+def _message(body: Any) -> str:
+    try:
+        return str(json.loads(body).get("message", ""))
+    except (TypeError, ValueError, AttributeError):
+        return str(body or "")

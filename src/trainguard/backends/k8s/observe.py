@@ -1,0 +1,100 @@
+"""Reading pods and nodes as the controller sees them (``ObservedPod``, ``ObservedNode``).
+
+Faults come from the objects' real signals: a container's ``terminated`` state (exit code, and the reason,
+``OOMKilled`` among them); a pod's ``Evicted`` status reason, or its ``DisruptionTarget`` condition
+(eviction through the API, preemption); a node whose ``Ready`` condition is not True, or that carries the
+``not-ready``/``unreachable`` taints. A pod that disappears without the operator asking is simply no longer
+listed, which the controller reads as PodForceDeleted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from trainguard.backends.k8s.manifests import ANNOTATION_IN_PLACE, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
+from trainguard.controller.backend import AgentReport, ObservedNode, ObservedPhase, ObservedPod
+
+Obj = dict[str, Any]
+
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+#: DisruptionTarget reasons that are about the node, not the pod: the node's readiness tells those.
+_NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager"})
+_PREEMPTIONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+
+
+def parse_time(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def is_ours(pod: Obj) -> bool:
+    labels = pod.get("metadata", {}).get("labels") or {}
+    return all(key in labels for key in (LABEL_ROLE, LABEL_INDEX, LABEL_GENERATION))
+
+
+def observed_pod(pod: Obj) -> ObservedPod:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    phase = _phase(status.get("phase"))
+    terminated, running = _container_state(status)
+    exit_code = terminated.get("exitCode") if terminated else None
+    reason = _reason(status, terminated)
+    started = parse_time(running.get("startedAt")) if running else None
+    in_place = (meta.get("annotations") or {}).get(ANNOTATION_IN_PLACE)
+    agent = AgentReport(in_place_restarts=int(in_place)) if in_place and in_place.isdigit() else None
+    return ObservedPod(
+        name=meta["name"],
+        role=labels[LABEL_ROLE],
+        index=int(labels[LABEL_INDEX]),
+        generation=int(labels[LABEL_GENERATION]),
+        phase=phase,
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        exit_code=int(exit_code) if isinstance(exit_code, int) else None,
+        reason=reason,
+        started_at=started,
+        terminating=bool(meta.get("deletionTimestamp")),
+        agent=agent,
+    )
+
+
+def _phase(value: Any) -> ObservedPhase:
+    try:
+        return ObservedPhase(value)
+    except ValueError:
+        return ObservedPhase.PENDING
+
+
+def _container_state(status: Obj) -> tuple[Obj | None, Obj | None]:
+    """The first container's terminated and running states (the training container is the first)."""
+    containers = status.get("containerStatuses") or []
+    state = (containers[0].get("state") or {}) if containers else {}
+    return state.get("terminated"), state.get("running")
+
+
+def _reason(status: Obj, terminated: Obj | None) -> str | None:
+    if status.get("reason") in ("Evicted", "Preempting"):
+        return "Evicted" if status["reason"] == "Evicted" else "Preempted"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            why = condition.get("reason")
+            if why in _NODE_DISRUPTIONS:
+                continue
+            return "Preempted" if why in _PREEMPTIONS else "DisruptionTarget"
+    if terminated and terminated.get("reason") == "OOMKilled":
+        return "OOMKilled"
+    return None
+
+
+def node_ready(node: Obj) -> bool:
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if any(taint.get("key") in NOT_READY_TAINTS for taint in spec.get("taints") or []):
+        return False
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    return ready is not None and ready.get("status") == "True"
+
+
+def observed_node(node: Obj) -> ObservedNode:
+    # Free room is left to the scheduler (None: the controller assumes room for one pod when Ready).
+    return ObservedNode(node["metadata"]["name"], node_ready(node), None)

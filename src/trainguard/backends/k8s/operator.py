@@ -1,0 +1,208 @@
+"""The operator: watches jobs (every served kind), their pods and the nodes, and reconciles each job that
+changed with the same controller as every other backend.
+
+Level-triggered: a reconcile reads the job and its status from the API server's view (the watch caches),
+decides with ``trainguard.controller.reconcile`` and applies the actions through ``JobBackend``. All it
+needs is in the job's status, so an operator killed at any moment, or a second replica taking over, picks
+up where the last write left off. Only the replica holding the Lease acts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainguard.api import SpecError
+from trainguard.api.load import load_object
+from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s.backend import JobBackend, Shared, StatusConflict, read_status
+from trainguard.backends.k8s.cache import Cache
+from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
+from trainguard.backends.k8s.leader import LeaderElection
+from trainguard.backends.k8s.observe import is_ours, node_ready
+from trainguard.backends.k8s.queue import WorkQueue
+from trainguard.controller import reconcile
+
+Obj = dict[str, Any]
+JobKey = tuple[str, str, str]  # kind, namespace, name
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Options:
+    namespace: str | None = None
+    kinds: Sequence[JobKind] = DEFAULT_KINDS
+    #: Replaces every pod's schedulerName (e.g. when the templates name a scheduler the cluster lacks).
+    scheduler: str | None = None
+    workers: int = 4
+    lease_namespace: str = "default"
+    lease_name: str = "trainguard-operator"
+    identity: str = ""
+    #: Every job is reconciled at least this often, whatever the watches say.
+    resync_seconds: float = 30.0
+
+
+class Operator:
+    def __init__(self, kube: Kube, options: Options, clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.options = options
+        self.clock = clock
+        self.queue: WorkQueue[JobKey] = WorkQueue()
+        self.kinds = {kind.kind: kind for kind in options.kinds}
+        ns = options.namespace
+        self.jobs = {kind.kind: Cache(kube, kind.path(ns), self._job_changed(kind)) for kind in options.kinds}
+        pods_path = f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods"
+        self.pods = Cache(kube, pods_path, self._pod_changed, label_selector=manifests.LABEL_JOB)
+        self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed)
+        self.shared = Shared(kube, self.pods, self.nodes, scheduler=options.scheduler, clock=clock)
+        identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.leader = LeaderElection(kube, options.lease_namespace, options.lease_name, identity)
+        self._node_ready: dict[str, bool] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- running -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for cache in (*self.jobs.values(), self.pods, self.nodes):
+            cache.start()
+        self.leader.start()
+        for number in range(self.options.workers):
+            thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        resync = threading.Thread(target=self._resync, name="resync", daemon=True)
+        resync.start()
+        self._threads.append(resync)
+
+    def run_forever(self) -> None:
+        self.start()
+        try:
+            while not self._stop.wait(1.0):
+                pass
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.leader.stop()
+        for cache in (*self.jobs.values(), self.pods, self.nodes):
+            cache.stop()
+
+    def synced(self) -> bool:
+        return all(c.synced.is_set() for c in (*self.jobs.values(), self.pods, self.nodes))
+
+    # ---- what to reconcile -------------------------------------------------------------------------
+
+    def _job_changed(self, kind: JobKind) -> Callable[[Obj, Obj | None], None]:
+        def changed(obj: Obj, now: Obj | None) -> None:
+            meta = obj["metadata"]
+            self.queue.add((kind.kind, meta["namespace"], meta["name"]))
+
+        return changed
+
+    def _pod_changed(self, obj: Obj, now: Obj | None) -> None:
+        labels = obj["metadata"].get("labels") or {}
+        kind = labels.get(manifests.LABEL_KIND)
+        job = labels.get(manifests.LABEL_JOB)
+        if now is None:
+            self.shared.remember_disruption(obj)
+        if kind in self.kinds and job and is_ours(obj):
+            self.queue.add((kind, obj["metadata"]["namespace"], job))
+
+    def _node_changed(self, obj: Obj, now: Obj | None) -> None:
+        name = obj["metadata"]["name"]
+        ready = now is not None and node_ready(now)
+        if self._node_ready.get(name) == ready:
+            return
+        self._node_ready[name] = ready
+        for pod in self.pods.items():
+            if (pod.get("spec") or {}).get("nodeName") == name:
+                self._pod_changed(pod, pod)
+
+    def _resync(self) -> None:
+        while not self._stop.wait(self.options.resync_seconds):
+            self.enqueue_all()
+
+    def enqueue_all(self) -> None:
+        for kind, cache in self.jobs.items():
+            for obj in cache.items():
+                self.queue.add((kind, obj["metadata"]["namespace"], obj["metadata"]["name"]))
+
+    # ---- reconciling -------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            try:
+                if not self.leader.is_leader() or not self.synced():
+                    self.queue.add_after(key, 1.0)  # not ours to act on (yet)
+                    continue
+                self.reconcile(key)
+            except StatusConflict:
+                self.queue.add_after(key, 0.05)  # someone wrote first: read again, decide again
+            except Exception:
+                log.exception("reconcile of %s/%s/%s failed", *key)
+                self.queue.add_after(key, 2.0)
+            finally:
+                self.queue.done(key)
+
+    def reconcile(self, key: JobKey) -> None:
+        kind_name, namespace, name = key
+        kind = self.kinds[kind_name]
+        obj = self.jobs[kind_name].get(namespace, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return  # deleted: garbage collection removes its pods through their owner references
+        try:
+            job = load_object(_without_status(obj), f"{kind.plural}/{namespace}/{name}").job
+        except SpecError as error:
+            self._reject(kind, obj, str(error))
+            return
+        status = read_status(obj)
+        backend = JobBackend(self.shared, kind, obj)
+        now = self.clock()
+        result = reconcile(job, status, backend.observe(job), now)
+        if not self.leader.is_leader():
+            return
+        backend.apply(job, result.actions)
+        if backend.written is not None:
+            self.jobs[kind_name].put(backend.obj)
+        if result.wake_at is not None:
+            self.queue.add_after(key, result.wake_at - self.clock())
+
+    def _reject(self, kind: JobKind, obj: Obj, message: str) -> None:
+        """A job the model refuses: say why in its status (once) rather than retrying forever."""
+        meta = obj["metadata"]
+        status = obj.get("status") or {}
+        if status.get("phase") == "Failed" and status.get("message") == message:
+            return
+        body = {**obj, "status": {"phase": "Failed", "reason": "InvalidSpec", "message": message}}
+        try:
+            self.kube.replace(kind.path(meta["namespace"], meta["name"], "status"), body)
+        except ApiError as error:
+            log.warning("%s/%s: cannot record the spec error: %s", meta["namespace"], meta["name"], error)
+
+
+def _without_status(obj: Obj) -> Obj:
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "uid", "labels", "annotations") if key in meta
+        },
+        "spec": obj.get("spec"),
+    }

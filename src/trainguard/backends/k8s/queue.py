@@ -1,0 +1,82 @@
+"""A work queue of job keys: a key is processed by one worker at a time, a key added while it is being
+processed is processed again afterwards, and keys can be scheduled for later (a backoff or deadline)."""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.monotonic = monotonic
+        self._ready: list[K] = []
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._later: list[tuple[float, int, K]] = []
+        self._seq = 0
+        self._closed = False
+        self._cv = threading.Condition()
+
+    def add(self, key: K) -> None:
+        with self._cv:
+            if key in self._dirty:
+                return
+            self._dirty.add(key)
+            if key not in self._processing:
+                self._ready.append(key)
+                self._cv.notify()
+
+    def add_after(self, key: K, seconds: float) -> None:
+        with self._cv:
+            self._seq += 1
+            heapq.heappush(self._later, (self.monotonic() + max(seconds, 0.0), self._seq, key))
+            self._cv.notify()
+
+    def get(self, timeout: float) -> K | None:
+        """The next key to process (mark it ``done`` afterwards), or None after ``timeout`` or on close."""
+        deadline = self.monotonic() + timeout
+        with self._cv:
+            while True:
+                self._promote()
+                if self._ready:
+                    key = self._ready.pop(0)
+                    self._dirty.discard(key)
+                    self._processing.add(key)
+                    return key
+                left = deadline - self.monotonic()
+                if self._closed or left <= 0:
+                    return None
+                if self._later:
+                    left = min(left, self._later[0][0] - self.monotonic())
+                self._cv.wait(max(left, 0.001))
+
+    def done(self, key: K) -> None:
+        with self._cv:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._ready.append(key)
+                self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+    def __len__(self) -> int:
+        with self._cv:
+            return len(self._ready)
+
+    def _promote(self) -> None:
+        now = self.monotonic()
+        while self._later and self._later[0][0] <= now:
+            _, _, key = heapq.heappop(self._later)
+            if key not in self._dirty:
+                self._dirty.add(key)
+                if key not in self._processing:
+                    self._ready.append(key)

@@ -1,0 +1,89 @@
+"""``trainguard operator [--namespace NS] [--kubeconfig FILE]``: run the Kubernetes operator.
+
+It serves trainingjobs.trainguard.io and aitrainingjobs.kongming.cce.baiudbce.com (install their CRDs first:
+``trainguard crd | kubectl apply -f -``), and pytorchjobs.kubeflow.org with ``--pytorchjobs``. Several
+replicas may run: they elect a leader through a Lease. See docs/operator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from trainguard.cli.errors import CliError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "operator",
+        help="run the Kubernetes operator (TrainingJob and AITrainingJob resources)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument("--namespace", metavar="NS", help="watch only this namespace (default: all)")
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: in-cluster, else ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--scheduler-name",
+        metavar="NAME",
+        help="schedulerName for every pod, replacing the templates' (e.g. default-scheduler when the "
+        "templates name volcano and the cluster has none)",
+    )
+    parser.add_argument("--pytorchjobs", action="store_true", help="also serve pytorchjobs.kubeflow.org")
+    parser.add_argument("--workers", type=int, default=4, help="jobs reconciled at once (4)")
+    parser.add_argument(
+        "--lease-namespace",
+        default=None,
+        help="namespace of the leader-election Lease (default: NS or default)",
+    )
+    parser.add_argument("--id", default="", help="this replica's identity in the Lease (default: host-pid)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from trainguard.backends.k8s.client import Kube
+        from trainguard.backends.k8s.kinds import DEFAULT_KINDS, PYTORCHJOB
+        from trainguard.backends.k8s.operator import Operator, Options
+    except ImportError as error:
+        raise CliError(
+            f"the operator needs the Kubernetes client ({error.name}): pip install 'trainguard[k8s]'"
+        ) from None
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    try:
+        kube = Kube(args.kubeconfig)
+    except Exception as error:
+        raise CliError(f"cannot load the Kubernetes configuration: {error}") from None
+    kinds = (*DEFAULT_KINDS, PYTORCHJOB) if args.pytorchjobs else DEFAULT_KINDS
+    options = Options(
+        namespace=args.namespace,
+        kinds=kinds,
+        scheduler=args.scheduler_name,
+        workers=max(args.workers, 1),
+        lease_namespace=args.lease_namespace or args.namespace or "default",
+        identity=args.id,
+    )
+    operator = Operator(kube, options)
+    stopped = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    operator.start()
+    try:
+        stopped.wait()
+    finally:
+        operator.stop()
+        kube.close()
+    return 0

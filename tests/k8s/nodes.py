@@ -1,0 +1,36 @@
+"""kwok nodes for the operator's tests: each takes ``pods`` pods and has the seed's GPU resources."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: Extended resources that seed 000's trainers request.
+SEED_GPU = {
+    "baidu.com/v100_32g_cgpu": "8",
+    "baidu.com/v100_32g_cgpu_core": "800",
+    "baidu.com/v100_32g_cgpu_memory": "256",
+}
+NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+
+
+def kwok_node(name: str, pods: int = 1, group: str = "trainguard-test") -> dict[str, Any]:
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), **SEED_GPU}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            # kwok takes over nodes with this annotation; its Stages then drive them and their pods.
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", "trainguard.io/test-nodes": group},
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def node_list(names: list[str], pods: int = 1, group: str = "trainguard-test") -> str:
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [kwok_node(n, pods, group) for n in names]}
+    )
