@@ -1,0 +1,62 @@
+"""The test cluster works end to end: a kwok node becomes Ready, and a pod the scheduler places on it runs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests.k8s.cluster import KubeCluster
+
+pytestmark = pytest.mark.k8s
+
+
+def kwok_node(name: str) -> str:
+    # kwok takes over nodes that carry its annotation; its node stages then report them Ready.
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+            },
+        }
+    )
+
+
+def pod_on(node: str, name: str, namespace: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": "main", "image": "example.invalid/trainer:1"}],
+            },
+        }
+    )
+
+
+def test_a_pod_scheduled_to_a_kwok_node_runs(kube_cluster: KubeCluster) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    node, namespace = f"kwok-node-{suffix}", f"smoke-{suffix}"
+    kube_cluster.kubectl("apply", "-f", "-", input=kwok_node(node))
+    kube_cluster.kubectl("create", "namespace", namespace)
+    try:
+        kube_cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=60s")
+
+        kube_cluster.kubectl("apply", "-f", "-", input=pod_on(node, "worker", namespace))
+        kube_cluster.kubectl(
+            "wait", "-n", namespace, "--for=jsonpath={.status.phase}=Running", "pod/worker", "--timeout=60s"
+        )
+
+        pod = json.loads(kube_cluster.kubectl("get", "-n", namespace, "pod/worker", "-o", "json"))
+        assert pod["spec"]["nodeName"] == node
+        assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+    finally:
+        kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+        kube_cluster.kubectl("delete", "node", node, "--wait=false")
