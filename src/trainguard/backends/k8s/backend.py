@@ -103,7 +103,9 @@ class JobBackend:
 
     def observe(self, job: TrainingJob) -> Observed:
         pods = [
-            p for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name}) if is_ours(p)
+            p
+            for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
+            if is_ours(p) and _owned_by(p, job.metadata.uid)
         ]
         nodes = {n["metadata"]["name"]: n for n in self.shared.nodes.items()}
         seen = [observed_pod(p) for p in pods]
@@ -302,6 +304,12 @@ class JobBackend:
         except ApiError as error:
             if error.status != 409:  # the same key: sent before
                 raise
+
+
+def _owned_by(pod: Obj, uid: str | None) -> bool:
+    """Pods of an earlier job of the same name (not yet collected) are not this job's."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return uid is None or any(owner.get("uid") == uid for owner in owners)
 
 
 def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:

@@ -1,0 +1,212 @@
+"""Running the operator against the test cluster: CRDs installed, kwok nodes, the operator in a subprocess
+(so that a test can kill it like a crashed pod), and waiting on the job's status with deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s.cluster import KubeCluster
+from tests.k8s.nodes import NOT_READY_LABEL, node_list
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "deploy" / "crds"
+TRAINGUARD = Path(sys.executable).parent / "trainguard"
+EXIT_STAGE = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+Obj = dict[str, Any]
+
+
+def install_crds(cluster: KubeCluster) -> None:
+    cluster.kubectl("apply", "-f", str(CRDS))
+    for crd in ("trainingjobs.trainguard.io", "aitrainingjobs.kongming.cce.baiudbce.com"):
+        cluster.kubectl("wait", "--for=condition=established", f"crd/{crd}", "--timeout=60s")
+
+
+class OperatorProcess:
+    """``trainguard operator`` for one namespace, started and killed at will."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, log: Path) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, identity: str = "") -> None:
+        argv = [
+            str(TRAINGUARD),
+            "operator",
+            "--namespace",
+            self.namespace,
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--scheduler-name",
+            "default-scheduler",
+        ]
+        if identity:
+            argv += ["--id", identity]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        """SIGKILL, like a crashed operator pod: no clean-up, the Lease is not released."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.process = None
+
+
+class Scenario:
+    """One test's namespace, nodes and operator."""
+
+    def __init__(self, cluster: KubeCluster, tmp: Path, nodes: int = 6, namespace: str | None = None) -> None:
+        suffix = uuid.uuid4().hex[:6]
+        self.cluster = cluster
+        self.namespace = namespace or f"tg-{suffix}"
+        self.own_namespace = namespace is None
+        self.nodes = [f"tg-{suffix}-node-{i}" for i in range(nodes)]
+        self.operator = OperatorProcess(cluster, self.namespace, tmp / "operator.log")
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.cluster.kubectl("-n", self.namespace, *args, input=input)
+
+    def set_up(self) -> None:
+        install_crds(self.cluster)
+        if self.own_namespace:
+            self.cluster.kubectl("create", "namespace", self.namespace)
+        self.add_nodes(self.nodes)
+        self.operator.start()
+
+    def add_nodes(self, names: list[str]) -> None:
+        self.cluster.kubectl("apply", "-f", "-", input=node_list(names, group=self.namespace))
+        for name in names:
+            self.cluster.kubectl("wait", "--for=condition=Ready", f"node/{name}", "--timeout=60s")
+
+    def tear_down(self) -> None:
+        self.operator.stop()
+        if self.own_namespace:
+            self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=false")
+        else:
+            # The next test may use the same job name: its pods must be gone first.
+            for resource in ("aitrainingjobs", "trainingjobs"):
+                self.kubectl("delete", resource, "--all")
+            self.kubectl("delete", "pods", "-l", "trainguard.io/job", "--grace-period=0", "--force")
+            self.kubectl("delete", "events", "--all")
+        self.cluster.kubectl(
+            "delete", "nodes", "-l", f"trainguard.io/test-nodes={self.namespace}", "--wait=false"
+        )
+
+    # ---- reading ----------------------------------------------------------------------------------
+
+    def job(self, resource: str, name: str) -> Obj:
+        return json.loads(self.kubectl("get", f"{resource}/{name}", "-o", "json"))
+
+    def pods(self) -> list[Obj]:
+        return list(json.loads(self.kubectl("get", "pods", "-o", "json"))["items"])
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+        """``check()``'s first truthy result; fails naming ``what`` past the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = check()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                log = self.operator.log.read_text()[-3000:] if self.operator.log.exists() else ""
+                pytest.fail(f"not {what} within {timeout:g} s; operator log tail:\n{log}")
+            time.sleep(0.3)
+
+    def wait_job(
+        self, resource: str, name: str, what: str, test: Callable[[Obj], bool], timeout: float = 60
+    ) -> Obj:
+        def check() -> Obj | None:
+            job = self.job(resource, name)
+            return job if job.get("status") and test(job["status"]) else None
+
+        result: Obj = self.wait(what, check, timeout)
+        return result
+
+    # ---- faults -----------------------------------------------------------------------------------
+
+    def exit_pod(self, pod: str, code: int) -> None:
+        """kwok's chaos Stage ends the pod's container with ``code`` (it acts on pods with its label)."""
+        patch = {
+            "metadata": {
+                "labels": {EXIT_STAGE: "true"},
+                "annotations": {f"{EXIT_STAGE}/exit-code": str(code), f"{EXIT_STAGE}/delay": "100"},
+            }
+        }
+        self.kubectl("patch", "pod", pod, "--type=merge", "-p", json.dumps(patch))
+
+    def node_down(self, node: str) -> None:
+        patch = {
+            "metadata": {
+                "labels": {NOT_READY_LABEL: "true"},
+                "annotations": {f"{NOT_READY_LABEL}/delay": "100"},
+            }
+        }
+        self.cluster.kubectl("patch", "node", node, "--type=merge", "-p", json.dumps(patch))
+
+    def force_delete(self, pod: str) -> None:
+        self.kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false")
+
+    def evict(self, pod: str) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": self.namespace},
+        }
+        self.cluster.kubectl(
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{self.namespace}/pods/{pod}/eviction",
+            "-f",
+            "-",
+            input=json.dumps(body),
+        )
+
+
+@contextmanager
+def scenario(
+    cluster: KubeCluster, tmp: Path, nodes: int = 6, namespace: str | None = None
+) -> Iterator[Scenario]:
+    chosen = Scenario(cluster, tmp, nodes, namespace)
+    chosen.set_up()
+    try:
+        yield chosen
+    finally:
+        chosen.tear_down()
+
+
+def pod_names(pods: list[Obj], alive_only: bool = True) -> list[str]:
+    return sorted(
+        p["metadata"]["name"]
+        for p in pods
+        if not alive_only
+        or (not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running")
+    )
+
+
+def environment_ok() -> bool:
+    return TRAINGUARD.exists() and os.access(TRAINGUARD, os.X_OK)
