@@ -101,8 +101,8 @@ def text(result: RunResult, rows: Sequence[Row] = (), plots: Sequence[str] = ())
         f"  checkpoint every {result.interval:.0f} s ({chosen}; tau* = {tau_star:.0f} s), "
         f"cost {config.checkpoint_cost:g} s, restart {config.restart_cost:g} s",
         "",
-        f"goodput {ledger.goodput:.2%}  (theory at tau*: {theory['goodput_at_young_daly']:.2%})   "
-        f"phase {result.phase.value}",
+        f"goodput {ledger.goodput:.2%}  (theory at tau*: {theory['goodput_at_young_daly']:.2%} first order, "
+        f"{theory['renewal_goodput_at_young_daly']:.2%} exact)   phase {result.phase.value}",
         "time lost by cause:",
     ]
     for cause, seconds in ledger.lost.items():

@@ -19,7 +19,7 @@ from trainguard.backends.sim.cluster import CPU_POOL, GPU_POOL, SimCluster
 from trainguard.backends.sim.engine import ABORT_EXIT_CODE, Engine, FaultRecord, Timing
 from trainguard.backends.sim.failures import DEFAULT_MIX, Failure, FailureKind, drawn
 from trainguard.backends.sim.jobs import default_job, sized, worker_role
-from trainguard.backends.sim.theory import goodput_at_optimum, job_mtbf, young_daly_interval
+from trainguard.backends.sim.theory import goodput_at_optimum, job_mtbf, renewal_goodput, young_daly_interval
 from trainguard.controller import HistoryEntry, JobPhase
 
 DAY = 86400.0
@@ -179,13 +179,15 @@ class RunResult:
         return counts
 
     def theory(self) -> dict[str, float]:
+        """Young/Daly's first-order figures, and the exact expectation of the same model (``renewal``)."""
         config = self.config
+        cost, restart, mtbf = config.checkpoint_cost, config.restart_cost, config.job_mtbf
+        star = max(config.young_daly, 1.0)
         return {
-            "job_mtbf_s": config.job_mtbf,
+            "job_mtbf_s": mtbf,
             "young_daly_interval_s": config.young_daly,
-            "goodput_at_young_daly": goodput_at_optimum(
-                config.checkpoint_cost, config.restart_cost, config.job_mtbf
-            ),
+            "goodput_at_young_daly": goodput_at_optimum(cost, restart, mtbf),
+            "renewal_goodput_at_young_daly": renewal_goodput(star, cost, restart, mtbf),
         }
 
 

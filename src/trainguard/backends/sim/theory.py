@@ -23,6 +23,14 @@ def goodput_at_optimum(cost: float, restart: float, mtbf: float) -> float:
     return 1 - math.sqrt(2 * cost / mtbf) - restart / mtbf
 
 
+def renewal_goodput(interval: float, cost: float, restart: float, mtbf: float) -> float:
+    """The exact expectation when failures (rate 1/M, at any time) destroy the work since the last complete
+    checkpoint while training, and start a recovery of length R over again while recovering: training lasts
+    M on average and saves τ per full cycle of τ + δ, so E[saved] = τ / (e^((τ+δ)/M) - 1); a recovery lasts
+    M(e^(R/M) - 1) on average. The first-order formulas above are its expansion for small δ/M and R/M."""
+    return interval / (mtbf * math.expm1((interval + cost) / mtbf) * math.exp(restart / mtbf))
+
+
 def job_mtbf(node_mtbf: float, nodes: int) -> float:
     """The MTBF of a job on ``nodes`` nodes that each fail independently with MTBF ``node_mtbf``."""
     return node_mtbf / nodes
