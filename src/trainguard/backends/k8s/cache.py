@@ -87,7 +87,12 @@ class Cache:
                 while not self._stop.is_set():
                     version = self._watch(version)
             except ApiError as error:
-                if error.status != 410:
+                if (
+                    error.status == 404
+                ):  # the resource is not served (its CRD is not installed): nothing to see
+                    self.synced.set()
+                    self._stop.wait(RETRY_SECONDS * 5)
+                elif error.status != 410:
                     log.warning("watch of %s: %s", self.path, error)
                     self._stop.wait(RETRY_SECONDS)
             except Exception as error:  # the connection broke: list again after a pause

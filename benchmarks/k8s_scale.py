@@ -1,0 +1,199 @@
+"""The operator at scale on the kwok test cluster: N nodes, J jobs of P pods -> all Running; then a fault
+that hits many jobs at once (a tenth of the nodes go NotReady) -> every lost pod replaced elsewhere.
+
+    python benchmarks/k8s_scale.py [--nodes 1000] [--jobs 500] [--pods 8] [--fail-fraction 0.1]
+
+Starts its own cluster with scripts/k8s-testcluster (named ``bench``; stopped at the end unless --keep) and
+runs the operator in this process. The last line printed is one JSON object with the times in seconds:
+submit -> all Running, fault -> all replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.k8s.nodes import NOT_READY_LABEL, kwok_node  # noqa: E402
+
+from trainguard.api.crd import native_crd  # noqa: E402
+from trainguard.backends.k8s.client import ApiError, Kube  # noqa: E402
+from trainguard.backends.k8s.kinds import NATIVE  # noqa: E402
+from trainguard.backends.k8s.operator import Operator, Options  # noqa: E402
+
+NAMESPACE = "bench"
+SCRIPT = ROOT / "scripts" / "k8s-testcluster"
+
+
+def job(name: str, pods: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainguard.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicaSpecs": {
+                "worker": {
+                    "replicas": pods,
+                    "restartPolicy": "OnNodeFailWithExitCode",
+                    "restartLimit": 100,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "main", "image": "example.invalid/t:1", "command": ["sleep", "inf"]}
+                            ]
+                        }
+                    },
+                }
+            }
+        },
+    }
+
+
+def cluster(keep: bool) -> str:
+    env = {**os.environ, "TRAINGUARD_K8S_CLUSTER": "bench"}
+    out = subprocess.run([str(SCRIPT), "up"], env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
+    return out.strip().removeprefix("export KUBECONFIG=")
+
+
+def down() -> None:
+    env = {**os.environ, "TRAINGUARD_K8S_CLUSTER": "bench"}
+    subprocess.run([str(SCRIPT), "down"], env=env, check=False)
+
+
+def create_all(kube: Kube, path: str, bodies: list[dict[str, Any]]) -> None:
+    def create(body: dict[str, Any]) -> None:
+        try:
+            kube.create(path, body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, bodies))
+
+
+def jobs_running(kube: Kube, expected: int, pods: int) -> tuple[int, int]:
+    listed = kube.list(f"/apis/trainguard.io/v1/namespaces/{NAMESPACE}/trainingjobs")["items"]
+    running = sum(
+        1
+        for j in listed
+        if (j.get("status") or {}).get("phase") == "Running"
+        and sum(1 for p in j["status"].get("pods", []) if p["phase"] == "Running") == pods
+    )
+    restarts = sum(sum((j.get("status") or {}).get("restartCounts", {}).values()) for j in listed)
+    return running, restarts
+
+
+def wait_until(what: str, check: Any, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(1.0)
+    raise SystemExit(f"not {what} within {timeout:g} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=8)
+    parser.add_argument("--fail-fraction", type=float, default=0.1)
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--keep", action="store_true", help="leave the cluster up")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    kubeconfig = cluster(args.keep)
+    kube = Kube(kubeconfig)
+    try:
+        create_all(kube, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", [native_crd()])
+        create_all(
+            kube,
+            "/api/v1/namespaces",
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}],
+        )
+        # Room for every pod twice over, so that the replacements find a place.
+        per_node = max(2, -(-2 * args.jobs * args.pods // args.nodes))
+        names = [f"bench-node-{i}" for i in range(args.nodes)]
+        create_all(kube, "/api/v1/nodes", [kwok_node(n, per_node, group="bench") for n in names])
+        time.sleep(2)
+        operator = Operator(
+            kube,
+            Options(
+                namespace=NAMESPACE,
+                kinds=(NATIVE,),
+                scheduler="default-scheduler",
+                lease_namespace=NAMESPACE,
+                workers=4,
+            ),
+        )
+        operator.start()
+        wait_until("operator leading", lambda: operator.leader.is_leader() and operator.synced(), 60)
+
+        submitted = time.monotonic()
+        create_all(
+            kube,
+            f"/apis/trainguard.io/v1/namespaces/{NAMESPACE}/trainingjobs",
+            [job(f"job-{i}", args.pods) for i in range(args.jobs)],
+        )
+        all_running = wait_until(
+            "all jobs Running", lambda: jobs_running(kube, args.jobs, args.pods)[0] == args.jobs, args.timeout
+        )
+        submit_seconds = time.monotonic() - submitted
+        print(
+            f"submit -> all Running: {submit_seconds:.1f} s ({all_running:.1f} s of waiting)", file=sys.stderr
+        )
+
+        pods = kube.list(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        failed = set(names[: max(1, int(args.nodes * args.fail_fraction))])
+        hit = [p for p in pods if p["spec"].get("nodeName") in failed]
+        hit_jobs = {p["metadata"]["labels"]["trainguard.io/job"] for p in hit}
+        _, restarts_before = jobs_running(kube, args.jobs, args.pods)
+        faulted = time.monotonic()
+        patch = {
+            "metadata": {
+                "labels": {NOT_READY_LABEL: "true"},
+                "annotations": {f"{NOT_READY_LABEL}/delay": "100"},
+            }
+        }
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: kube.patch(f"/api/v1/nodes/{n}", patch), sorted(failed)))
+
+        def recovered() -> bool:
+            running, restarts = jobs_running(kube, args.jobs, args.pods)
+            return running == args.jobs and restarts - restarts_before >= len(hit)
+
+        wait_until("all lost pods replaced", recovered, args.timeout)
+        fault_seconds = time.monotonic() - faulted
+        operator.stop()
+        result = {
+            "nodes": args.nodes,
+            "jobs": args.jobs,
+            "pods_per_job": args.pods,
+            "submit_to_all_running_s": round(submit_seconds, 1),
+            "failed_nodes": len(failed),
+            "pods_lost": len(hit),
+            "jobs_hit": len(hit_jobs),
+            "fault_to_all_replaced_s": round(fault_seconds, 1),
+        }
+        print(json.dumps(result))
+    finally:
+        kube.close()
+        if not args.keep:
+            down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""deploy/ holds what ``trainguard crd`` generates, unchanged, and manifests that parse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainguard.api.crd import aitrainingjob_crd, native_crd
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+GENERATED = {
+    "trainingjobs.trainguard.io.yaml": native_crd,
+    "aitrainingjobs.kongming.cce.baiudbce.com.yaml": aitrainingjob_crd,
+}
+
+
+@pytest.mark.parametrize("folder", ["crds", "helm/trainguard/crds"])
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_checked_in_crds_match_the_generator(folder: str, name: str) -> None:
+    checked_in = yaml.safe_load((DEPLOY / folder / name).read_text())
+    assert checked_in == GENERATED[name](), f"regenerate: trainguard crd ... > deploy/{folder}/{name}"
+
+
+def test_operator_manifests_parse_and_grant_what_the_operator_does() -> None:
+    documents = [
+        doc
+        for path in sorted((DEPLOY / "operator").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and "kind" in doc
+    ]
+    kinds = {doc["kind"] for doc in documents}
+    assert {"Deployment", "ClusterRole", "Role", "ServiceAccount", "Namespace"} <= kinds
+    role = next(doc for doc in documents if doc["kind"] == "ClusterRole")
+    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    for needed in [
+        ("pods", "create"),
+        ("pods", "delete"),
+        ("events", "create"),
+        ("aitrainingjobs/status", "update"),
+    ]:
+        assert needed in granted
+    assert ("pods", "update") not in granted  # least privilege: nothing it does not use
+    assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
