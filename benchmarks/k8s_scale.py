@@ -99,7 +99,7 @@ def wait_until(what: str, check: Any, timeout: float) -> float:
     while time.monotonic() - started < timeout:
         if check():
             return time.monotonic() - started
-        time.sleep(1.0)
+        time.sleep(5.0)  # listing every job (and its status) is not free for the API server
     raise SystemExit(f"not {what} within {timeout:g} s")
 
 

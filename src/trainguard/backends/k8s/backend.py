@@ -110,9 +110,17 @@ class JobBackend:
         nodes = {n["metadata"]["name"]: n for n in self.shared.nodes.items()}
         seen = [observed_pod(p) for p in pods]
         names = {p.name for p in seen}
+        # A vanished pod's last view is shown until the controller has moved its slot past that incarnation.
+        decided = {
+            p.get("name"): p.get("generation", 1) for p in (self.obj.get("status") or {}).get("pods", [])
+        }
         with self.shared.lock:
             for (namespace, name), tomb in list(self.shared.tombstones.items()):
-                if namespace == self.namespace and name.startswith(job.name + "-") and name not in names:
+                if namespace != self.namespace or not name.startswith(job.name + "-"):
+                    continue
+                if decided.get(name, 1) > tomb.generation:
+                    del self.shared.tombstones[(namespace, name)]
+                elif name not in names:
                     seen.append(tomb)
         self._clean_stuck(pods, nodes)
         self._retry_launches(job, names)

@@ -40,6 +40,8 @@ def observed_pod(pod: Obj) -> ObservedPod:
     phase = _phase(status.get("phase"))
     terminated, running = _container_state(status)
     exit_code = terminated.get("exitCode") if terminated else None
+    if phase is ObservedPhase.FAILED and exit_code == 0 and not status.get("reason"):
+        phase = ObservedPhase.SUCCEEDED  # the training container succeeded (a side container may not have)
     reason = _reason(status, terminated)
     started = parse_time(running.get("startedAt")) if running else None
     in_place = (meta.get("annotations") or {}).get(ANNOTATION_IN_PLACE)
