@@ -126,6 +126,8 @@ class SimCluster:
     #: Pods waiting for a node, oldest first.
     _unplaced: dict[str, None] = field(default_factory=dict)
     _observed: dict[str, ObservedPod] = field(default_factory=dict)
+    #: Pods not running, or running but hung (so that "is everyone fine?" is a set operation).
+    _unhealthy: set[str] = field(default_factory=set)
     _pods_view: tuple[ObservedPod, ...] | None = None
     _nodes_view: tuple[ObservedNode, ...] | None = None
 
@@ -309,6 +311,11 @@ class SimCluster:
 
     def _show(self, pod: SimPod) -> None:
         self._observed[pod.name] = pod.observed()
+        hung = pod.agent is not None and pod.agent.hung
+        if pod.phase is ObservedPhase.RUNNING and not hung:
+            self._unhealthy.discard(pod.name)
+        else:
+            self._unhealthy.add(pod.name)
         self._changed()
 
     def _changed(self) -> None:
@@ -318,6 +325,7 @@ class SimCluster:
     def _remove(self, pod: SimPod) -> None:
         del self.pods[pod.name]
         del self._observed[pod.name]
+        self._unhealthy.discard(pod.name)
         self._unplaced.pop(pod.name, None)
         self._changed()
         if pod.node is not None:
@@ -397,6 +405,10 @@ class SimCluster:
         return request.id
 
     # ---- questions ----------------------------------------------------------------------------------
+
+    def all_running(self, names: frozenset[str]) -> bool:
+        """Whether every one of these pods exists and runs without being hung."""
+        return names.isdisjoint(self._unhealthy) and self.pods.keys() >= names
 
     def pod_on(self, node: str) -> SimPod | None:
         name = self.nodes[node].pod

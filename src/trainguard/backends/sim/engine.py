@@ -227,14 +227,12 @@ class Engine:
 
     # ---- the job: training, stopping, resuming ----------------------------------------------------------
 
-    def _fine(self, name: str) -> bool:
-        pod = self.cluster.pods.get(name)
-        return (
-            pod is not None
-            and pod.phase is ObservedPhase.RUNNING
-            and not (pod.agent is not None and pod.agent.hung)
-            and self._broken.get(name) != pod.generation
-        )
+    def _all_fine(self, names: frozenset[str]) -> bool:
+        """Every one of these pods runs, is not hung, and has no fault the controller has not dealt with."""
+        if not self.cluster.all_running(names):
+            return False
+        pods = self.cluster.pods
+        return not any(name in names and pods[name].generation == gen for name, gen in self._broken.items())
 
     def _check(self) -> None:
         if self.status.phase.is_terminal:
@@ -245,15 +243,15 @@ class Engine:
             self._cancel_resume()
             return
         if self.training:
-            if not all(self._fine(name) for name in self._members):
+            if not self._all_fine(self._members):
                 self._stop(graceful=False)
-            elif self._live != self._members and all(self._fine(name) for name in self._live):
+            elif self._live != self._members and self._all_fine(self._live):
                 self._stop(graceful=True)  # grown back: save, then restart with the larger world
                 self._saving_until = self.now + self.timing.checkpoint_cost
                 self.cluster.clock.at(self._saving_until, lambda: None)
             else:
                 return
-        ready = bool(self._live) and all(self._fine(name) for name in self._live)
+        ready = bool(self._live) and self._all_fine(self._live)
         if ready and self._resume_at is None:
             self._resume_token += 1
             token = self._resume_token
