@@ -82,8 +82,11 @@ def create_all(kube: Kube, path: str, bodies: list[dict[str, Any]]) -> None:
         list(pool.map(create, bodies))
 
 
-def jobs_running(kube: Kube, expected: int, pods: int) -> tuple[int, int]:
-    listed = kube.list(f"/apis/trainguard.io/v1/namespaces/{NAMESPACE}/trainingjobs")["items"]
+def jobs_running(operator: Operator, pods: int) -> tuple[int, int]:
+    """Jobs Running with all their pods, and the restarts counted, as the operator's watch of the jobs shows
+    them: free to read, where listing 500 jobs with their statuses every few seconds would load the very API
+    server being measured."""
+    listed = operator.jobs[NATIVE.kind].items()
     running = sum(
         1
         for j in listed
@@ -94,12 +97,15 @@ def jobs_running(kube: Kube, expected: int, pods: int) -> tuple[int, int]:
     return running, restarts
 
 
-def wait_until(what: str, check: Any, timeout: float) -> float:
-    started = time.monotonic()
+def wait_until(what: str, check: Any, timeout: float, progress: Any = None) -> float:
+    started = last = time.monotonic()
     while time.monotonic() - started < timeout:
         if check():
             return time.monotonic() - started
-        time.sleep(5.0)  # listing every job (and its status) is not free for the API server
+        if progress is not None and time.monotonic() - last >= 30:
+            last = time.monotonic()
+            print(f"  {time.monotonic() - started:6.0f} s: {progress()}", file=sys.stderr, flush=True)
+        time.sleep(0.5)
     raise SystemExit(f"not {what} within {timeout:g} s")
 
 
@@ -147,19 +153,30 @@ def main() -> int:
             f"/apis/trainguard.io/v1/namespaces/{NAMESPACE}/trainingjobs",
             [job(f"job-{i}", args.pods) for i in range(args.jobs)],
         )
+
+        def progress() -> str:
+            phases: dict[str, int] = {}
+            for pod in operator.pods.items():
+                phase = pod.get("status", {}).get("phase", "?")
+                phases[phase] = phases.get(phase, 0) + 1
+            return f"jobs Running {jobs_running(operator, args.pods)[0]}/{args.jobs}, pods {phases}"
+
         all_running = wait_until(
-            "all jobs Running", lambda: jobs_running(kube, args.jobs, args.pods)[0] == args.jobs, args.timeout
+            "all jobs Running",
+            lambda: jobs_running(operator, args.pods)[0] == args.jobs,
+            args.timeout,
+            progress,
         )
         submit_seconds = time.monotonic() - submitted
         print(
             f"submit -> all Running: {submit_seconds:.1f} s ({all_running:.1f} s of waiting)", file=sys.stderr
         )
 
-        pods = kube.list(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        pods = operator.pods.items()
         failed = set(names[: max(1, int(args.nodes * args.fail_fraction))])
         hit = [p for p in pods if p["spec"].get("nodeName") in failed]
         hit_jobs = {p["metadata"]["labels"]["trainguard.io/job"] for p in hit}
-        _, restarts_before = jobs_running(kube, args.jobs, args.pods)
+        _, restarts_before = jobs_running(operator, args.pods)
         faulted = time.monotonic()
         patch = {
             "metadata": {
@@ -171,10 +188,10 @@ def main() -> int:
             list(pool.map(lambda n: kube.patch(f"/api/v1/nodes/{n}", patch), sorted(failed)))
 
         def recovered() -> bool:
-            running, restarts = jobs_running(kube, args.jobs, args.pods)
+            running, restarts = jobs_running(operator, args.pods)
             return running == args.jobs and restarts - restarts_before >= len(hit)
 
-        wait_until("all lost pods replaced", recovered, args.timeout)
+        wait_until("all lost pods replaced", recovered, args.timeout, progress)
         fault_seconds = time.monotonic() - faulted
         operator.stop()
         result = {

@@ -14,8 +14,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from trainguard.api import TrainingJob
@@ -23,13 +25,14 @@ from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.backends.k8s.observe import is_ours, node_ready, observed_node, observed_pod
+from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
 from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
     LaunchPod,
     Observed,
+    ObservedNode,
     ObservedPhase,
     ObservedPod,
     RestartInPlace,
@@ -43,6 +46,9 @@ Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 COMPONENT = "trainguard-operator"
 _MAX_ERRORS = 50
+#: Requests one operator has in flight at once for the actions of its reconciles (pods, events): a job's
+#: 8 pods and their events are created side by side rather than one round trip after another.
+APPLY_CONCURRENCY = 16
 
 
 class StatusConflict(Exception):
@@ -58,6 +64,8 @@ class Shared:
     nodes: Cache
     scheduler: str | None = None
     clock: Callable[[], float] = time.time
+    #: This replica's name in the leader-election Lease, recorded on its Events (``reportingInstance``).
+    identity: str = ""
     #: Pods that vanished after a disruption was seen on them, so that the fault keeps its cause
     #: (evicted, preempted) instead of reading as a forced deletion: pod name -> last view.
     tombstones: dict[tuple[str, str], ObservedPod] = field(default_factory=dict)
@@ -68,6 +76,39 @@ class Shared:
     #: Jobs whose Service exists (by uid).
     services: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")
+    )
+    #: Node name -> Ready, and the controller's view of all nodes, rebuilt only when a readiness changes
+    #: (kwok and kubelets rewrite nodes every few seconds; a thousand of them per reconcile adds up).
+    _ready: dict[str, bool] = field(default_factory=dict)
+    _observed_nodes: tuple[ObservedNode, ...] | None = None
+
+    def node_changed(self, node: Obj, now: Obj | None) -> bool:
+        """Records a node's readiness (``now`` None: deleted); True when it changed."""
+        name = node["metadata"]["name"]
+        ready = now is not None and node_ready(now)
+        with self.lock:
+            if now is not None and self._ready.get(name) == ready:
+                return False
+            if now is None and name not in self._ready:
+                return False
+            if now is None:
+                del self._ready[name]
+            else:
+                self._ready[name] = ready
+            self._observed_nodes = None
+        return True
+
+    def observed_nodes(self) -> tuple[ObservedNode, ...]:
+        with self.lock:
+            if self._observed_nodes is None:
+                self._observed_nodes = tuple(ObservedNode(n, r, None) for n, r in sorted(self._ready.items()))
+            return self._observed_nodes
+
+    def node_is_ready(self, name: str) -> bool | None:
+        with self.lock:
+            return self._ready.get(name)
 
     def remember_disruption(self, pod: Obj) -> None:
         if not is_ours(pod):
@@ -107,7 +148,6 @@ class JobBackend:
             for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
             if is_ours(p) and _owned_by(p, job.metadata.uid)
         ]
-        nodes = {n["metadata"]["name"]: n for n in self.shared.nodes.items()}
         seen = [observed_pod(p) for p in pods]
         names = {p.name for p in seen}
         # A vanished pod's last view is shown until the controller has moved its slot past that incarnation.
@@ -122,21 +162,21 @@ class JobBackend:
                     del self.shared.tombstones[(namespace, name)]
                 elif name not in names:
                     seen.append(tomb)
-        self._clean_stuck(pods, nodes)
+        self._clean_stuck(pods)
         self._retry_launches(job, names)
         with self.shared.lock:
             errors = tuple(self.shared.errors.get((self.namespace, self.name), ()))
         return Observed(
             pods=tuple(sorted(seen, key=lambda p: p.name)),
-            nodes=tuple(observed_node(n) for n in nodes.values()),
+            nodes=self.shared.observed_nodes(),
             errors=errors,
         )
 
-    def _clean_stuck(self, pods: list[Obj], nodes: dict[str, Obj]) -> None:
+    def _clean_stuck(self, pods: list[Obj]) -> None:
         """Pods being deleted on a node that is not Ready never finish (no kubelet confirms): remove them."""
         for pod in pods:
-            node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
-            if pod["metadata"].get("deletionTimestamp") and node is not None and not node_ready(node):
+            node = (pod.get("spec") or {}).get("nodeName") or ""
+            if pod["metadata"].get("deletionTimestamp") and self.shared.node_is_ready(node) is False:
                 self._delete_pod(pod["metadata"]["name"], pod["metadata"]["uid"], grace=0)
 
     def _retry_launches(self, job: TrainingJob, present: set[str]) -> None:
@@ -159,17 +199,53 @@ class JobBackend:
     # ---- apply -------------------------------------------------------------------------------------
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
+        """In order around the status writes; between two writes, the actions on different pods (and
+        every event) go out side by side, the actions on one pod one after the other."""
+        between: list[Action] = []
         for action in actions:
-            try:
-                self._apply_one(job, action)
-            except StatusConflict:
-                raise
-            except ApiError as error:
-                log.warning("%s/%s: %s failed: %s", self.namespace, self.name, action.key, error)
-                with self.shared.lock:
-                    errors = self.shared.errors.setdefault((self.namespace, self.name), [])
-                    errors.append(ActionError(action.key, error.message, self.shared.clock()))
-                    del errors[:-_MAX_ERRORS]
+            if isinstance(action, WriteStatus):
+                self._apply_side_by_side(job, between)
+                between = []
+                # A conflict (StatusConflict) stops the batch: read again, decide again.
+                self._try(action, partial(self._apply_one, job, action))
+            else:
+                between.append(action)
+        self._apply_side_by_side(job, between)
+
+    def _apply_side_by_side(self, job: TrainingJob, actions: list[Action]) -> None:
+        if any(isinstance(a, LaunchPod) for a in actions):
+            self._try(actions[0], partial(self._ensure_service, job))
+        chains: dict[object, list[Action]] = {}
+        for number, action in enumerate(actions):
+            if isinstance(action, (LaunchPod, TerminatePod, RestartInPlace)):
+                chains.setdefault(("pod", action.pod), []).append(action)
+            elif isinstance(action, UpdateDiscovery):
+                chains.setdefault("discovery", []).append(action)
+            else:
+                chains[number] = [action]
+        if len(chains) <= 1:
+            for chain in chains.values():
+                self._run_chain(job, chain)
+            return
+        futures: list[Future[None]] = [
+            self.shared.pool.submit(self._run_chain, job, chain) for chain in chains.values()
+        ]
+        for future in futures:
+            future.result()  # an unexpected error surfaces here (the reconcile is retried)
+
+    def _run_chain(self, job: TrainingJob, chain: list[Action]) -> None:
+        for action in chain:
+            self._try(action, partial(self._apply_one, job, action))
+
+    def _try(self, action: Action, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except ApiError as error:
+            log.warning("%s/%s: %s failed: %s", self.namespace, self.name, action.key, error)
+            with self.shared.lock:
+                errors = self.shared.errors.setdefault((self.namespace, self.name), [])
+                errors.append(ActionError(action.key, error.message, self.shared.clock()))
+                del errors[:-_MAX_ERRORS]
 
     def _apply_one(self, job: TrainingJob, action: Action) -> None:
         if isinstance(action, WriteStatus):
@@ -218,6 +294,9 @@ class JobBackend:
         except ApiError as error:
             if error.status != 409:
                 raise
+            cached = self.shared.pods.get(self.namespace, action.pod)
+            if cached is not None and _generation(cached) >= action.generation:
+                return  # launched before; the watch has it already
             existing = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{action.pod}")
             generation = int(existing["metadata"].get("labels", {}).get(manifests.LABEL_GENERATION, 0))
             if generation >= action.generation:
@@ -306,12 +385,17 @@ class JobBackend:
             "count": 1,
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
+            "reportingInstance": self.shared.identity,
         }
         try:
             self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
         except ApiError as error:
             if error.status != 409:  # the same key: sent before
                 raise
+
+
+def _generation(pod: Obj) -> int:
+    return int((pod["metadata"].get("labels") or {}).get(manifests.LABEL_GENERATION, 0))
 
 
 def _owned_by(pod: Obj, uid: str | None) -> bool:

@@ -31,12 +31,17 @@ class Cache:
         path: str,
         on_change: Callable[[Obj, Obj | None], None],
         label_selector: str | None = None,
+        index_label: str | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
         self.label_selector = label_selector
         self.on_change = on_change
         self._objects: dict[tuple[str, str], Obj] = {}
+        #: (namespace, value of ``index_label``) -> the objects that carry it, so that ``select`` by that
+        #: label reads a handful of objects rather than all of them (thousands of pods, every reconcile).
+        self.index_label = index_label
+        self._index: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
         self._stop = threading.Event()
@@ -63,19 +68,53 @@ class Cache:
 
     def select(self, namespace: str, labels: dict[str, str]) -> list[Obj]:
         with self._lock:
-            return [
-                obj
-                for (ns, _), obj in self._objects.items()
-                if ns == namespace
-                and all(((obj["metadata"].get("labels") or {}).get(k)) == v for k, v in labels.items())
-            ]
+            if self.index_label is not None and self.index_label in labels:
+                candidates = list(self._index.get((namespace, labels[self.index_label]), {}).values())
+            else:
+                candidates = [obj for (ns, _), obj in self._objects.items() if ns == namespace]
+        return [
+            obj
+            for obj in candidates
+            if all(((obj["metadata"].get("labels") or {}).get(k)) == v for k, v in labels.items())
+        ]
 
     def put(self, obj: Obj) -> None:
         """What a write returned: newer than the cache may be yet (the watch catches up)."""
         with self._lock:
             old = self._objects.get(key_of(obj))
             if old is None or _version(old) <= _version(obj):
-                self._objects[key_of(obj)] = obj
+                self._store(obj)
+
+    # ---- the maps (under the lock) ----------------------------------------------------------------
+
+    def _index_key(self, obj: Obj) -> tuple[str, str] | None:
+        if self.index_label is None:
+            return None
+        value = (obj["metadata"].get("labels") or {}).get(self.index_label)
+        return None if value is None else (key_of(obj)[0], str(value))
+
+    def _store(self, obj: Obj) -> None:
+        key = key_of(obj)
+        old = self._objects.get(key)
+        if old is not None:
+            self._unindex(old)
+        self._objects[key] = obj
+        index = self._index_key(obj)
+        if index is not None:
+            self._index.setdefault(index, {})[key] = obj
+
+    def _drop(self, obj: Obj) -> None:
+        old = self._objects.pop(key_of(obj), None)
+        if old is not None:
+            self._unindex(old)
+
+    def _unindex(self, obj: Obj) -> None:
+        index = self._index_key(obj)
+        members = self._index.get(index) if index is not None else None
+        if index is not None and members is not None:
+            members.pop(key_of(obj), None)
+            if not members:
+                del self._index[index]
 
     # ---- the watch --------------------------------------------------------------------------------
 
@@ -108,7 +147,9 @@ class Cache:
         with self._lock:
             gone = [obj for key, obj in self._objects.items() if key not in fresh]
             previous = dict(self._objects)
-            self._objects = fresh
+            self._objects, self._index = {}, {}
+            for obj in fresh.values():
+                self._store(obj)
         for obj in gone:
             self.on_change(obj, None)
         for key, obj in fresh.items():
@@ -126,9 +167,9 @@ class Cache:
                 continue
             with self._lock:
                 if kind == "DELETED":
-                    self._objects.pop(key_of(obj), None)
+                    self._drop(obj)
                 else:
-                    self._objects[key_of(obj)] = obj
+                    self._store(obj)
             self.on_change(obj, None if kind == "DELETED" else obj)
             if self._stop.is_set():
                 break

@@ -40,7 +40,9 @@ class Kube:
                 k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-        configuration.connection_pool_maxsize = 16
+        # Reconcile workers, the apply pool and the watches each hold a connection: a pool smaller than that
+        # opens (and throws away) a TLS connection per request under load.
+        configuration.connection_pool_maxsize = 64
         self.api = k8s_client.ApiClient(configuration)
 
     def close(self) -> None:

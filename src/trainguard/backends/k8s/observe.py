@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from trainguard.backends.k8s.manifests import ANNOTATION_IN_PLACE, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
-from trainguard.controller.backend import AgentReport, ObservedNode, ObservedPhase, ObservedPod
+from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
 
 Obj = dict[str, Any]
 
@@ -95,8 +95,3 @@ def node_ready(node: Obj) -> bool:
         return False
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     return ready is not None and ready.get("status") == "True"
-
-
-def observed_node(node: Obj) -> ObservedNode:
-    # Free room is left to the scheduler (None: the controller assumes room for one pod when Ready).
-    return ObservedNode(node["metadata"]["name"], node_ready(node), None)

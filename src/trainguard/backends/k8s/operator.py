@@ -27,7 +27,7 @@ from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
-from trainguard.backends.k8s.observe import is_ours, node_ready
+from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.controller import reconcile
 
@@ -60,12 +60,19 @@ class Operator:
         ns = options.namespace
         self.jobs = {kind.kind: Cache(kube, kind.path(ns), self._job_changed(kind)) for kind in options.kinds}
         pods_path = f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods"
-        self.pods = Cache(kube, pods_path, self._pod_changed, label_selector=manifests.LABEL_JOB)
+        self.pods = Cache(
+            kube,
+            pods_path,
+            self._pod_changed,
+            label_selector=manifests.LABEL_JOB,
+            index_label=manifests.LABEL_JOB,
+        )
         self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed)
-        self.shared = Shared(kube, self.pods, self.nodes, scheduler=options.scheduler, clock=clock)
         identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.shared = Shared(
+            kube, self.pods, self.nodes, scheduler=options.scheduler, clock=clock, identity=identity
+        )
         self.leader = LeaderElection(kube, options.lease_namespace, options.lease_name, identity)
-        self._node_ready: dict[str, bool] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -99,6 +106,7 @@ class Operator:
         self.leader.stop()
         for cache in (*self.jobs.values(), self.pods, self.nodes):
             cache.stop()
+        self.shared.pool.shutdown(wait=False)
 
     def synced(self) -> bool:
         return all(c.synced.is_set() for c in (*self.jobs.values(), self.pods, self.nodes))
@@ -122,11 +130,9 @@ class Operator:
             self.queue.add((kind, obj["metadata"]["namespace"], job))
 
     def _node_changed(self, obj: Obj, now: Obj | None) -> None:
-        name = obj["metadata"]["name"]
-        ready = now is not None and node_ready(now)
-        if self._node_ready.get(name) == ready:
+        if not self.shared.node_changed(obj, now):
             return
-        self._node_ready[name] = ready
+        name = obj["metadata"]["name"]
         for pod in self.pods.items():
             if (pod.get("spec") or {}).get("nodeName") == name:
                 self._pod_changed(pod, pod)

@@ -1,0 +1,100 @@
+"""How the operator applies one reconcile's actions (no cluster: the API server is a fake that records).
+
+The status writes stay where the controller put them (decisions before the actions, issued keys after);
+between them, the pods are created side by side, not one round trip after another; a conflict on the
+decisions' write stops the batch before anything is created."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.k8s.operator_harness import ROOT
+from trainguard.api.load import load_object
+from trainguard.backends.k8s.backend import JobBackend, Shared, StatusConflict
+from trainguard.backends.k8s.cache import Cache
+from trainguard.backends.k8s.client import ApiError
+from trainguard.backends.k8s.kinds import AITRAININGJOB
+from trainguard.controller import reconcile
+from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
+from trainguard.controller.status import JobStatus
+
+SEED = ROOT / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+Obj = dict[str, Any]
+
+
+class FakeKube:
+    """Records requests; pod creates wait until ``together`` of them are in flight at once."""
+
+    def __init__(self, together: int, conflict: bool = False) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.barrier = threading.Barrier(together, timeout=10)
+        self.conflict = conflict
+        self.version = 1
+
+    def _record(self, method: str, path: str) -> None:
+        with self.lock:
+            self.calls.append((method, path))
+
+    def create(self, path: str, body: Obj) -> Obj:
+        if path.endswith("/pods"):
+            self.barrier.wait()  # BrokenBarrierError if the creates come one after another
+        self._record("POST", path.rsplit("/", 1)[-1])
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "1", "uid": "u"}}
+
+    def replace(self, path: str, body: Obj) -> Obj:
+        self._record("PUT", path.rsplit("/", 1)[-1])
+        if self.conflict:
+            raise ApiError(409, "the object has been modified")
+        with self.lock:
+            self.version += 1
+            return {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+
+    def get(self, path: str) -> Obj:
+        raise ApiError(404, "not found")
+
+
+def _seed() -> tuple[Obj, Any]:
+    obj = yaml.safe_load(SEED.read_text())
+    obj["metadata"].update(uid="job-uid", resourceVersion="1")
+    return obj, load_object(obj, "seed").job
+
+
+def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
+    pods = Cache(kube, "/api/v1/pods", lambda o, n: None)  # type: ignore[arg-type]
+    nodes = Cache(kube, "/api/v1/nodes", lambda o, n: None)  # type: ignore[arg-type]
+    return JobBackend(Shared(kube, pods, nodes), AITRAININGJOB, obj)  # type: ignore[arg-type]
+
+
+def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
+    obj, job = _seed()
+    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    launches = [a for a in actions if isinstance(a, LaunchPod)]
+    assert len(launches) == 4
+    assert isinstance(actions[0], WriteStatus)
+    assert isinstance(actions[-1], WriteStatus)
+    kube = FakeKube(together=len(launches))
+    backend = _backend(kube, obj)
+    backend.apply(job, actions)
+
+    assert kube.calls[0] == ("PUT", "status")
+    assert kube.calls[-1] == ("PUT", "status")
+    assert [c for c in kube.calls if c[0] == "PUT"] == [("PUT", "status")] * 2
+    kinds = [path for _, path in kube.calls[1:-1]]
+    assert kinds[0] == "services"  # the Service once, before the pods that resolve through it
+    assert kinds.count("pods") == 4
+    assert kinds.count("services") == 1
+    assert backend.written == actions[-1].status
+
+
+def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
+    obj, job = _seed()
+    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    kube = FakeKube(together=4, conflict=True)
+    with pytest.raises(StatusConflict):
+        _backend(kube, obj).apply(job, actions)
+    assert kube.calls == [("PUT", "status")]
