@@ -37,10 +37,15 @@ def install_crds(cluster: KubeCluster) -> None:
 class OperatorProcess:
     """``trainguard operator`` for one namespace, started and killed at will."""
 
-    def __init__(self, cluster: KubeCluster, namespace: str, log: Path) -> None:
+    def __init__(
+        self, cluster: KubeCluster, namespace: str, log: Path, kubeconfig: Path | None = None
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.log = log
+        #: The operator's own credentials (the cluster's admin kubeconfig unless given).
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
+        self.lease_namespace: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, identity: str = "") -> None:
@@ -50,12 +55,14 @@ class OperatorProcess:
             "--namespace",
             self.namespace,
             "--kubeconfig",
-            str(self.cluster.kubeconfig),
+            str(self.kubeconfig),
             "--scheduler-name",
             "default-scheduler",
         ]
         if identity:
             argv += ["--id", identity]
+        if self.lease_namespace:
+            argv += ["--lease-namespace", self.lease_namespace]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
@@ -80,13 +87,24 @@ class OperatorProcess:
 class Scenario:
     """One test's namespace, nodes and operator."""
 
-    def __init__(self, cluster: KubeCluster, tmp: Path, nodes: int = 6, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: KubeCluster,
+        tmp: Path,
+        nodes: int = 6,
+        namespace: str | None = None,
+        operator_id: str = "",
+        kubeconfig: Path | None = None,
+        lease_namespace: str | None = None,
+    ) -> None:
         suffix = uuid.uuid4().hex[:6]
         self.cluster = cluster
         self.namespace = namespace or f"tg-{suffix}"
         self.own_namespace = namespace is None
         self.nodes = [f"tg-{suffix}-node-{i}" for i in range(nodes)]
-        self.operator = OperatorProcess(cluster, self.namespace, tmp / "operator.log")
+        self.operator = OperatorProcess(cluster, self.namespace, tmp / "operator.log", kubeconfig)
+        self.operator.lease_namespace = lease_namespace
+        self.operator_id = operator_id
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.cluster.kubectl("-n", self.namespace, *args, input=input)
@@ -96,7 +114,7 @@ class Scenario:
         if self.own_namespace:
             self.cluster.kubectl("create", "namespace", self.namespace)
         self.add_nodes(self.nodes)
-        self.operator.start()
+        self.operator.start(identity=self.operator_id)
 
     def add_nodes(self, names: list[str]) -> None:
         self.cluster.kubectl("apply", "-f", "-", input=node_list(names, group=self.namespace))
@@ -188,10 +206,38 @@ class Scenario:
 
 
 @contextmanager
+def slow_ready(cluster: KubeCluster, name: str, labels: dict[str, str], delay_ms: int) -> Iterator[None]:
+    """A kwok Stage that makes the pods with ``labels`` Ready only ``delay_ms`` after they are scheduled,
+    instead of at once: it is kwok's own pod-ready Stage (its status template, read from the cluster) with
+    a label selector, a delay, and a weight that wins over the original for those pods. Removed afterwards.
+    """
+    stage = json.loads(cluster.kubectl("get", "stage", "pod-ready", "-o", "json"))
+    spec = stage["spec"]
+    spec["selector"]["matchExpressions"] = [
+        *({"key": f'.metadata.labels["{k}"]', "operator": "In", "values": [v]} for k, v in labels.items()),
+        *spec["selector"]["matchExpressions"],
+    ]
+    spec["delay"] = {"durationMilliseconds": delay_ms}
+    spec["weight"] = 10000
+    body = {"apiVersion": stage["apiVersion"], "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "stage", name, "--ignore-not-found")
+
+
+@contextmanager
 def scenario(
-    cluster: KubeCluster, tmp: Path, nodes: int = 6, namespace: str | None = None
+    cluster: KubeCluster,
+    tmp: Path,
+    nodes: int = 6,
+    namespace: str | None = None,
+    operator_id: str = "",
+    kubeconfig: Path | None = None,
+    lease_namespace: str | None = None,
 ) -> Iterator[Scenario]:
-    chosen = Scenario(cluster, tmp, nodes, namespace)
+    chosen = Scenario(cluster, tmp, nodes, namespace, operator_id, kubeconfig, lease_namespace)
     chosen.set_up()
     try:
         yield chosen
