@@ -40,6 +40,8 @@ TRAINER = textwrap.dedent(
             checkpointer.save(state, state["step"])
             print("saved", state["step"], flush=True)
         else:
+            if state["step"] == 1:
+                print("stepped", flush=True)
             time.sleep(0.001)
     """
 )
@@ -72,6 +74,8 @@ def assert_consistent(checkpointer: Checkpointer) -> int:
 @pytest.mark.integration
 def test_sigterm_saves_the_latest_state_and_exits_143_within_the_grace_period(tmp_path: Path) -> None:
     with trainer(tmp_path, tmp_path / "ckpt", "sigterm") as process:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "stepped"  # at least one step done: state worth saving
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=GRACE_SECONDS)
