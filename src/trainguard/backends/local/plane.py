@@ -20,6 +20,7 @@ from trainguard.api import TrainingJob
 from trainguard.backends.local.backend import LocalBackend
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.records import JobRecord, PodState
+from trainguard.backends.local.rendezvous import StoreHosts
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
@@ -46,6 +47,8 @@ class ControlPlane:
         self.waker = Waker()
         self.runtime = Runtime(home, store, clock, base_env)
         self.backend = LocalBackend(home, store, self.runtime, clock)
+        #: The rendezvous store of each torchrun job, outside its pods.
+        self.stores = StoreHosts(home, base_env)
         self._next_look: dict[str, float] = {}
         #: Reconcile latency, queue depth and errors, for the metrics endpoint.
         self.stats = ControllerStats()
@@ -117,6 +120,8 @@ class ControlPlane:
         if job is None:
             return False
         status = self.backend.read_status(record)
+        if not status.phase.is_terminal and self.stores.needed(job, record.port):
+            self.stores.ensure(job, record.uid, record.port)  # before any pod's agent looks for it
         self.runtime.place_pending(record, job)
         result = step(self.backend, job, status, now)
         ttl, completed = job.spec.ttl_seconds_after_finished, result.status.completed_at
@@ -131,6 +136,8 @@ class ControlPlane:
             return True
         alive = any(row.alive for row in self.store.list_pods(record.name))
         finished = result.status.phase.is_terminal
+        if finished and not alive:
+            self.stores.stop(record.name, record.uid)
         # A live job is reconciled on every pass (a pass is at most TICK_SECONDS, sooner on any change, so
         # result.wake_at is always met); an ended one without processes only now and then.
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0
@@ -156,6 +163,7 @@ class ControlPlane:
                     self.runtime.terminate(job, row.name, row.launch, force=False)
         if any(row.alive for row in rows):
             return True
+        self.stores.stop(record.name, record.uid)
         # Files first: once the job is gone from the store, a command may look and find nothing left.
         shutil.rmtree(self.home.job_dir(record.name), ignore_errors=True)
         shutil.rmtree(self.home.logs_dir / record.name, ignore_errors=True)
@@ -170,3 +178,5 @@ class ControlPlane:
             for row in self.store.list_pods():
                 if row.alive:
                     self.runtime.kill_now(row)
+            for record in self.store.list_jobs(include_deleted=True):
+                self.stores.stop(record.name, record.uid)

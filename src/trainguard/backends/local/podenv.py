@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainguard.api import FrameworkType, TrainingJob, pod_name
+from trainguard.api import TrainingJob, pod_name
+from trainguard.controller.launch import render, torchrun_env
 
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 LOOPBACK = "127.0.0.1"
@@ -32,6 +33,19 @@ class PodIdentity:
     @property
     def name(self) -> str:
         return pod_name(self.job.name, self.role, self.index)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def job_with_uid(self) -> TrainingJob:
+        """The job as the controller sees it: with the uid its rendezvous is named after."""
+        if self.job.metadata.uid == self.uid:
+            return self.job
+        return self.job.model_copy(
+            update={"metadata": self.job.metadata.model_copy(update={"uid": self.uid})}
+        )
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -98,7 +112,7 @@ def pod_environment(
         "WORLD_SIZE": str(sum(replicas.values())),
         "RANK": str(rank_offset + pod.index),
         "PYTHONUNBUFFERED": "1",
-        **_torchrun_defaults(pod, replicas),
+        **torchrun_env(pod.job_with_uid, pod.endpoint),
         **extra,
     }
     env = {**base, **ours}
@@ -108,29 +122,14 @@ def pod_environment(
     return env
 
 
-def _torchrun_defaults(pod: PodIdentity, replicas: Mapping[str, int]) -> dict[str, str]:
-    """torchrun reads ``PET_<OPTION>`` as the default of ``--<option>``; a plain ``torchrun train.py``
-    in a pod then joins the job's c10d rendezvous with the job's elastic bounds."""
-    job = pod.job
-    if job.spec.framework_type is not FrameworkType.PYTORCH and job.spec.elastic is None:
-        return {}
-    elastic = job.spec.elastic
-    role = job.role(pod.role)
-    env = {
-        "PET_RDZV_BACKEND": elastic.rdzv_backend if elastic else "c10d",
-        "PET_RDZV_ENDPOINT": f"{LOOPBACK}:{pod.port}",
-        "PET_RDZV_ID": pod.uid,
-        "PET_NNODES": f"{role.min_count}:{role.max_count}" if role.is_elastic else str(replicas[pod.role]),
-        "PET_NPROC_PER_NODE": str(elastic.n_proc_per_node) if elastic else "1",
-    }
-    if elastic and elastic.max_restarts is not None:
-        env["PET_MAX_RESTARTS"] = str(elastic.max_restarts)
-    return env
-
-
 def argv_and_cwd(pod: PodIdentity, env: Mapping[str, str], job_workdir: str) -> tuple[list[str], Path]:
-    """The expanded command and the directory it runs in (``workingDir``, relative to the submit dir)."""
+    """The expanded command and the directory it runs in (``workingDir``, relative to the submit dir).
+
+    A PyTorch job's command runs under torchrun's elastic agent in the job's rendezvous
+    (``trainguard.controller.launch``); ``LaunchError`` (a ValueError) for a torchrun command without a script.
+    """
     argv = [expand(part, env) for part in command(pod.job, pod.role)]
+    argv = render(pod.job_with_uid, pod.role, pod.endpoint, argv)
     working = pod.job.role(pod.role).container.get("workingDir")
     cwd = Path(job_workdir) / expand(str(working), env) if working else Path(job_workdir)
     return argv, cwd

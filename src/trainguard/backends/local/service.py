@@ -23,6 +23,7 @@ from trainguard.backends.local.processes import signal_number
 from trainguard.backends.local.records import JobRecord, NodeRecord
 from trainguard.backends.local.store import AlreadyExists, Conflict
 from trainguard.backends.local.views import job_view
+from trainguard.controller.launch import render
 
 #: Exit status of a request the user must change (unknown job, value out of range, ...).
 USAGE = 2
@@ -230,7 +231,7 @@ class Service:
     def _check_runnable(job: TrainingJob, source: str) -> None:
         for role in job.spec.replica_specs:
             try:
-                command(job, role)
+                render(job, role, "127.0.0.1:0", command(job, role))
             except ValueError as error:
                 raise RequestError(f"{source}: {error}" if source else str(error)) from None
 
