@@ -1,7 +1,7 @@
 """The operator at scale on the kwok test cluster: N nodes, J jobs of P pods -> all Running; then a fault
 that hits many jobs at once (a tenth of the nodes go NotReady) -> every lost pod replaced elsewhere.
 
-    python benchmarks/k8s_scale.py [--nodes 1000] [--jobs 500] [--pods 8] [--fail-fraction 0.1]
+    python benchmarks/k8s_scale.py [--nodes 1000] [--jobs 500] [--pods 8] [--fail-fraction 0.1] [--workers 4]
 
 Starts its own cluster with scripts/k8s-testcluster (named ``bench``; stopped at the end unless --keep) and
 runs the operator in this process. The last line printed is one JSON object with the times in seconds:
@@ -115,6 +115,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--pods", type=int, default=8)
     parser.add_argument("--fail-fraction", type=float, default=0.1)
+    parser.add_argument("--workers", type=int, default=4, help="jobs the operator reconciles at once")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
@@ -141,7 +142,7 @@ def main() -> int:
                 kinds=(NATIVE,),
                 scheduler="default-scheduler",
                 lease_namespace=NAMESPACE,
-                workers=4,
+                workers=args.workers,
             ),
         )
         operator.start()
@@ -198,6 +199,7 @@ def main() -> int:
             "nodes": args.nodes,
             "jobs": args.jobs,
             "pods_per_job": args.pods,
+            "workers": args.workers,
             "submit_to_all_running_s": round(submit_seconds, 1),
             "failed_nodes": len(failed),
             "pods_lost": len(hit),
