@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainguard.agent.options_for_job import agent_options
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.controller.backend import LaunchPod
@@ -87,26 +88,22 @@ def pod(
     first["env"] = [*_environment(job, launch, world), *(first.get("env") or [])]
     argv = spec_of_role.argv
     if argv:
+        # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
         first["command"] = [
             AGENT_PYTHON,
             "-m",
             "trainguard.agent",
-            "--grace",
-            f"{_grace(spec):g}",
+            *agent_options(job, launch.role),
             "--",
             *argv,
         ]
+        first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
     if job.spec.framework_type is FrameworkType.HOROVOD:
         _mount_discovery(job, spec, first)
     if launch.avoid_nodes:
         _avoid(spec, launch.avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-def _grace(spec: Obj) -> float:
-    value = spec.get("terminationGracePeriodSeconds")
-    return float(value) if isinstance(value, int | float) and value >= 0 else 30.0
 
 
 def _environment(job: TrainingJob, launch: LaunchPod, world: dict[str, int]) -> list[Obj]:

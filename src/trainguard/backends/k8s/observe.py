@@ -9,6 +9,7 @@ listed, which the controller reads as PodForceDeleted.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -86,7 +87,20 @@ def _reason(status: Obj, terminated: Obj | None) -> str | None:
             return "Preempted" if why in _PREEMPTIONS else "DisruptionTarget"
     if terminated and terminated.get("reason") == "OOMKilled":
         return "OOMKilled"
+    if terminated and _agent_gave_up_on_a_hang(terminated.get("message")):
+        return "Hang"
     return None
+
+
+def _agent_gave_up_on_a_hang(message: object) -> bool:
+    """The agent's final report, in the termination message, says it gave up on a hang (reason Hang)."""
+    if not isinstance(message, str) or not message.startswith("{"):
+        return False
+    try:
+        report = json.loads(message)
+    except ValueError:
+        return False
+    return isinstance(report, dict) and report.get("event") == "gave-up" and report.get("reason") == "Hang"
 
 
 def node_ready(node: Obj) -> bool:
