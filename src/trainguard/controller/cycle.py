@@ -56,6 +56,16 @@ class Cycle:
     #: The condition of the phase, as this cycle sees it: (reason, message).
     phase_words: tuple[str, str] | None = None
     transitions: list[PhaseTransition] = field(default_factory=list)
+    #: The policy state as the cycle started, to tell whether it changed.
+    initial_state: PolicyState | None = None
+    #: The observation indexed by name (pods of a slot, nodes), so that lookups do not scan it.
+    _pods_by_name: dict[str, list[ObservedPod]] = field(default_factory=dict)
+    _nodes_by_name: dict[str, ObservedNode] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for pod in self.observed.pods:
+            self._pods_by_name.setdefault(pod.name, []).append(pod)
+        self._nodes_by_name = {node.name: node for node in self.observed.nodes}
 
     @classmethod
     def start(cls, job: TrainingJob, status: JobStatus, observed: Observed, now: float) -> Cycle:
@@ -64,7 +74,8 @@ class Cycle:
             now=now,
             observed=observed,
             before=status,
-            state=status.policy(),
+            state=(state := status.policy()),
+            initial_state=state,
             phase=status.phase,
             slots={pod.name: pod for pod in status.pods},
             desired=dict(status.desired),
@@ -102,10 +113,10 @@ class Cycle:
         return counts
 
     def node(self, name: str | None) -> ObservedNode | None:
-        return next((n for n in self.observed.nodes if n.name == name), None) if name else None
+        return self._nodes_by_name.get(name) if name else None
 
     def observed_pods(self, name: str) -> list[ObservedPod]:
-        return [pod for pod in self.observed.pods if pod.name == name]
+        return list(self._pods_by_name.get(name, ()))
 
     # ---- changing things --------------------------------------------------------------------------
 

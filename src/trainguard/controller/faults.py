@@ -126,6 +126,8 @@ def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
             cycle.state = record_running(cycle.state, slot.ref, started)
         changes["phase"] = PodPhase.RUNNING
         changes["running_since"] = slot.running_since if slot.running_since is not None else started
+    if all(getattr(slot, key) == value for key, value in changes.items()):
+        return slot  # nothing new: most pods of a big job on most reconciles
     return cycle.put(slot, **changes)
 
 

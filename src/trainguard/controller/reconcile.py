@@ -136,7 +136,9 @@ def _finish(cycle: Cycle) -> ReconcileResult:
             "desired": dict(cycle.desired),
             "pods": slots,
             "history": tuple(cycle.history[-MAX_HISTORY:]),
-            "policy_state": cycle.state.to_dict(),
+            "policy_state": before.policy_state
+            if cycle.state is cycle.initial_state
+            else cycle.state.to_dict(),
             "event_seq": cycle.event_seq,
         }
     )
