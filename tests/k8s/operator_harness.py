@@ -46,6 +46,8 @@ class OperatorProcess:
         #: The operator's own credentials (the cluster's admin kubeconfig unless given).
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.lease_namespace: str | None = None
+        #: Serve Prometheus metrics on this loopback port (None: off).
+        self.metrics_port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, identity: str = "") -> None:
@@ -63,6 +65,8 @@ class OperatorProcess:
             argv += ["--id", identity]
         if self.lease_namespace:
             argv += ["--lease-namespace", self.lease_namespace]
+        if self.metrics_port is not None:
+            argv += ["--metrics-port", str(self.metrics_port)]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 

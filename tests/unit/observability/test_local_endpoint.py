@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.controller.harness import Harness
 from tests.unit.observability.scenario import JOB, bad_night
-from trainguard.backends.local.metrics import ENV_PORT, StoreCollector, serve
+from trainguard.backends.local.metrics import ENV_PORT, serve, store_collector
 from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.store import Store
 from trainguard.controller.metrics import ControllerStats
@@ -59,7 +59,7 @@ def test_a_scrape_reads_the_stored_status_in_prometheus_text(store: Store) -> No
     stats = ControllerStats()
     stats.observe(0.002)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, stats))
+    registry.register(store_collector(store, stats))
     text = generate_latest(registry).decode()
     samples = scrape_text(text)
     trainer = {"namespace": "default", "trainingjob": JOB, "role": "trainer"}

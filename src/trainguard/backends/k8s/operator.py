@@ -21,7 +21,7 @@ from typing import Any
 
 from trainguard.api import SpecError
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import manifests, metrics
 from trainguard.backends.k8s.backend import JobBackend, Shared, StatusConflict, read_status
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -30,6 +30,7 @@ from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.controller import reconcile
+from trainguard.controller.metrics import ControllerStats
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str, str]  # kind, namespace, name
@@ -48,6 +49,9 @@ class Options:
     identity: str = ""
     #: Every job is reconciled at least this often, whatever the watches say.
     resync_seconds: float = 30.0
+    #: Serve Prometheus metrics on this port (0: any free one; None: not at all), on ``metrics_address``.
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
 
 class Operator:
@@ -75,12 +79,20 @@ class Operator:
         self.leader = LeaderElection(kube, options.lease_namespace, options.lease_name, identity)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.stats = ControllerStats()
+        self.metrics_url: str | None = None
 
     # ---- running -----------------------------------------------------------------------------------
 
     def start(self) -> None:
         for cache in (*self.jobs.values(), self.pods, self.nodes):
             cache.start()
+        if self.options.metrics_port is not None:
+            jobs = metrics.snapshots(lambda: [obj for cache in self.jobs.values() for obj in cache.items()])
+            collector = metrics.JobsCollector(jobs, self.stats)
+            self.metrics_url = metrics.serve(
+                self.options.metrics_port, self.options.metrics_address, collector
+            )
         self.leader.start()
         for number in range(self.options.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)
@@ -153,15 +165,19 @@ class Operator:
             key = self.queue.get(timeout=1.0)
             if key is None:
                 continue
+            self.stats.set_queue_depth(len(self.queue))
             try:
                 if not self.leader.is_leader() or not self.synced():
                     self.queue.add_after(key, 1.0)  # not ours to act on (yet)
                     continue
+                started = time.monotonic()
                 self.reconcile(key)
+                self.stats.observe(time.monotonic() - started)
             except StatusConflict:
                 self.queue.add_after(key, 0.05)  # someone wrote first: read again, decide again
             except Exception:
                 log.exception("reconcile of %s/%s/%s failed", *key)
+                self.stats.failed()
                 self.queue.add_after(key, 2.0)
             finally:
                 self.queue.done(key)

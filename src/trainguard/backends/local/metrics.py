@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
 
 from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.store import Store
-from trainguard.controller.metrics import (
-    ControllerStats,
-    Family,
-    JobSnapshot,
-    MetricType,
-    job_families,
-)
+from trainguard.controller.metrics import ControllerStats, JobSnapshot
+from trainguard.controller.prometheus import JobsCollector
 from trainguard.controller.status import JobStatus
 
 log = logging.getLogger("trainguard.local")
@@ -49,17 +42,9 @@ class Endpoint:
         return {"url": self.url, "problem": self.problem}
 
 
-class StoreCollector(Collector):
+def store_collector(store: Store, stats: ControllerStats) -> JobsCollector:
     """Reads the store at every scrape: the jobs' metrics from their status, and the loop's own figures."""
-
-    def __init__(self, store: Store, stats: ControllerStats) -> None:
-        self.store = store
-        self.stats = stats
-
-    def collect(self) -> Iterator[Metric]:
-        snapshots = [snapshot(record) for record in self.store.list_jobs()]
-        for family in [*job_families(snapshots), *self.stats.families()]:
-            yield to_prometheus(family)
+    return JobsCollector(lambda: [snapshot(record) for record in store.list_jobs()], stats)
 
 
 def snapshot(record: JobRecord) -> JobSnapshot:
@@ -71,30 +56,6 @@ def snapshot(record: JobRecord) -> JobSnapshot:
         roles=roles,
         status=JobStatus.from_dict(record.status),
     )
-
-
-def to_prometheus(family: Family) -> Metric:
-    spec = family.spec
-    labels = list(spec.labels)
-    if spec.type is MetricType.HISTOGRAM:
-        histogram = HistogramMetricFamily(spec.name, spec.help, labels=labels)
-        for sample in family.histograms:
-            buckets = [(_le(bound), float(n)) for bound, n in zip(spec.buckets, sample.counts, strict=True)]
-            buckets.append(("+Inf", float(sample.count)))
-            histogram.add_metric(list(sample.labels), buckets, sample.sum)
-        return histogram
-    metric: CounterMetricFamily | GaugeMetricFamily
-    if spec.type is MetricType.COUNTER:
-        metric = CounterMetricFamily(spec.name, spec.help, labels=labels)
-    else:
-        metric = GaugeMetricFamily(spec.name, spec.help, labels=labels)
-    for value in family.samples:
-        metric.add_metric(list(value.labels), value.value)
-    return metric
-
-
-def _le(bound: float) -> str:
-    return repr(float(bound))
 
 
 def serve(store: Store, stats: ControllerStats, environ: dict[str, str] | None = None) -> Endpoint:
@@ -111,7 +72,7 @@ def serve(store: Store, stats: ControllerStats, environ: dict[str, str] | None =
         return Endpoint(None, f"{ENV_PORT}={wanted!r} is not a port number (0-65535, or off)")
     address = env.get(ENV_ADDRESS, "").strip() or DEFAULT_ADDRESS
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, stats))
+    registry.register(store_collector(store, stats))
     ProcessCollector(registry=registry)
     try:
         server, _ = start_http_server(port, addr=address, registry=registry)

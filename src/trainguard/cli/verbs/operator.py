@@ -41,6 +41,19 @@ def register(subparsers: Any) -> None:
         help="namespace of the leader-election Lease (default: NS or default)",
     )
     parser.add_argument("--id", default="", help="this replica's identity in the Lease (default: host-pid)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on PORT (0: any free port; default: off)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address for the metrics (127.0.0.1; the Deployment uses 0.0.0.0 so Prometheus can scrape the pod)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -71,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
         identity=args.id,
+        metrics_port=args.metrics_port,
+        metrics_address=args.metrics_address,
     )
     operator = Operator(kube, options)
     stopped = threading.Event()
