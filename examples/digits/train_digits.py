@@ -12,7 +12,8 @@ a small MLP with DistributedDataParallel on gloo, and uses the whole SDK:
 The data is the 1797 8x8 images of ``sklearn/datasets/data/digits.csv.gz``, read straight from the installed
 package (importing scikit-learn would add seconds to every worker start); nothing is downloaded. A fixed
 permutation keeps 360 images for testing. The global batch stays ``--global-batch`` whatever the world size
-(each rank takes its share), so a run that was resized follows nearly the same optimisation as one that was not.
+(each rank takes its share) and the learning rate follows a cosine over the epochs' progress, so a run that
+was resized follows nearly the same optimisation as one that was not.
 
 With ``--events FILE`` rank 0 appends one JSON object per line (``start``, ``step``, ``checkpoint``, ``done``)
 with the wall-clock time: what the demo, the tests and the benchmarks read.
@@ -140,6 +141,9 @@ def main() -> None:
         with model.join():
             for features, labels in loader:
                 with checkpointer.defer_sigterm():
+                    progress = (epoch + sampler.consumed / len(train_set)) / args.epochs
+                    for group in optimizer.param_groups:  # cosine decay: the same at any world size
+                        group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
                     loss = torch.nn.functional.cross_entropy(model(features), labels)
                     optimizer.zero_grad()
                     loss.backward()

@@ -15,6 +15,7 @@ from dataclasses import replace
 from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery
 from trainguard.backends.local.home import Home
+from trainguard.backends.local.nudge import Nudger
 from trainguard.backends.local.placement import free_slots
 from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
 from trainguard.backends.local.runtime import Runtime
@@ -50,6 +51,8 @@ class LocalBackend:
         self._errors: dict[str, deque[ActionError]] = {}
         #: job -> the status version last read, for the compare-and-swap of the next status write.
         self._status_versions: dict[str, int] = {}
+        #: Restarts the workers of torchrun pods that outlive a failed peer's round (see nudge.py).
+        self.nudger = Nudger(store, lambda row: runtime.report(row).child_pid)
 
     # ---- status ------------------------------------------------------------------------------------
 
@@ -62,6 +65,7 @@ class LocalBackend:
 
     def observe(self, job: TrainingJob) -> Observed:
         rows = self.runtime.refresh(job.name)
+        self.nudger.observe(job, rows, self.clock())
         all_pods = self.store.list_pods()
         nodes = self.store.list_nodes()
         free = free_slots(nodes, all_pods)

@@ -1,0 +1,5 @@
+import sys
+
+from trainguard.demo import main
+
+sys.exit(main())

@@ -1,0 +1,154 @@
+"""Example 1 (DDP on the digits, gloo) on the local runtime, through the faults it must survive.
+
+Each test trains one real job: 3 workers under torchrun's elastic agent in trainguard's rendezvous, paced so
+that the faults land mid-training, and checks that it still reaches the example's stated test accuracy.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from torch_harness import (
+    RECOVERY_TIMEOUT,
+    HeldSockets,
+    can_hold_sockets,
+    checkpoint_steps,
+    torchrun_of,
+    wait_done,
+    wait_step,
+    wait_world,
+    workers_of,
+)
+
+from trainguard.backends.local.nudge import NUDGE_AFTER_SECONDS
+from trainguard.demo.session import Session, digits_job, recovery
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
+
+#: The accuracy examples/digits/digits.yaml promises.
+TARGET_ACCURACY = 0.95
+EVERY = 10  # steps between checkpoints
+
+
+def _job(session: Session, name: str, epochs: int = 8, **extra: object) -> dict[str, object]:
+    return digits_job(name, session.root, epochs=epochs, step_delay=0.05, checkpoint_every=EVERY, **extra)  # type: ignore[arg-type]
+
+
+def test_a_killed_worker_and_a_lost_node_cost_at_most_a_checkpoint_interval(session: Session) -> None:
+    job = session.submit(_job(session, "digits"))
+    wait_step(session, job, 25)
+
+    session.chaos("kill", "digits-worker-1")  # SIGKILL of the pod's torchrun agent and its worker
+    killed_at = time.time()
+    wait_world(session, job, 3, after=killed_at)  # the survivors went on, then the replacement joined
+    lost = recovery(session.run(job).events(), killed_at)
+    assert lost is not None
+    assert lost.steps_lost <= EVERY
+    assert lost.seconds < RECOVERY_TIMEOUT
+
+    # The node of rank 0, whose worker hosted the workers' store: the rendezvous lives outside every node.
+    step = wait_step(session, job, lost.step_before + 20).step
+    node = session.pods(job)["digits-worker-0"]["node"]
+    session.chaos("node-down", node)
+    down_at = time.time()
+    after = session.wait(
+        "recovery from node-down", lambda: recovery(session.run(job).events(), down_at), RECOVERY_TIMEOUT
+    )
+    assert after.resumed_from >= step - EVERY
+
+    done = wait_done(session, job)
+    assert done.fields["accuracy"] >= TARGET_ACCURACY
+    history = session.view(job)["status"]["history"]
+    assert [entry["fault"] for entry in history if entry["kind"] == "fault"] == ["Exited", "NodeNotReady"]
+
+
+def test_scale_3_to_5_to_2_while_training(session: Session) -> None:
+    job = session.submit(_job(session, "digits-scale", epochs=10))
+    wait_step(session, job, 20)
+
+    asked = time.time()
+    session.scale(job, "worker", 5)
+    wait_world(session, job, 5, after=asked)
+    session.scale(job, "worker", 2)
+    resized = time.time()
+    two = wait_world(session, job, 2, after=resized)
+
+    done = wait_done(session, job)
+    assert done.fields["accuracy"] >= TARGET_ACCURACY
+    assert done.world == 2
+    grown = recovery(session.run(job).events(), asked, world=5)
+    assert grown is not None
+    assert grown.steps_lost <= EVERY
+    shrunk = recovery(session.run(job).events(), resized, world=2)
+    assert shrunk is not None
+    assert shrunk.next_step_at == two.t
+    assert shrunk.steps_lost <= EVERY
+    operations = [
+        entry["action"] for entry in session.view(job)["status"]["history"] if entry["kind"] == "scale"
+    ]
+    assert operations == ["scaleout", "scalein"]
+
+
+def test_a_restart_of_scope_all_resumes_from_the_previous_checkpoint_when_the_latest_is_corrupt(
+    session: Session,
+) -> None:
+    spec = _job(session, "digits-all")
+    worker = spec["spec"]["replicaSpecs"]["worker"]  # type: ignore[index]
+    worker["faultTolerantPolicy"] = [{"exitCodes": "137", "restartPolicy": "ExitCode", "restartScope": "All"}]
+    job = session.submit(spec)
+    directory = session.root / job / "checkpoints"
+    session.wait("two checkpoints", lambda: len(checkpoint_steps(directory)) >= 2, 180, poll=0.05)
+
+    *_, previous, latest = checkpoint_steps(directory)
+    path = directory / f"ckpt-{latest:012d}.pt"
+    path.write_bytes(path.read_bytes()[:100])  # cut short, as a crash during a copy would leave it
+    session.chaos("kill", "digits-all-worker-2")
+    killed_at = time.time()
+
+    again = session.wait(
+        "the restart", lambda: recovery(session.run(job).events(), killed_at, world=3), RECOVERY_TIMEOUT
+    )
+    assert again.resumed_from == previous  # not the damaged one, and not from scratch
+    assert again.world == 3
+    assert (directory / f"ckpt-{latest:012d}.pt.corrupt").exists()
+    entry = next(e for e in session.view(job)["status"]["history"] if e["kind"] == "fault")
+    assert (entry["action"], entry["scope"]) == ("restart", "All")
+    assert wait_done(session, job).fields["accuracy"] >= TARGET_ACCURACY
+
+
+@pytest.mark.skipif(not can_hold_sockets(), reason="pidfd_getfd is not available or not permitted here")
+def test_survivors_of_a_silently_vanished_node_are_restarted_into_a_new_round(session: Session) -> None:
+    """A machine that vanishes resets none of its connections: the survivors would wait in their allreduce
+    for gloo's 30-minute timeout. trainguard knows the pod is gone and restarts their workers."""
+    job = session.submit(_job(session, "digits-silent", epochs=10))
+    wait_step(session, job, 20)
+
+    held = HeldSockets()
+    try:
+        victim = [
+            torchrun_of(session, job, "digits-silent-worker-1"),
+            *workers_of(session, job, "digits-silent-worker-1"),
+        ]
+        assert held.take(victim) > 0
+        survivors = {
+            p.pid
+            for pod in ("digits-silent-worker-0", "digits-silent-worker-2")
+            for p in workers_of(session, job, pod)
+        }
+        session.chaos("node-down", session.pods(job)["digits-silent-worker-1"]["node"])
+        down_at = time.time()
+        back = session.wait(
+            "recovery", lambda: recovery(session.run(job).events(), down_at), RECOVERY_TIMEOUT
+        )
+        assert back.seconds < NUDGE_AFTER_SECONDS + 30
+        assert not survivors & {
+            p.pid
+            for pod in ("digits-silent-worker-0", "digits-silent-worker-2")
+            for p in workers_of(session, job, pod)
+        }
+        events = session.call("events", job=job)
+        assert any(event["reason"] == "NudgeSurvivors" for event in events)
+    finally:
+        held.close()
+    assert wait_done(session, job).fields["accuracy"] >= TARGET_ACCURACY
