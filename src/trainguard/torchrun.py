@@ -102,19 +102,36 @@ def preload_modules(environ: dict[str, str] | os._Environ[str] = os.environ) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    multiprocessing.set_forkserver_preload(preload_modules())
+    # Start the fork server first: its imports overlap with the agent's own instead of following them.
+    multiprocessing.forkserver.ensure_running()
     from torch.distributed import run as torchrun
 
-    multiprocessing.set_forkserver_preload(preload_modules())
-    # Start the fork server now: its imports overlap with the rendezvous instead of following it.
-    multiprocessing.forkserver.ensure_running()
     # torch's log formatter imports torch._dynamo for the first record that carries an exception, and the agent
     # logs one when a worker fails: seconds spent in the middle of every job's first recovery. Pay it now.
     threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True).start()
-    torchrun.config_from_args = _warm(torchrun.config_from_args)  # type: ignore[assignment]
     poll = os.environ.get(ENV_RDZV_POLL)
     if poll:
         poll_rendezvous_every(float(poll))
-    torchrun.main(list(sys.argv[1:] if argv is None else argv))
+    options = torchrun.parse_args(arguments)  # type: ignore[no-untyped-call]
+    if not (options.no_python or options.run_path):
+        torchrun.config_from_args = _warm(torchrun.config_from_args)  # type: ignore[assignment]
+        # Join the rendezvous only once workers can start at once: a pod that joins while its fork server is
+        # still importing would hold every other pod's restarted workers waiting for its own.
+        wait_for_fork_server()
+    torchrun.main(arguments)  # parses them again, under torch's error recording
+
+
+def wait_for_fork_server() -> None:
+    """Returns once the fork server has imported ``PRELOAD`` (it forks a process that does nothing)."""
+    probe = multiprocessing.get_context("forkserver").Process(target=_nothing, name="trainguard-warmup")
+    probe.start()
+    probe.join()
+
+
+def _nothing() -> None:
+    """The probe's work."""
 
 
 if __name__ == "__main__":

@@ -153,10 +153,8 @@ def recovery(events: list[Event], at: float, *, world: int | None = None) -> Rec
         if step is None:
             return None
         before = [event for event in events[:index] if event.event == "step"]
-        last = max(before, key=lambda event: event.step, default=None)
-        return Recovery(
-            at, last.step if last else 0, start.step, start.world, step.t, last.t if last else None
-        )
+        highest = max((event.step for event in before), default=0)
+        return Recovery(at, highest, start.step, start.world, step.t, before[-1].t if before else None)
     return None
 
 

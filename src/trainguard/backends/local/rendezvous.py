@@ -9,8 +9,9 @@ that was killed and started anew; it is stopped when the job has ended and its p
 
 The process also tends the rendezvous, because it knows what torchrun cannot:
 
-- an agent that died (its process is gone) is dropped at once, instead of after torchrun's keep-alive timeout
-  (3 missed beats of 5 s): its last heartbeat is set to the epoch, and the agents' own clean-up removes it;
+- an agent that died (its process is gone), or whose pod is being stopped (a scale-in, a restart), is dropped at
+  once, instead of after torchrun's keep-alive timeout (3 missed beats of 5 s): its last heartbeat is set to the
+  epoch, and the agents' own clean-up removes it;
 - a round completes as soon as the pods it waits for have joined (see ``Tender``), instead of waiting for
   ``last_call_timeout``: the round's deadline is moved to now, and the agents complete it as usual.
 
@@ -44,6 +45,7 @@ import psutil
 from trainguard.api import TrainingJob
 from trainguard.backends.local import processes
 from trainguard.backends.local.home import Home
+from trainguard.backends.local.nudge import workers
 from trainguard.backends.local.podenv import LOOPBACK
 from trainguard.backends.local.records import PodState
 from trainguard.backends.local.runtime import POD_ID_ENV
@@ -58,6 +60,8 @@ TEND_SECONDS = 0.1
 #: A store whose job has ended (or vanished) with no pod left exits after this long on its own.
 ORPHAN_EXIT_SECONDS = 60.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The incarnation of an agent that trainguard did not start (no pod marker in its environment).
+_UNKNOWN = "unknown"
 
 
 # ---- the control plane's side -----------------------------------------------------------------------------
@@ -220,19 +224,33 @@ class Tender:
         now = datetime.now(timezone.utc)
         changed = False
         incarnation: dict[Any, str | None] = {}
+        running = self.pods.running()
         for node, beat in state.last_heartbeats.items():
             if node.addr != self.host:
                 continue
             incarnation[node] = _incarnation(node.pid)
-            if incarnation[node] is None and beat > _EPOCH:  # its agent is gone
-                log.info("round %d: agent %s is gone; dropping it", state.round, node)
+            name = incarnation[node]
+            # Gone: its agent died, or trainguard is stopping its pod (a scale-in, a restart) and its workers have
+            # ended (having saved on SIGTERM): the agent itself takes seconds more to exit, holding the next
+            # round back meanwhile.
+            stopping = (
+                name is not None
+                and running is not None
+                and name != _UNKNOWN
+                and name not in running
+                and not workers(node.pid)
+            )
+            if (name is None or stopping) and beat > _EPOCH:
+                log.info(
+                    "round %d: agent %s is %s; dropping it", state.round, node, "stopping" if name else "gone"
+                )
                 state.last_heartbeats[node] = _EPOCH
                 changed = True
         self.seen.update(name for name in incarnation.values() if name)
         self.completed_once = self.completed_once or state.complete or state.round > 0
         if not state.complete and not state.closed and state.deadline is not None and state.deadline > now:
-            running = self.pods.running() or set()
-            waited_for = running if not self.completed_once else running & self.seen
+            live = running or set()
+            waited_for = live if not self.completed_once else live & self.seen
             joined = {incarnation.get(node) for node in state.participants}
             if waited_for and waited_for <= joined:
                 log.info("round %d: %s joined; completing it", state.round, ", ".join(sorted(waited_for)))
@@ -253,7 +271,7 @@ def _incarnation(pid: int) -> str | None:
     except psutil.Error:
         return None
     _, _, incarnation = marker.partition("/")
-    return incarnation or "unknown"
+    return incarnation or _UNKNOWN
 
 
 class JobPods:
