@@ -1,0 +1,59 @@
+"""Example 2: seed 000's job shape as an elastic PyTorch job, through the faults its rules name."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from torch_harness import START_TIMEOUT, checkpoint_steps
+
+from trainguard.api.load import load_jobs
+from trainguard.demo.session import EXAMPLES, Session
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+EXAMPLE = EXAMPLES / "seed-pytorch"
+
+
+def test_the_seed_shape_trains_through_a_force_delete_and_a_kill_by_the_seeds_rules(session: Session) -> None:
+    [loaded] = load_jobs(EXAMPLE / "seed-000-pytorch.yaml")
+    spec = loaded.job.to_dict()
+    checkpoints = session.root / "checkpoints"
+    container = spec["spec"]["replicaSpecs"]["trainer"]["template"]["spec"]["containers"][0]
+    container["command"] = [sys.executable, str(EXAMPLE / "synthetic_benchmark.py")]
+    container["args"] = [
+        "--num-iters=240",
+        "--checkpoint-every=20",
+        "--report-every=20",
+        f"--checkpoint-dir={checkpoints}",
+    ]
+    job = session.submit(spec)
+    name = spec["metadata"]["name"]
+
+    def checkpoint_past(step: int) -> bool:
+        return any(found > step for found in checkpoint_steps(checkpoints))
+
+    session.wait("the first checkpoint", lambda: checkpoint_past(0), START_TIMEOUT, poll=0.2)
+    session.chaos("force-delete", f"{name}-trainer-2")
+    first = max(checkpoint_steps(checkpoints))
+    session.wait("training to go on", lambda: checkpoint_past(first), START_TIMEOUT, poll=0.2)
+    session.chaos("kill", f"{name}-trainer-0")
+    session.wait(
+        "the job to end", lambda: session.phase(job) in ("Succeeded", "Failed"), START_TIMEOUT * 2, poll=0.5
+    )
+
+    view = session.view(job)
+    assert view["status"]["phase"] == "Succeeded", view["status"].get("message")
+    faults = [
+        (e["pod"], e["fault"], e["rule"], e["action"])
+        for e in view["status"]["history"]
+        if e["kind"] == "fault"
+    ]
+    assert faults == [
+        (f"{name}-trainer-2", "PodForceDeleted", "faultTolerantPolicy[0]", "restart"),
+        (f"{name}-trainer-0", "Exited", "restartPolicy", "restart"),
+    ]
+    logs = "".join(path.read_text() for path in (session.home.logs_dir / name).glob("*.log"))
+    assert "[synthetic] done: 240 iterations" in logs
+    resumed = [line for line in logs.splitlines() if "resuming at iteration" in line]
+    assert any(not line.endswith("iteration 0 of 240") for line in resumed)  # a restart resumed a checkpoint
