@@ -128,8 +128,23 @@ class LocalRuntime:
         found: dict[str, list[psutil.Process]] = {}
         for process, env in self._own_processes():
             marker = env.get("TRAINGUARD_POD_ID")
-            if marker and "trainguard.agent" in process.cmdline():
+            if not marker:
+                continue
+            try:
+                command = process.cmdline()
+            except psutil.Error:  # exited (or became a zombie) since it was listed
+                continue
+            if "trainguard.agent" in command:
                 found.setdefault(marker.split("/")[1], []).append(process)
+        return found
+
+    def own_commands(self, needle: str) -> list[psutil.Process]:
+        """This home's live processes whose command line contains `needle`."""
+        found = []
+        for process, _ in self._own_processes():
+            with contextlib.suppress(psutil.Error):
+                if needle in " ".join(process.cmdline()):
+                    found.append(process)
         return found
 
     def _own_processes(self) -> list[tuple[psutil.Process, dict[str, str]]]:
@@ -159,8 +174,8 @@ class LocalRuntime:
         for process, _ in self._own_processes():
             if process.pid == os.getpid():
                 continue
-            leftovers.append(" ".join(process.cmdline()[:6]))
             with contextlib.suppress(psutil.Error):
+                leftovers.append(" ".join(process.cmdline()[:6]))
                 process.kill()
         return leftovers
 

@@ -109,9 +109,7 @@ def test_only_one_control_plane_runs_however_many_commands_start_one(local: Loca
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: local.cli_process("get"), range(4)))
     assert all(r.code == 0 for r in results), [r.err for r in results]
-    daemons = [
-        p for p, _ in local._own_processes() if "trainguard.backends.local.daemon" in " ".join(p.cmdline())
-    ]
+    daemons = local.own_commands("trainguard.backends.local.daemon")
     assert len(daemons) == 1
 
 
