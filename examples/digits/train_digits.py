@@ -97,6 +97,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between async checkpoints")
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of sleep per step (pacing)")
     parser.add_argument("--events", default=None, help="rank 0 appends JSON progress lines here")
+    parser.add_argument(
+        "--save-on-sigterm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="checkpoint when stopped (SIGTERM) inside the grace period",
+    )
     return parser.parse_args()
 
 
@@ -135,7 +141,8 @@ def main() -> None:
             "sampler": sampler.state_dict(),
         }
 
-    checkpointer.save_on_sigterm(lambda: (state(), step))
+    if args.save_on_sigterm:
+        checkpointer.save_on_sigterm(lambda: (state(), step))
     for epoch in range(sampler.epoch, args.epochs):
         sampler.set_epoch(epoch)
         with model.join():

@@ -11,15 +11,20 @@ import time
 import pytest
 from torch_harness import (
     RECOVERY_TIMEOUT,
+    HeldSockets,
+    can_hold_sockets,
     checkpoint_steps,
+    torchrun_of,
     wait_done,
     wait_step,
     wait_world,
+    workers_of,
 )
 
+from trainguard.backends.local.nudge import NUDGE_AFTER_SECONDS
 from trainguard.demo.session import Session, digits_job, recovery
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 #: The accuracy examples/digits/digits.yaml promises.
 TARGET_ACCURACY = 0.95
@@ -88,7 +93,9 @@ def test_scale_3_to_5_to_2_while_training(session: Session) -> None:
 def test_a_restart_of_scope_all_resumes_from_the_previous_checkpoint_when_the_latest_is_corrupt(
     session: Session,
 ) -> None:
-    spec = _job(session, "digits-all")
+    # Without a checkpoint on SIGTERM: the restart of scope All stops the other workers, and a slow machine
+    # would let them save a fresh checkpoint past the corrupt one.
+    spec = _job(session, "digits-all", extra_args=("--no-save-on-sigterm",))
     worker = spec["spec"]["replicaSpecs"]["worker"]  # type: ignore[index]
     worker["faultTolerantPolicy"] = [{"exitCodes": "137", "restartPolicy": "ExitCode", "restartScope": "All"}]
     job = session.submit(spec)
@@ -109,4 +116,41 @@ def test_a_restart_of_scope_all_resumes_from_the_previous_checkpoint_when_the_la
     assert (directory / f"ckpt-{latest:012d}.pt.corrupt").exists()
     entry = next(e for e in session.view(job)["status"]["history"] if e["kind"] == "fault")
     assert (entry["action"], entry["scope"]) == ("restart", "All")
+    assert wait_done(session, job).fields["accuracy"] >= TARGET_ACCURACY
+
+
+@pytest.mark.skipif(not can_hold_sockets(), reason="pidfd_getfd is not available or not permitted here")
+def test_survivors_of_a_silently_vanished_node_are_restarted_into_a_new_round(session: Session) -> None:
+    """A machine that vanishes resets none of its connections: the survivors would wait in their allreduce
+    for gloo's 30-minute timeout. trainguard knows the pod is gone and restarts their workers."""
+    job = session.submit(_job(session, "digits-silent", epochs=10))
+    wait_step(session, job, 20)
+
+    held = HeldSockets()
+    try:
+        victim = [
+            torchrun_of(session, job, "digits-silent-worker-1"),
+            *workers_of(session, job, "digits-silent-worker-1"),
+        ]
+        assert held.take(victim) > 0
+        survivors = {
+            p.pid
+            for pod in ("digits-silent-worker-0", "digits-silent-worker-2")
+            for p in workers_of(session, job, pod)
+        }
+        session.chaos("node-down", session.pods(job)["digits-silent-worker-1"]["node"])
+        down_at = time.time()
+        back = session.wait(
+            "recovery", lambda: recovery(session.run(job).events(), down_at), RECOVERY_TIMEOUT
+        )
+        assert back.seconds < NUDGE_AFTER_SECONDS + 30
+        assert not survivors & {
+            p.pid
+            for pod in ("digits-silent-worker-0", "digits-silent-worker-2")
+            for p in workers_of(session, job, pod)
+        }
+        events = session.call("events", job=job)
+        assert any(event["reason"] == "NudgeSurvivors" for event in events)
+    finally:
+        held.close()
     assert wait_done(session, job).fields["accuracy"] >= TARGET_ACCURACY

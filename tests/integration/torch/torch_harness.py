@@ -17,7 +17,7 @@ from trainguard.demo.session import Event, Session
 
 #: Generous bounds for a busy 2-core machine: a cold start of a pod (importing torch) takes 10-40 s there.
 START_TIMEOUT = 150.0
-RECOVERY_TIMEOUT = 90.0
+RECOVERY_TIMEOUT = 150.0
 
 
 def wait_step(session: Session, job: str, step: int, timeout: float = START_TIMEOUT) -> Event:
