@@ -17,7 +17,7 @@ from trainguard.api import CleanPodPolicy
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, LaunchPod, ObservedPhase, ObservedPod, RestartInPlace
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.phases import PodPhase
+from trainguard.controller.phases import LAUNCHED_PHASES, PodPhase
 from trainguard.controller.status import PodStatus
 
 _STILL_RUNS = (ObservedPhase.PENDING, ObservedPhase.RUNNING, ObservedPhase.UNKNOWN)
@@ -29,11 +29,13 @@ def actuate(cycle: Cycle) -> None:
         pods = cycle.observed_pods(slot.name)
         if slot.phase is PodPhase.PENDING and not slot.seen and not pods:
             _launch(cycle, slot)
-        current = next((pod for pod in pods if pod.generation == slot.generation), None)
-        if current is not None and slot.phase.is_launched and slot.in_place_restarts:
-            _restart_in_place(cycle, slot, current)
+        if slot.in_place_restarts and slot.phase in LAUNCHED_PHASES:
+            current = next((pod for pod in pods if pod.generation == slot.generation), None)
+            if current is not None:
+                _restart_in_place(cycle, slot, current)
+    clean_all = cycle.phase.is_terminal and cycle.job.spec.clean_pod_policy is CleanPodPolicy.ALL
     for pod in cycle.observed.pods:
-        why = _unwanted(cycle, pod)
+        why = _unwanted(cycle, pod, clean_all)
         if why is not None:
             node = cycle.node(pod.node)
             cycle.terminate(pod.name, pod.generation, why, force=node is not None and not node.ready)
@@ -65,14 +67,14 @@ def _restart_in_place(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> None:
     cycle.issue(RestartInPlace(key, slot.name, slot.generation, attempt, reason))
 
 
-def _unwanted(cycle: Cycle, pod: ObservedPod) -> str | None:
-    """Why ``pod`` has to go, or None if it may stay."""
+def _unwanted(cycle: Cycle, pod: ObservedPod, clean_all: bool) -> str | None:
+    """Why ``pod`` has to go, or None if it may stay (``clean_all``: the job ended, cleanPodPolicy All)."""
     slot = cycle.slots.get(pod.name)
     if slot is None:
         return "no pod slot of the job has this name"
     if pod.generation < slot.generation:
         return f"replaced by incarnation {slot.generation} ({slot.cause})"
-    if cycle.phase.is_terminal and cycle.job.spec.clean_pod_policy is CleanPodPolicy.ALL:
+    if clean_all:
         return "the job ended (cleanPodPolicy All)"
     if pod.generation != slot.generation:
         return None

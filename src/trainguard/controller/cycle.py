@@ -6,7 +6,7 @@ is frozen into the next ``JobStatus``. Nothing in here reads a clock or talks to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from trainguard.api import TrainingJob, pod_name
 from trainguard.controller import keys
 from trainguard.controller.backend import (
     Action,
+    ActionError,
     EmitEvent,
     EventType,
     Observed,
@@ -58,14 +59,21 @@ class Cycle:
     transitions: list[PhaseTransition] = field(default_factory=list)
     #: The policy state as the cycle started, to tell whether it changed.
     initial_state: PolicyState | None = None
-    #: The observation indexed by name (pods of a slot, nodes), so that lookups do not scan it.
+    #: The observation indexed by name (pods of a slot, nodes, failed launches), so that lookups do not
+    #: scan it.
     _pods_by_name: dict[str, list[ObservedPod]] = field(default_factory=dict)
     _nodes_by_name: dict[str, ObservedNode] = field(default_factory=dict)
+    _errors_by_key: dict[str, ActionError] = field(default_factory=dict)
+    #: Slot names by role, each in index order; None until asked for, and again after a slot is added.
+    _names_by_role: dict[str, list[str]] | None = None
+    _names_count: int = 0
 
     def __post_init__(self) -> None:
         for pod in self.observed.pods:
             self._pods_by_name.setdefault(pod.name, []).append(pod)
         self._nodes_by_name = {node.name: node for node in self.observed.nodes}
+        for error in reversed(self.observed.errors):  # the first error of a key wins, as a scan finds it
+            self._errors_by_key[error.key] = error
 
     @classmethod
     def start(cls, job: TrainingJob, status: JobStatus, observed: Observed, now: float) -> Cycle:
@@ -97,12 +105,35 @@ class Cycle:
         return self.slots.get(self.name_of(ref))
 
     def role_slots(self, role: str) -> list[PodStatus]:
-        return sorted((s for s in self.slots.values() if s.role == role), key=lambda s: s.index)
+        slots = self.slots
+        return [slots[name] for name in self._role_names().get(role, ())]
 
     def ordered_slots(self) -> Iterator[PodStatus]:
         """Roles in the job's order, then by index: the order every step walks pods in."""
+        slots = self.slots
+        by_role = self._role_names()
         for role in self.job.spec.replica_specs:
-            yield from self.role_slots(role)
+            for name in by_role.get(role, ()):
+                yield slots[name]
+
+    def ordered_names(self) -> list[str]:
+        """The names of ``ordered_slots``."""
+        by_role = self._role_names()
+        return [name for role in self.job.spec.replica_specs for name in by_role.get(role, ())]
+
+    def _role_names(self) -> dict[str, list[str]]:
+        """Sorted once per cycle: slots change on every step, but which names there are, and their roles and
+        indices, only when one is added (slots are never taken out: a scaled-in one stays as Removed)."""
+        by_role = self._names_by_role
+        if by_role is None or self._names_count != len(self.slots):
+            groups: dict[str, list[PodStatus]] = {}
+            for slot in self.slots.values():
+                groups.setdefault(slot.role, []).append(slot)
+            by_role = {
+                role: [s.name for s in sorted(group, key=lambda s: s.index)] for role, group in groups.items()
+            }
+            self._names_by_role, self._names_count = by_role, len(self.slots)
+        return by_role
 
     def live(self) -> dict[str, int]:
         """role -> pods that are up or coming up (not finished, failed or left out)."""
@@ -115,8 +146,11 @@ class Cycle:
     def node(self, name: str | None) -> ObservedNode | None:
         return self._nodes_by_name.get(name) if name else None
 
-    def observed_pods(self, name: str) -> list[ObservedPod]:
-        return list(self._pods_by_name.get(name, ()))
+    def observed_pods(self, name: str) -> Sequence[ObservedPod]:
+        return self._pods_by_name.get(name, ())
+
+    def launch_error(self, key: str) -> ActionError | None:
+        return self._errors_by_key.get(key) if self._errors_by_key else None
 
     # ---- changing things --------------------------------------------------------------------------
 
@@ -127,6 +161,11 @@ class Cycle:
         updated = slot.model_copy(update=changes)
         self.slots[updated.name] = updated
         return updated
+
+    def add(self, slot: PodStatus) -> None:
+        """A new slot, or a new start of a slot's name (a scaled-in index that comes back)."""
+        self.slots[slot.name] = slot
+        self._names_by_role = None
 
     def issue(self, action: Action) -> bool:
         """Queue an action unless its key was issued before; True when it is new."""

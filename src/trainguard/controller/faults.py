@@ -9,13 +9,14 @@ change the status; ``actuate`` derives the actions from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from trainguard.api import RestartScope
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.phases import LIVE_PHASES, PodPhase
+from trainguard.controller.phases import LAUNCHED_PHASES, LIVE_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, PodStatus
 from trainguard.policy import (
     apply_decision,
@@ -36,13 +37,18 @@ CAPACITY_FAULTS = frozenset(
 
 def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
     """Update every launched slot from its current incarnation; with ``decide_faults``, act on faults."""
-    for name in [slot.name for slot in cycle.ordered_slots()]:
-        slot = cycle.slots[name]  # an earlier decision of this loop may have changed it
+    slots = cycle.slots
+    job = keys.job_key(cycle.job)
+    for name in cycle.ordered_names():
+        slot = slots[name]  # an earlier decision of this loop may have changed it
         pods = cycle.observed_pods(name)
-        slot = _adopt(cycle, slot, pods)
-        if not slot.phase.is_launched:
+        if _still_settled(cycle, job, slot, pods):
             continue
-        current = next((pod for pod in pods if pod.generation == slot.generation), None)
+        examined, state, issued, recorded = slot, cycle.state, len(cycle.actions), len(cycle.history)
+        slot = _adopt(cycle, slot, pods)
+        if slot.phase not in LAUNCHED_PHASES:
+            continue
+        current = _incarnation(pods, slot.generation)
         if current is not None:
             slot = _note(cycle, slot, current)
         fault = _fault_of(cycle, slot, current)
@@ -52,15 +58,66 @@ def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
             act_on(cycle, fault, current)
         else:
             _record_end(cycle, slot, current)
+        if (
+            fault is None
+            and current is not None
+            and current.phase is ObservedPhase.RUNNING
+            and len(pods) == 1
+            and slots[name] is examined
+            and cycle.state is state
+            and (len(cycle.actions), len(cycle.history)) == (issued, recorded)
+        ):
+            _settle(job, examined, current)
 
 
-def _adopt(cycle: Cycle, slot: PodStatus, pods: list[ObservedPod]) -> PodStatus:
+# ---- slots that are settled -----------------------------------------------------------------------------
+#
+# Most pods of a big job are, on most reconciles, exactly as the last reconcile left them: running, seen,
+# nothing new from their agent. For such a slot the steps above change nothing, and what they read is only
+# the slot, its one pod, and whether that pod's node is Ready: not the time (a Running pod's slot already
+# has its running_since; starting deadlines are for pods not yet Running), not the policy state (no fault,
+# no new start, no progress to record). So once a slot was found to need nothing, the same slot object with
+# the same pod object on a Ready node needs nothing again, and is skipped. Slots and observed pods are
+# frozen, so "the same object" means the same values; a backend that builds new objects for every
+# observation simply never skips. tests/unit/controller/test_settled.py checks skipping against not skipping.
+
+#: (job key, slot name) -> the slot and the pod it was found settled with.
+_SETTLED: dict[tuple[str, str], tuple[PodStatus, ObservedPod]] = {}
+#: Entries kept at most (one per slot of the jobs reconciled lately); past it, the table starts again.
+SETTLED_LIMIT = 1 << 16
+
+
+def _still_settled(cycle: Cycle, job: str, slot: PodStatus, pods: Sequence[ObservedPod]) -> bool:
+    known = _SETTLED.get((job, slot.name))
+    if known is None or known[0] is not slot or len(pods) != 1 or pods[0] is not known[1]:
+        return False
+    node = cycle.node(known[1].node)
+    return node is None or node.ready
+
+
+def _settle(job: str, slot: PodStatus, pod: ObservedPod) -> None:
+    if len(_SETTLED) >= SETTLED_LIMIT:
+        _SETTLED.clear()
+    _SETTLED[job, slot.name] = (slot, pod)
+
+
+def _incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | None:
+    """The pod of this incarnation, if it is there (the first one listed, should a backend list it twice)."""
+    for pod in pods:
+        if pod.generation == generation:
+            return pod
+    return None
+
+
+def _adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodStatus:
     """Pods launched by a controller run whose status was never stored: a waiting slot whose incarnation
     exists was launched, and an incarnation newer than the status knows of is the current one."""
-    if slot.phase is PodPhase.WAITING and any(pod.generation == slot.generation for pod in pods):
+    if not pods:
+        return slot
+    if slot.phase is PodPhase.WAITING and _incarnation(pods, slot.generation) is not None:
         slot = cycle.put(slot, phase=PodPhase.PENDING, due_at=None, launched_at=cycle.now, seen=False)
-    newest = max((pod.generation for pod in pods), default=slot.generation)
-    if newest > slot.generation and slot.phase.is_launched:
+    newest = pods[0].generation if len(pods) == 1 else max(pod.generation for pod in pods)
+    if newest > slot.generation and slot.phase in LAUNCHED_PHASES:
         slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0)
     return slot
 
@@ -85,7 +142,7 @@ def _observation(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Obse
     return Observation(
         pod=slot.ref,
         at=cycle.now,
-        phase=pod.phase.value,
+        phase=_PHASE_WORDS[pod.phase],
         exit_code=pod.exit_code,
         signal=pod.signal,
         reason=reason,
@@ -94,14 +151,18 @@ def _observation(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Obse
     )
 
 
+#: An enum member's ``value`` is a property: looked up once here, not for every pod on every reconcile.
+_PHASE_WORDS = {phase: phase.value for phase in ObservedPhase}
+
+
 def _fault_of(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Fault | None:
-    launch_key = keys.launch(cycle.job, slot.name, slot.generation)
-    error = next((e for e in cycle.observed.errors if e.key == launch_key), None)
-    if pod is None and error is not None:
-        fault = classify(Observation(slot.ref, cycle.now, "Failed", reason="StartTimeout"))
-        return None if fault is None else replace(fault, message=f"the launch failed: {error.message}")
-    if pod is None and not slot.seen:
-        return _start_timeout(cycle, slot)  # launched but not listed yet (eventually consistent)
+    if pod is None:
+        error = cycle.launch_error(keys.launch(cycle.job, slot.name, slot.generation))
+        if error is not None:
+            fault = classify(Observation(slot.ref, cycle.now, "Failed", reason="StartTimeout"))
+            return None if fault is None else replace(fault, message=f"the launch failed: {error.message}")
+        if not slot.seen:
+            return _start_timeout(cycle, slot)  # launched but not listed yet (eventually consistent)
     fault = classify(_observation(cycle, slot, pod))
     if fault is None and pod is not None and pod.phase is ObservedPhase.PENDING:
         return _start_timeout(cycle, slot)
@@ -117,7 +178,8 @@ def _start_timeout(cycle: Cycle, slot: PodStatus) -> Fault | None:
 
 def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
     """What the pod shows, whatever is decided about it next: seen, its node, started or running."""
-    changes: dict[str, object] = {"seen": True, "node": pod.node or slot.node}
+    node = pod.node or slot.node
+    changes: dict[str, object] = {"seen": True, "node": node}
     if pod.phase is ObservedPhase.PENDING:
         changes["phase"] = PodPhase.CREATING if pod.node else PodPhase.PENDING
     elif pod.phase is ObservedPhase.RUNNING:
@@ -126,7 +188,12 @@ def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
             cycle.state = record_running(cycle.state, slot.ref, started)
         changes["phase"] = PodPhase.RUNNING
         changes["running_since"] = slot.running_since if slot.running_since is not None else started
-    if all(getattr(slot, key) == value for key, value in changes.items()):
+    if (
+        slot.seen
+        and slot.node == node
+        and slot.phase == changes.get("phase", slot.phase)
+        and slot.running_since == changes.get("running_since", slot.running_since)
+    ):
         return slot  # nothing new: most pods of a big job on most reconciles
     return cycle.put(slot, **changes)
 

@@ -25,7 +25,7 @@ from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.phases import JobPhase, PodPhase
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
-from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus
+from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
 from trainguard.policy import Outcome, check_deadline, outcome
 
 _ENDS = {
@@ -99,13 +99,17 @@ def _wake_at(cycle: Cycle) -> float | None:
     if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
         return None
     times: list[float] = []
+    specs = cycle.job.spec.replica_specs
     for slot in cycle.slots.values():
-        if slot.phase is PodPhase.WAITING and slot.due_at is not None and slot.due_at > cycle.now:
-            times.append(slot.due_at)
-        spec = cycle.job.spec.replica_specs.get(slot.role)
-        limit = spec.restart_time_limit if spec is not None else None
-        if slot.cause == "restart" and slot.phase in (PodPhase.PENDING, PodPhase.CREATING) and limit:
-            times.append((slot.launched_at or cycle.now) + limit)
+        phase = slot.phase
+        if phase is PodPhase.WAITING:
+            if slot.due_at is not None and slot.due_at > cycle.now:
+                times.append(slot.due_at)
+        elif slot.cause == "restart" and phase in (PodPhase.PENDING, PodPhase.CREATING):
+            spec = specs.get(slot.role)
+            limit = spec.restart_time_limit if spec is not None else None
+            if limit:
+                times.append((slot.launched_at or cycle.now) + limit)
     started, limit = cycle.get("started_at"), cycle.job.spec.time_limit
     if started is not None and limit is not None:
         times.append(started + limit)
@@ -122,6 +126,10 @@ def _finish(cycle: Cycle) -> ReconcileResult:
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
     counts = cycle.state.role_restarts
+    members = dict.fromkeys(cycle.job.spec.replica_specs, 0)
+    for slot in slots:
+        if slot.phase.is_member:
+            members[slot.role] += 1
     decided = before.model_copy(
         update={
             **cycle.updates,
@@ -129,16 +137,13 @@ def _finish(cycle: Cycle) -> ReconcileResult:
             "conditions": next_conditions(cycle),
             "transitions": (*before.transitions, *cycle.transitions)[-MAX_TRANSITIONS:],
             "restart_counts": {role: counts.get(role, 0) for role in cycle.job.spec.replica_specs},
-            "replicas": {
-                role: sum(1 for s in slots if s.role == role and s.phase.is_member)
-                for role in cycle.job.spec.replica_specs
-            },
+            "replicas": members,
             "desired": dict(cycle.desired),
             "pods": slots,
             "history": tuple(cycle.history[-MAX_HISTORY:]),
             "policy_state": before.policy_state
             if cycle.state is cycle.initial_state
-            else cycle.state.to_dict(),
+            else saved_policy(cycle.state),
             "event_seq": cycle.event_seq,
         }
     )

@@ -81,15 +81,17 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
         old = cycle.slots.get(name)
         # A slot scaled in earlier comes back as a new incarnation, so its keys are new ones.
         generation = old.generation + 1 if old is not None else 1
-        cycle.slots[name] = PodStatus(
-            name=name,
-            role=role,
-            index=index,
-            phase=PodPhase.WAITING,
-            generation=generation,
-            restarts=old.restarts if old is not None else 0,
-            due_at=cycle.now,
-            cause=cause,
+        cycle.add(
+            PodStatus(
+                name=name,
+                role=role,
+                index=index,
+                phase=PodPhase.WAITING,
+                generation=generation,
+                restarts=old.restarts if old is not None else 0,
+                due_at=cycle.now,
+                cause=cause,
+            )
         )
         added.append(name)
     # An index used before starts clean: whatever its earlier pod ended as does not count for the new one.

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from trainguard.controller.phases import JobPhase, PodPhase
+from trainguard.policy.codec import StateCodec
 from trainguard.policy.types import PodRef, PolicyState
 
 
@@ -137,7 +138,7 @@ class JobStatus(_Model):
     revision: int = 0
 
     def policy(self) -> PolicyState:
-        return PolicyState.from_dict(self.policy_state)
+        return _POLICY_CODEC.from_dict(self.policy_state)
 
     def pod(self, ref: PodRef) -> PodStatus | None:
         return next((pod for pod in self.pods if pod.role == ref.role and pod.index == ref.index), None)
@@ -149,6 +150,14 @@ class JobStatus(_Model):
     def from_dict(cls, data: dict[str, Any]) -> JobStatus:
         return cls.model_validate(data)
 
+
+def saved_policy(state: PolicyState) -> dict[str, Any]:
+    """``state.to_dict()`` for ``JobStatus.policy_state`` (read back by ``JobStatus.policy``)."""
+    return _POLICY_CODEC.to_dict(state)
+
+
+#: Shared by every job this process reconciles: it only remembers entries, checked before each use.
+_POLICY_CODEC = StateCodec()
 
 MAX_TRANSITIONS = 200
 #: History entries kept; older ones are dropped (events and logs keep the long story).

@@ -10,8 +10,6 @@ ended with a non-zero code, or a signal N (code 128+N), or in phase Failed, is E
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from trainguard.api.model import TrainingJob
 from trainguard.policy.roles import resolve_role
 from trainguard.policy.types import Fault, FaultKind, Observation, PodRef
@@ -30,23 +28,26 @@ def classify(obs: Observation) -> Fault | None:
     """The fault ``obs`` shows, or None when it shows none (running, succeeded, or deleted on purpose)."""
     if obs.deleted_by_us:
         return None
-    fault = Fault(kind=FaultKind.EXITED, pod=obs.pod, at=obs.at, exit_code=_exit_code(obs), node=obs.node)
-    reason = (obs.reason or "").strip().lower()
+    reason = obs.reason.strip().lower() if obs.reason else ""
     if reason in _EVICTION_REASONS:
-        return replace(fault, kind=FaultKind.POD_EVICTED, message=obs.reason or "")
+        return _fault(obs, FaultKind.POD_EVICTED, _exit_code(obs), message=obs.reason or "")
     if reason in _BY_REASON:
         kind = _BY_REASON[reason]
-        code = OOM_EXIT_CODE if kind is FaultKind.OOM_KILLED else fault.exit_code
-        return replace(fault, kind=kind, exit_code=code)
+        return _fault(obs, kind, OOM_EXIT_CODE if kind is FaultKind.OOM_KILLED else _exit_code(obs))
     if obs.phase == "Succeeded" or (obs.exit_code == 0 and obs.signal is None):
         return None
     if not obs.node_ready or obs.phase == "Unknown":
-        return replace(fault, kind=FaultKind.NODE_NOT_READY)
+        return _fault(obs, FaultKind.NODE_NOT_READY, _exit_code(obs))
     if obs.phase == "Deleted":
-        return replace(fault, kind=FaultKind.POD_FORCE_DELETED)
-    if obs.phase == "Failed" or fault.exit_code is not None:
-        return fault
-    return None
+        return _fault(obs, FaultKind.POD_FORCE_DELETED, _exit_code(obs))
+    code = _exit_code(obs)
+    if obs.phase == "Failed" or code is not None:
+        return _fault(obs, FaultKind.EXITED, code)
+    return None  # running (or starting) on a Ready node: most pods, most of the time, and no Fault built
+
+
+def _fault(obs: Observation, kind: FaultKind, exit_code: int | None, message: str = "") -> Fault:
+    return Fault(kind=kind, pod=obs.pod, at=obs.at, exit_code=exit_code, node=obs.node, message=message)
 
 
 def _exit_code(obs: Observation) -> int | None:

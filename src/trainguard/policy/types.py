@@ -6,7 +6,7 @@ Everything here is a frozen value: the policy never changes state in place, it r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -168,15 +168,17 @@ class PolicyState:
     def with_failed_role(self, role: str, reason: str) -> PolicyState:
         return replace(self, failed_roles={**self.failed_roles, role: reason})
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able data, for the store or the Kubernetes status."""
+    def to_dict(self, pod_entry: PodEntryWriter | None = None) -> dict[str, Any]:
+        """JSON-able data, for the store or the Kubernetes status (``pod_entry``: how each pod's counters are
+        written, ``pod_entry_to_dict`` unless a ``StateCodec`` reuses the entries it wrote before)."""
+        entry = pod_entry or pod_entry_to_dict
         return {
             "countedRestarts": {role: list(times) for role, times in sorted(self.counted_restarts.items())},
             "roleRestarts": dict(sorted(self.role_restarts.items())),
             "jobRestarts": self.job_restarts,
             "jobRetries": self.job_retries,
             "unconditionalStreak": self.unconditional_streak,
-            "pods": [_counters_to_dict(ref, self.pods[ref]) for ref in sorted(self.pods)],
+            "pods": [entry(ref, self.pods[ref]) for ref in sorted(self.pods, key=_ref_order)],
             "failedPods": [_ref_to_dict(ref) for ref in sorted(self.failed_pods)],
             "succeededPods": [_ref_to_dict(ref) for ref in sorted(self.succeeded_pods)],
             "failedRoles": dict(sorted(self.failed_roles.items())),
@@ -185,8 +187,10 @@ class PolicyState:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PolicyState:
-        """The inverse of to_dict; raises ValueError on data that to_dict cannot have written."""
+    def from_dict(cls, data: Mapping[str, Any], pod_entry: PodEntryReader | None = None) -> PolicyState:
+        """The inverse of to_dict; raises ValueError on data that to_dict cannot have written (``pod_entry``:
+        how each pod's entry is read, ``pod_entry_from_dict`` unless a ``StateCodec`` remembers it)."""
+        entry = pod_entry or pod_entry_from_dict
         try:
             return cls(
                 counted_restarts={
@@ -197,7 +201,7 @@ class PolicyState:
                 job_restarts=int(data.get("jobRestarts", 0)),
                 job_retries=int(data.get("jobRetries", 0)),
                 unconditional_streak=int(data.get("unconditionalStreak", 0)),
-                pods=dict(_counters_from_dict(item) for item in data.get("pods", [])),
+                pods=dict(entry(item) for item in data.get("pods", [])),
                 failed_pods=frozenset(_ref_from_dict(item) for item in data.get("failedPods", [])),
                 succeeded_pods=frozenset(_ref_from_dict(item) for item in data.get("succeededPods", [])),
                 failed_roles={str(role): str(why) for role, why in data.get("failedRoles", {}).items()},
@@ -216,7 +220,13 @@ def _ref_from_dict(data: Mapping[str, Any]) -> PodRef:
     return PodRef(str(data["role"]), int(data["index"]))
 
 
-def _counters_to_dict(ref: PodRef, counters: PodCounters) -> dict[str, Any]:
+def _ref_order(ref: PodRef) -> tuple[str, int]:
+    """PodRef's own order (role, then index), as a key: sorting thousands of pods by it costs less."""
+    return ref.role, ref.index
+
+
+def pod_entry_to_dict(ref: PodRef, counters: PodCounters) -> dict[str, Any]:
+    """One entry of ``PolicyState.to_dict()["pods"]``."""
     return {
         **_ref_to_dict(ref),
         "restarts": counters.restarts,
@@ -227,7 +237,9 @@ def _counters_to_dict(ref: PodRef, counters: PodCounters) -> dict[str, Any]:
     }
 
 
-def _counters_from_dict(data: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
+def pod_entry_from_dict(data: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
+    """The inverse of ``pod_entry_to_dict``."""
+
     def optional_float(key: str) -> float | None:
         value = data.get(key)
         return None if value is None else float(value)
@@ -239,6 +251,11 @@ def _counters_from_dict(data: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
         last_restart_at=optional_float("lastRestartAt"),
         running_since=optional_float("runningSince"),
     )
+
+
+#: How a pod's entry in the saved policy state is written, and read.
+PodEntryWriter = Callable[[PodRef, PodCounters], dict[str, Any]]
+PodEntryReader = Callable[[Mapping[str, Any]], tuple[PodRef, PodCounters]]
 
 
 class Outcome(str, Enum):

@@ -1,0 +1,75 @@
+"""Saving and reading the policy state of a big job on every reconcile without redoing every pod's entry.
+
+``PolicyState.to_dict``/``from_dict`` write and read one entry per pod. A job of 16,384 GPUs has thousands of
+pods and changes the counters of a few per reconcile, so a ``StateCodec`` remembers the entries:
+
+- written: by the identity of the (frozen) ref and counters objects they were written from, so an
+  unchanged pod's entry is the one written before;
+- read: by the identity of the entry, with a copy of its content to compare against, so an entry read before
+  is not parsed again, and one changed in place since (nothing should, but a dict can be) is;
+- counters just read are written as the entry ``to_dict`` would write for them, and that entry reads back as
+  the same objects (reading normalises the types, so reading what it writes changes nothing): once a pod's
+  counters stop changing, its entry is neither written nor parsed again.
+
+Either way the result is what ``to_dict``/``from_dict`` give, value for value; ``StateCodec`` only skips work.
+Entries written are shared between the dicts returned: a caller must treat them as read-only (a status
+does). The memory is bounded: past ``limit`` entries a table starts again empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trainguard.policy.types import (
+    PodCounters,
+    PodRef,
+    PolicyState,
+    pod_entry_from_dict,
+    pod_entry_to_dict,
+)
+
+#: Entries remembered per table: room for several jobs of 16,384 pods and their latest changes.
+DEFAULT_LIMIT = 1 << 16
+
+
+class StateCodec:
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+        self.limit = limit
+        #: id(counters) -> (ref, counters, entry written, a copy of it)
+        self._written: dict[int, tuple[PodRef, PodCounters, dict[str, Any], dict[str, Any]]] = {}
+        #: id(entry) -> (entry, a copy of it, what it reads as)
+        self._read: dict[int, tuple[Mapping[str, Any], dict[str, Any], tuple[PodRef, PodCounters]]] = {}
+
+    def to_dict(self, state: PolicyState) -> dict[str, Any]:
+        return state.to_dict(self._write)
+
+    def from_dict(self, data: Mapping[str, Any]) -> PolicyState:
+        return PolicyState.from_dict(data, self._parse)
+
+    def _write(self, ref: PodRef, counters: PodCounters) -> dict[str, Any]:
+        known = self._written.get(id(counters))
+        if known is not None and known[0] is ref and known[1] is counters and known[2] == known[3]:
+            return known[2]
+        entry = pod_entry_to_dict(ref, counters)
+        self._remember(self._written)[id(counters)] = (ref, counters, entry, dict(entry))
+        return entry
+
+    def _parse(self, entry: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
+        known = self._read.get(id(entry))
+        if known is not None and known[0] is entry and known[1] == entry:
+            return known[2]
+        parsed = ref, counters = pod_entry_from_dict(entry)
+        if isinstance(entry, dict):
+            self._remember(self._read)[id(entry)] = (entry, dict(entry), parsed)
+        # The entry these counters will be written as, known at once; and since what was parsed has the
+        # types an entry is read into, that entry reads back as the very same objects (nothing to parse).
+        written = pod_entry_to_dict(ref, counters)
+        self._remember(self._written)[id(counters)] = (ref, counters, written, dict(written))
+        self._remember(self._read)[id(written)] = (written, dict(written), parsed)
+        return parsed
+
+    def _remember(self, table: dict[int, Any]) -> dict[int, Any]:
+        if len(table) >= self.limit:
+            table.clear()
+        return table
