@@ -75,6 +75,8 @@ class Shared:
     pending_launches: dict[tuple[str, str], Obj] = field(default_factory=dict)
     #: Jobs whose Service exists (by uid).
     services: set[str] = field(default_factory=set)
+    #: Jobs whose rendezvous Service exists (by uid).
+    rendezvous_services: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")
@@ -201,6 +203,9 @@ class JobBackend:
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
         """In order around the status writes; between two writes, the actions on different pods (and
         every event) go out side by side, the actions on one pod one after the other."""
+        if any(isinstance(a, LaunchPod) for a in actions):
+            # The store first, so that the agents of the first pods find it as soon as they start.
+            self._tend_rendezvous_logged(job, launching=True)
         between: list[Action] = []
         for action in actions:
             if isinstance(action, WriteStatus):
@@ -211,6 +216,7 @@ class JobBackend:
             else:
                 between.append(action)
         self._apply_side_by_side(job, between)
+        self._tend_rendezvous_logged(job)
 
     def _apply_side_by_side(self, job: TrainingJob, actions: list[Action]) -> None:
         if any(isinstance(a, LaunchPod) for a in actions):
@@ -320,6 +326,74 @@ class JobBackend:
                 raise
         self.shared.services.add(uid)
 
+    # ---- the rendezvous store (PyTorch jobs) -----------------------------------------------------------
+
+    def _tend_rendezvous_logged(self, job: TrainingJob, launching: bool = False) -> None:
+        try:
+            self._tend_rendezvous(job, launching)
+        except ApiError as error:  # the next reconcile tries again (the store's pod events trigger one)
+            log.warning("%s/%s: rendezvous store: %s", self.namespace, self.name, error)
+
+    def _tend_rendezvous(self, job: TrainingJob, launching: bool) -> None:
+        """Level-triggered: the job's store pod exists while any of its replica pods may still run (pending,
+        running, terminating; ``launching``: some are about to be created) and is removed once none does; one that failed, was deleted, or sits on a node
+        that is not Ready is created again. The pod is no replica: its loss is no fault of the job."""
+        if not manifests.hosts_rendezvous(job):
+            return
+        uid = job.metadata.uid
+        name = manifests.rendezvous_pod_name(job)
+        store = self.shared.pods.get(self.namespace, name)
+        if store is not None and not _owned_by(store, uid):
+            return  # an earlier job's of the same name, on its way out (garbage collection)
+        live = [
+            p
+            for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
+            if is_ours(p) and _owned_by(p, uid) and (p.get("status") or {}).get("phase") not in _ENDED
+        ]
+        if not live and not launching:
+            if store is not None and not store["metadata"].get("deletionTimestamp"):
+                self._delete_pod(name, store["metadata"]["uid"], grace=None)
+            return
+        if store is not None:
+            phase = (store.get("status") or {}).get("phase")
+            node = (store.get("spec") or {}).get("nodeName") or ""
+            node_lost = bool(node) and self.shared.node_is_ready(node) is False
+            if phase not in _ENDED and not node_lost:
+                return  # serving, starting, or on its way out on a working node (its deletion wakes us)
+            log.info("%s/%s: rendezvous store %s is %s: creating it again", self.namespace, self.name,
+                     name, "on a node that is not Ready" if node_lost else phase)  # fmt: skip
+            self._delete_pod(name, store["metadata"]["uid"], grace=0)
+        self._ensure_rendezvous_service(job, again=store is not None)
+        try:
+            self.shared.pods.put(
+                self.kube.create(
+                    f"/api/v1/namespaces/{self.namespace}/pods",
+                    manifests.rendezvous_pod(self.kind, job, self.shared.scheduler),
+                )
+            )
+        except ApiError as error:
+            if error.status != 409:  # there already (the watch is behind): the next event tells
+                raise
+
+    def _ensure_rendezvous_service(self, job: TrainingJob, again: bool) -> None:
+        """Created with the store's first pod; asked for again whenever the pod is recreated."""
+        uid = job.metadata.uid or ""
+        if uid in self.shared.rendezvous_services and not again:
+            return
+        body = manifests.rendezvous_service(self.kind, job)
+        path = f"/api/v1/namespaces/{self.namespace}/services"
+        try:
+            self.kube.create(path, body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            existing = self.kube.get(f"{path}/{body['metadata']['name']}")
+            if not _owned_by(existing, uid):
+                raise ApiError(
+                    409, f"service {body['metadata']['name']} exists and belongs to something else"
+                ) from None
+        self.shared.rendezvous_services.add(uid)
+
     def _terminate(self, action: TerminatePod) -> None:
         pod = self.shared.pods.get(self.namespace, action.pod)
         if pod is None:
@@ -392,6 +466,9 @@ class JobBackend:
         except ApiError as error:
             if error.status != 409:  # the same key: sent before
                 raise
+
+
+_ENDED = ("Succeeded", "Failed")
 
 
 def _generation(pod: Obj) -> int:

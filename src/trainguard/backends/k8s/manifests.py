@@ -1,16 +1,24 @@
-"""What the operator creates for a job: its pods, a headless Service, and a ConfigMap with the Horovod
-host-discovery script. Every object carries the job's labels and an owner reference, so deleting the job
-deletes them (garbage collection), and so a restarted operator finds them again by label.
+"""What the operator creates for a job: its pods, a headless Service, a ConfigMap with the Horovod
+host-discovery script, and for a PyTorch job the rendezvous store (a pod and its ClusterIP Service). Every
+object carries the job's labels and an owner reference, so deleting the job deletes them (garbage
+collection), and so a restarted operator finds them again by label.
+
+A PyTorch job's pods run torchrun's elastic agent (``trainguard.controller.launch`` decides the command and
+environment, as for the local runtime) in one c10d rendezvous at ``<job>-rdzv.<namespace>.svc:29400``: a
+Service in front of the pod ``<job>-rendezvous``, which serves only the store (``trainguard.rendezvous_store``).
+Every agent is a client of it (``is_host=false``), so losing any worker pod never loses the rendezvous.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 from trainguard.agent.options_for_job import agent_options
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
+from trainguard.controller import launch as torch_launch
 from trainguard.controller.backend import LaunchPod
 
 Obj = dict[str, Any]
@@ -26,6 +34,13 @@ DISCOVERY_KEY = "discover_hosts.sh"
 DISCOVERY_DIR = "/etc/edl"
 #: The Python the agent runs with inside the pod's image.
 AGENT_PYTHON = "python"
+#: On the rendezvous store's pod and Service (replica pods have none): what they are.
+LABEL_COMPONENT = "trainguard.io/component"
+RENDEZVOUS = "rendezvous"
+RENDEZVOUS_PORT = 29400
+RENDEZVOUS_MODULE = "trainguard.rendezvous_store"
+#: Services are DNS-1035 labels.
+_MAX_SERVICE_NAME = 63
 
 
 def job_selector(job_name: str) -> str:
@@ -38,6 +53,41 @@ def service_name(job: TrainingJob) -> str:
 
 def discovery_name(job: TrainingJob) -> str:
     return f"{job.name}-discovery"
+
+
+def rendezvous_service_name(job: TrainingJob) -> str:
+    """``<job>-rdzv``; a name past 63 characters is cut and made unique with a digest of the job's name."""
+    name = f"{job.name}-rdzv"
+    if len(name) <= _MAX_SERVICE_NAME:
+        return name
+    digest = hashlib.sha256(job.name.encode()).hexdigest()[:8]
+    return f"{job.name[: _MAX_SERVICE_NAME - len(digest) - 6]}-{digest}-rdzv"
+
+
+def rendezvous_pod_name(job: TrainingJob) -> str:
+    return f"{job.name}-{RENDEZVOUS}"
+
+
+def rendezvous_endpoint(job: TrainingJob) -> str:
+    """The store's address as the agents use it: the Service's DNS name, found through the pods' search path."""
+    return f"{rendezvous_service_name(job)}.{job.metadata.namespace}.svc:{RENDEZVOUS_PORT}"
+
+
+def hosts_rendezvous(job: TrainingJob) -> bool:
+    """Whether trainguard runs a rendezvous store for the job: torchrun's c10d rendezvous, with no
+    ``rdzvHost`` of the job's own, and some role whose pods join it."""
+    rdzv = torch_launch.rendezvous(job, rendezvous_endpoint(job))
+    return rdzv is not None and rdzv.hosted and bool(torch_launch.torchrun_roles(job))
+
+
+def is_rendezvous(pod: Obj) -> bool:
+    return (pod.get("metadata", {}).get("labels") or {}).get(LABEL_COMPONENT) == RENDEZVOUS
+
+
+def check_runnable(job: TrainingJob) -> None:
+    """``LaunchError`` (a ValueError naming the field) for a torchrun command that cannot run."""
+    for role in job.spec.replica_specs:
+        torch_launch.render(job, role, rendezvous_endpoint(job))
 
 
 def owner_reference(kind: JobKind, job: TrainingJob) -> Obj:
@@ -85,8 +135,12 @@ def pod(
     containers = spec.get("containers") or [{"name": "main"}]
     spec["containers"] = containers
     first = containers[0]
-    first["env"] = [*_environment(job, launch, world), *(first.get("env") or [])]
-    argv = spec_of_role.argv
+    endpoint = rendezvous_endpoint(job)
+    pet = [{"name": k, "value": v} for k, v in torch_launch.torchrun_env(job, endpoint).items()]
+    # Kubernetes takes the last of equal names: the container's own variables win, as on the local runtime.
+    first["env"] = [*_environment(job, launch, world), *pet, *(first.get("env") or [])]
+    # A torchrun role's command runs under torchrun's elastic agent; any other command as written.
+    argv = torch_launch.render(job, launch.role, endpoint)
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
         first["command"] = [
@@ -182,4 +236,80 @@ def discovery_config_map(kind: JobKind, job: TrainingJob, version: int, hosts: t
             "annotations": {"trainguard.io/discovery-version": str(version)},
         },
         "data": {DISCOVERY_KEY: discovery_script(version, hosts)},
+    }
+
+
+def rendezvous_service(kind: JobKind, job: TrainingJob) -> Obj:
+    """A ClusterIP Service in front of the store's pod: a stable address that outlives every pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(kind, job, rendezvous_service_name(job), {LABEL_COMPONENT: RENDEZVOUS}),
+        "spec": {
+            "selector": {LABEL_JOB: job.name, LABEL_COMPONENT: RENDEZVOUS},
+            "ports": [
+                {
+                    "name": RENDEZVOUS,
+                    "port": RENDEZVOUS_PORT,
+                    "targetPort": RENDEZVOUS_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+#: What the store's pod takes from the first torchrun role's pod template: where it may run and pull from.
+_PLACEMENT_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName")
+
+
+def rendezvous_pod(kind: JobKind, job: TrainingJob, scheduler: str | None) -> Obj:
+    """The pod that serves the job's rendezvous store: the first torchrun role's image (it has torch, as the
+    agent needs), no GPUs, kept away from the job's replicas where the cluster allows (losing a worker's node
+    should not lose the store too). Its labels make it no replica: the controller never sees it."""
+    role = torch_launch.torchrun_roles(job)[0]
+    template_spec: Obj = job.role(role).template.get("spec") or {}
+    source: Obj = (template_spec.get("containers") or [{}])[0]
+    container: Obj = {
+        "name": "store",
+        "image": source.get("image", ""),
+        "command": [AGENT_PYTHON, "-m", RENDEZVOUS_MODULE, "--port", str(RENDEZVOUS_PORT)],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "ports": [{"name": RENDEZVOUS, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": RENDEZVOUS_PORT}, "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+    }
+    if "imagePullPolicy" in source:
+        container["imagePullPolicy"] = source["imagePullPolicy"]
+    replicas = {
+        "labelSelector": {
+            "matchExpressions": [
+                {"key": LABEL_JOB, "operator": "In", "values": [job.name]},
+                {"key": LABEL_INDEX, "operator": "Exists"},
+            ]
+        },
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    spec: Obj = {
+        **{key: copy.deepcopy(template_spec[key]) for key in _PLACEMENT_FIELDS if key in template_spec},
+        # A crashed store restarts in place; a lost pod is created again by the operator.
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": replicas}
+                ]
+            }
+        },
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    labels = {LABEL_ROLE: RENDEZVOUS, LABEL_COMPONENT: RENDEZVOUS}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(kind, job, rendezvous_pod_name(job), labels),
+        "spec": spec,
     }

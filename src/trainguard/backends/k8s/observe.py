@@ -13,7 +13,13 @@ import json
 from datetime import datetime
 from typing import Any
 
-from trainguard.backends.k8s.manifests import ANNOTATION_IN_PLACE, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
+from trainguard.backends.k8s.manifests import (
+    ANNOTATION_IN_PLACE,
+    LABEL_COMPONENT,
+    LABEL_GENERATION,
+    LABEL_INDEX,
+    LABEL_ROLE,
+)
 from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
 
 Obj = dict[str, Any]
@@ -31,7 +37,10 @@ def parse_time(value: Any) -> float | None:
 
 
 def is_ours(pod: Obj) -> bool:
+    """A replica of a job: the controller's to observe. The rendezvous store's pod (a component) is not one."""
     labels = pod.get("metadata", {}).get("labels") or {}
+    if LABEL_COMPONENT in labels:
+        return False
     return all(key in labels for key in (LABEL_ROLE, LABEL_INDEX, LABEL_GENERATION))
 
 

@@ -138,7 +138,8 @@ class Operator:
         job = labels.get(manifests.LABEL_JOB)
         if now is None:
             self.shared.remember_disruption(obj)
-        if kind in self.kinds and job and is_ours(obj):
+        # The rendezvous store's pod too: the job's reconcile creates it again when it is lost.
+        if kind in self.kinds and job and (is_ours(obj) or manifests.is_rendezvous(obj)):
             self.queue.add((kind, obj["metadata"]["namespace"], job))
 
     def _node_changed(self, obj: Obj, now: Obj | None) -> None:
@@ -188,10 +189,15 @@ class Operator:
         obj = self.jobs[kind_name].get(namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return  # deleted: garbage collection removes its pods through their owner references
+        source = f"{kind.plural}/{namespace}/{name}"
         try:
-            job = load_object(_without_status(obj), f"{kind.plural}/{namespace}/{name}").job
+            job = load_object(_without_status(obj), source).job
+            manifests.check_runnable(job)
         except SpecError as error:
             self._reject(kind, obj, str(error))
+            return
+        except ValueError as error:  # a torchrun command that cannot run (LaunchError)
+            self._reject(kind, obj, f"{source}: {error}")
             return
         status = read_status(obj)
         backend = JobBackend(self.shared, kind, obj)
