@@ -48,6 +48,8 @@ class OperatorProcess:
         self.lease_namespace: str | None = None
         #: Serve Prometheus metrics on this loopback port (None: off).
         self.metrics_port: int | None = None
+        #: More ``trainguard operator`` options (e.g. ``--pytorchjobs``).
+        self.extra_args: list[str] = []
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, identity: str = "") -> None:
@@ -67,6 +69,7 @@ class OperatorProcess:
             argv += ["--lease-namespace", self.lease_namespace]
         if self.metrics_port is not None:
             argv += ["--metrics-port", str(self.metrics_port)]
+        argv += self.extra_args
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 

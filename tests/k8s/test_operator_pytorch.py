@@ -1,0 +1,211 @@
+"""A Kubeflow PyTorchJob on a real control plane: the worker pods run trainguard's agent around torchrun's
+elastic agent in one c10d rendezvous, whose store runs in a pod of its own behind the job's ``<job>-rdzv``
+Service; the operator keeps that pod (recreated when deleted, with no fault for the job) and removes it when
+the job's pods are gone. kwok runs no containers: the commands are checked, not executed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s.cluster import KubeCluster
+from tests.k8s.operator_harness import Scenario, pod_names
+
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
+
+Obj = dict[str, Any]
+JOB = "elastic"
+WORKERS = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
+STORE = f"{JOB}-rendezvous"
+SERVICE = f"{JOB}-rdzv"
+
+#: Kubeflow's CRD as far as the operator needs it: the kind, its status subresource, any content.
+PYTORCHJOB_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "pytorchjobs.kubeflow.org"},
+    "spec": {
+        "group": "kubeflow.org",
+        "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+def _pytorchjob() -> Obj:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": JOB},
+        "spec": {
+            "elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 3},
+            "runPolicy": {"cleanPodPolicy": "Running"},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 2,
+                    "restartPolicy": "OnFailure",
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "image": "registry.example/train:1",
+                                    "command": ["python", "train.py", "--epochs", "3"],
+                                }
+                            ]
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+def _native_horovod() -> Obj:
+    return {
+        "apiVersion": "trainguard.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "hvd"},
+        "spec": {
+            "frameworkType": "horovod",
+            "replicaSpecs": {
+                "worker": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "main", "image": "img", "command": ["python", "train.py"]}
+                            ]
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+@contextmanager
+def _pytorch_scenario(cluster: KubeCluster, tmp: Path) -> Iterator[Scenario]:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(PYTORCHJOB_CRD))
+    cluster.kubectl("wait", "--for=condition=established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+    chosen = Scenario(cluster, tmp, nodes=4)
+    chosen.operator.extra_args = ["--pytorchjobs"]
+    chosen.set_up()
+    try:
+        yield chosen
+    finally:
+        chosen.kubectl("delete", "pytorchjobs", "--all", "--wait=false")
+        chosen.tear_down()
+
+
+def _pods(s: Scenario) -> dict[str, Obj]:
+    return {p["metadata"]["name"]: p for p in s.pods()}
+
+
+def _store(s: Scenario) -> Obj | None:
+    pod = _pods(s).get(STORE)
+    if pod is None or pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") != "Running":
+        return None
+    return pod
+
+
+def _value(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def _owner_uid(obj: Obj) -> str:
+    (owner,) = obj["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("PyTorchJob", JOB)
+    return str(owner["uid"])
+
+
+def test_pytorchjob_workers_run_torchrun_against_the_operators_rendezvous_store(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    with _pytorch_scenario(kube_cluster, tmp_path) as s:
+        s.kubectl("apply", "-f", "-", input=json.dumps(_pytorchjob()))
+        s.wait(
+            "2 workers and the store running", lambda: set(WORKERS) <= set(pod_names(s.pods())) and _store(s)
+        )
+        job = s.wait_job("pytorchjob", JOB, "job Running", lambda st: st.get("phase") == "Running")
+        uid = job["metadata"]["uid"]
+        namespace = s.namespace
+
+        # The workers: the agent around torchrun's elastic agent, in the job's c10d rendezvous.
+        pods = _pods(s)
+        for name in WORKERS:
+            command = pods[name]["spec"]["containers"][0]["command"]
+            assert command[:3] == ["python", "-m", "trainguard.agent"]
+            torchrun = command[command.index("--") + 1 :]
+            assert torchrun[:3] == ["python", "-m", "trainguard.torchrun"]
+            assert _value(torchrun, "--rdzv-backend") == "c10d"
+            assert _value(torchrun, "--rdzv-endpoint") == f"{SERVICE}.{namespace}.svc:29400"
+            assert _value(torchrun, "--rdzv-id") == uid
+            assert _value(torchrun, "--nnodes") == "1:3"
+            assert "is_host=false" in _value(torchrun, "--rdzv-conf")
+            assert torchrun[-3:] == ["train.py", "--epochs", "3"]
+
+        # The store: a pod of its own behind a ClusterIP Service, both owned by the job.
+        store = pods[STORE]
+        assert _owner_uid(store) == uid
+        assert store["spec"]["containers"][0]["image"] == "registry.example/train:1"
+        assert store["spec"]["containers"][0]["command"][:3] == [
+            "python",
+            "-m",
+            "trainguard.rendezvous_store",
+        ]
+        service = json.loads(s.kubectl("get", "service", SERVICE, "-o", "json"))
+        assert _owner_uid(service) == uid
+        assert service["spec"]["clusterIP"] not in ("", "None")
+        assert service["spec"]["ports"][0]["port"] == 29400
+        selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
+        selected = json.loads(s.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
+        assert [p["metadata"]["name"] for p in selected] == [STORE]
+        generations = {name: pods[name]["metadata"]["labels"]["trainguard.io/generation"] for name in WORKERS}
+
+        # Deleting the store's pod: the operator creates it again, and the job records no fault.
+        s.kubectl("delete", "pod", STORE, "--grace-period=0", "--force", "--wait=false")
+        old_uid = store["metadata"]["uid"]
+        s.wait("the store created again", lambda: (p := _store(s)) and p["metadata"]["uid"] != old_uid)
+        status = s.job("pytorchjob", JOB)["status"]
+        assert status["phase"] == "Running"
+        assert status["restartCounts"] == {"worker": 0}
+        assert not status.get("history")
+        assert all(p["name"] != STORE for p in status["pods"])
+        pods = _pods(s)
+        assert {n: pods[n]["metadata"]["labels"]["trainguard.io/generation"] for n in WORKERS} == generations
+        reasons = json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
+        assert not [e for e in reasons if e["involvedObject"].get("name") == STORE and e["type"] == "Warning"]
+
+        # A worker finishes: the job succeeds, cleanPodPolicy Running stops the other, the store goes too.
+        s.exit_pod(WORKERS[0], 0)
+        s.wait_job("pytorchjob", JOB, "job Succeeded", lambda st: st.get("phase") == "Succeeded")
+        s.wait("the store removed once no worker runs", lambda: STORE not in _pods(s))
+        s.kubectl("get", "service", SERVICE)  # kept, like the headless Service, until the job is deleted
+
+
+def test_a_job_without_torchrun_gets_no_rendezvous_store(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+    with _pytorch_scenario(kube_cluster, tmp_path) as s:
+        s.kubectl("apply", "-f", "-", input=json.dumps(_native_horovod()))
+        s.wait("the worker running", lambda: pod_names(s.pods()) == ["hvd-worker-0"])
+        s.wait_job("trainingjob", "hvd", "job Running", lambda st: st.get("phase") == "Running")
+        services = json.loads(s.kubectl("get", "services", "-o", "json"))["items"]
+        assert [svc["metadata"]["name"] for svc in services] == ["hvd"]  # the headless one only
+        command = _pods(s)["hvd-worker-0"]["spec"]["containers"][0]["command"]
+        assert command[command.index("--") + 1 :] == ["python", "train.py"]
