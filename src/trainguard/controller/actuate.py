@@ -20,21 +20,27 @@ from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import LAUNCHED_PHASES, PodPhase
 from trainguard.controller.status import PodStatus
 
+#: Slots whose current incarnation stays, whatever it shows.
+_KEPT = frozenset(PodPhase) - {PodPhase.SHRUNK, PodPhase.REMOVED, PodPhase.FAILED}
 _STILL_RUNS = (ObservedPhase.PENDING, ObservedPhase.RUNNING, ObservedPhase.UNKNOWN)
 _WHY_LAUNCHED = {"restart": "restart", "scale": "scale out", "grow": "grow back", "resume": "resume"}
 
 
 def actuate(cycle: Cycle) -> None:
-    for slot in list(cycle.ordered_slots()):
-        pods = cycle.observed_pods(slot.name)
-        if slot.phase is PodPhase.PENDING and not slot.seen and not pods:
+    for slot in cycle.ordered_slots():
+        if slot.phase is PodPhase.PENDING and not slot.seen and not cycle.observed_pods(slot.name):
             _launch(cycle, slot)
         if slot.in_place_restarts and slot.phase in LAUNCHED_PHASES:
+            pods = cycle.observed_pods(slot.name)
             current = next((pod for pod in pods if pod.generation == slot.generation), None)
             if current is not None:
                 _restart_in_place(cycle, slot, current)
     clean_all = cycle.phase.is_terminal and cycle.job.spec.clean_pod_policy is CleanPodPolicy.ALL
+    slots = cycle.slots
     for pod in cycle.observed.pods:
+        kept = slots.get(pod.name)
+        if kept is not None and kept.generation == pod.generation and kept.phase in _KEPT and not clean_all:
+            continue  # most pods: the current incarnation of a slot that wants it (as ``_unwanted`` says)
         why = _unwanted(cycle, pod, clean_all)
         if why is not None:
             node = cycle.node(pod.node)

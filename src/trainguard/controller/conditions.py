@@ -9,7 +9,7 @@ Reasons are ``TrainingJob<Phase>``; messages are the seed's: "all pods are waiti
 from __future__ import annotations
 
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.phases import LIVE_PHASES, JobPhase, PodPhase
+from trainguard.controller.phases import LEFT_OUT_PHASES, LIVE_PHASES, JobPhase, PodPhase
 from trainguard.controller.status import Condition
 
 
@@ -19,13 +19,29 @@ def settle_phase(cycle: Cycle) -> None:
     being removed), else Pending, Creating or Running."""
     if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
         return
-    active = [s for s in cycle.ordered_slots() if s.phase in LIVE_PHASES]
-    recovering = [s.name for s in active if s.open_faults]
-    scaling = [s.name for s in active if s.cause in ("scale", "grow") and s.phase is not PodPhase.RUNNING]
+    # One walk over the live slots (thousands in a big job): those recovering, those not running yet, and
+    # of these the ones a scale step started, and whether any is up (creating or running).
+    active = up = False
+    recovering: list[str] = []
+    starting: list[str] = []
+    scaling: list[str] = []
+    for s in cycle.ordered_slots():
+        if s.phase not in LIVE_PHASES:
+            continue
+        active = True
+        if s.open_faults:
+            recovering.append(s.name)
+        if s.phase is PodPhase.RUNNING:
+            up = True
+            continue
+        up = up or s.phase is PodPhase.CREATING
+        starting.append(s.name)
+        if s.cause in ("scale", "grow"):
+            scaling.append(s.name)
     # Pods being removed by a scale-in or a shrink: what the cluster still shows, not what this cycle did,
     # so that reconciling the same observation again gives the same phase.
     leaving = any(
-        s.phase in (PodPhase.REMOVED, PodPhase.SHRUNK)
+        s.phase in LEFT_OUT_PHASES
         and any(pod.generation == s.generation for pod in cycle.observed_pods(s.name))
         for s in cycle.slots.values()
     )
@@ -37,13 +53,13 @@ def settle_phase(cycle: Cycle) -> None:
         cycle.phase_to(JobPhase.SCALING, "TrainingJobScaling", cycle.get("scaling_message") or "scaling")
     elif not active:
         return  # every pod has ended; the outcome decides what the job is
-    elif all(s.phase is PodPhase.RUNNING for s in active):
+    elif not starting:
         cycle.phase_to(JobPhase.RUNNING, "TrainingJobRunning", "all pods are running")
-    elif not any(s.phase in (PodPhase.CREATING, PodPhase.RUNNING) for s in active):
+    elif not up:
         cycle.phase_to(JobPhase.PENDING, "TrainingJobPending", "all pods are waiting for scheduling")
     else:
-        starting = " ".join(s.name for s in active if s.phase is not PodPhase.RUNNING)
-        cycle.phase_to(JobPhase.CREATING, "TrainingJobCreating", f"pods [{starting}] creating containers")
+        names = " ".join(starting)
+        cycle.phase_to(JobPhase.CREATING, "TrainingJobCreating", f"pods [{names}] creating containers")
 
 
 def next_conditions(cycle: Cycle) -> tuple[Condition, ...]:

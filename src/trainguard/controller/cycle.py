@@ -6,8 +6,9 @@ is frozen into the next ``JobStatus``. Nothing in here reads a clock or talks to
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from trainguard.api import TrainingJob, pod_name
@@ -36,6 +37,8 @@ from trainguard.controller.status import (
     PodStatus,
 )
 from trainguard.policy.types import PodRef, PolicyState
+
+_INDEX = attrgetter("index")
 
 
 @dataclass
@@ -69,8 +72,12 @@ class Cycle:
     _names_count: int = 0
 
     def __post_init__(self) -> None:
-        for pod in self.observed.pods:
-            self._pods_by_name.setdefault(pod.name, []).append(pod)
+        pods = self.observed.pods
+        self._pods_by_name = {pod.name: [pod] for pod in pods}
+        if len(self._pods_by_name) != len(pods):  # some name listed twice (an old incarnation still there)
+            self._pods_by_name = {}
+            for pod in pods:
+                self._pods_by_name.setdefault(pod.name, []).append(pod)
         self._nodes_by_name = {node.name: node for node in self.observed.nodes}
         for error in reversed(self.observed.errors):  # the first error of a key wins, as a scan finds it
             self._errors_by_key[error.key] = error
@@ -108,13 +115,10 @@ class Cycle:
         slots = self.slots
         return [slots[name] for name in self._role_names().get(role, ())]
 
-    def ordered_slots(self) -> Iterator[PodStatus]:
-        """Roles in the job's order, then by index: the order every step walks pods in."""
+    def ordered_slots(self) -> list[PodStatus]:
+        """Roles in the job's order, then by index: the order every step walks pods in (a new list)."""
         slots = self.slots
-        by_role = self._role_names()
-        for role in self.job.spec.replica_specs:
-            for name in by_role.get(role, ()):
-                yield slots[name]
+        return [slots[name] for name in self.ordered_names()]
 
     def ordered_names(self) -> list[str]:
         """The names of ``ordered_slots``."""
@@ -129,9 +133,7 @@ class Cycle:
             groups: dict[str, list[PodStatus]] = {}
             for slot in self.slots.values():
                 groups.setdefault(slot.role, []).append(slot)
-            by_role = {
-                role: [s.name for s in sorted(group, key=lambda s: s.index)] for role, group in groups.items()
-            }
+            by_role = {role: [s.name for s in sorted(group, key=_INDEX)] for role, group in groups.items()}
             self._names_by_role, self._names_count = by_role, len(self.slots)
         return by_role
 

@@ -38,67 +38,70 @@ CAPACITY_FAULTS = frozenset(
 def observe_pods(cycle: Cycle, *, decide_faults: bool = True) -> None:
     """Update every launched slot from its current incarnation; with ``decide_faults``, act on faults."""
     slots = cycle.slots
-    job = keys.job_key(cycle.job)
+    settled = _settled_slots(cycle)
     for name in cycle.ordered_names():
         slot = slots[name]  # an earlier decision of this loop may have changed it
         pods = cycle.observed_pods(name)
-        if _still_settled(cycle, job, slot, pods):
-            continue
-        examined, state, issued, recorded = slot, cycle.state, len(cycle.actions), len(cycle.history)
-        slot = _adopt(cycle, slot, pods)
-        if slot.phase not in LAUNCHED_PHASES:
-            continue
-        current = _incarnation(pods, slot.generation)
-        if current is not None:
-            slot = _note(cycle, slot, current)
-        fault = _fault_of(cycle, slot, current)
-        if fault is None:
-            _follow(cycle, slot, current, decide_faults=decide_faults)
-        elif decide_faults:
-            act_on(cycle, fault, current)
-        else:
-            _record_end(cycle, slot, current)
-        if (
-            fault is None
-            and current is not None
-            and current.phase is ObservedPhase.RUNNING
-            and len(pods) == 1
-            and slots[name] is examined
-            and cycle.state is state
-            and (len(cycle.actions), len(cycle.history)) == (issued, recorded)
-        ):
-            _settle(job, examined, current)
+        known = settled.get(name)
+        if known is not None and known[0] is slot and len(pods) == 1 and pods[0] is known[1]:
+            node = cycle.node(pods[0].node)
+            if node is None or node.ready:
+                continue  # the same slot, the same pod, on a node still Ready (or not listed)
+        before = cycle.state, len(cycle.actions), len(cycle.history)
+        running = _observe(cycle, slot, pods, decide_faults=decide_faults)
+        if running is not None and slots[name] is slot and (cycle.state, *_counts(cycle)) == before:
+            settled[name] = (slot, running)
+
+
+def _observe(
+    cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod], *, decide_faults: bool
+) -> ObservedPod | None:
+    """Bring one slot up to date and act on its fault; returns its pod if it is the only one listed and runs
+    with no fault (then, if nothing changed either, the slot is settled)."""
+    slot = _adopt(cycle, slot, pods)
+    if slot.phase not in LAUNCHED_PHASES:
+        return None
+    current = _incarnation(pods, slot.generation)
+    if current is not None:
+        slot = _note(cycle, slot, current)
+    fault = _fault_of(cycle, slot, current)
+    if fault is None:
+        _follow(cycle, slot, current, decide_faults=decide_faults)
+    elif decide_faults:
+        act_on(cycle, fault, current)
+    else:
+        _record_end(cycle, slot, current)
+    if fault is None and current is not None and current.phase is ObservedPhase.RUNNING and len(pods) == 1:
+        return current
+    return None
+
+
+def _counts(cycle: Cycle) -> tuple[int, int]:
+    return len(cycle.actions), len(cycle.history)
 
 
 # ---- slots that are settled -----------------------------------------------------------------------------
 #
 # Most pods of a big job are, on most reconciles, exactly as the last reconcile left them: running, seen,
-# nothing new from their agent. For such a slot the steps above change nothing, and what they read is only
-# the slot, its one pod, and whether that pod's node is Ready: not the time (a Running pod's slot already
-# has its running_since; starting deadlines are for pods not yet Running), not the policy state (no fault,
-# no new start, no progress to record). So once a slot was found to need nothing, the same slot object with
-# the same pod object on a Ready node needs nothing again, and is skipped. Slots and observed pods are
-# frozen, so "the same object" means the same values; a backend that builds new objects for every
-# observation simply never skips. tests/unit/controller/test_settled.py checks skipping against not skipping.
+# nothing new from their agent. For such a slot ``_observe`` changes nothing, and what it reads is only the
+# slot, its one pod, and whether that pod's node is Ready: not the time (a Running pod's slot already has
+# its running_since; starting deadlines are for pods not yet Running), not the policy state (no fault, no
+# new start, no progress to record). So once a slot was found to need nothing, the same slot object with the
+# same pod object on a Ready node needs nothing again, and is skipped. Slots and observed pods are frozen,
+# so "the same object" means the same values; a backend that builds new objects for every observation
+# simply never skips. tests/unit/controller/test_settled.py checks skipping against not skipping.
 
-#: (job key, slot name) -> the slot and the pod it was found settled with.
-_SETTLED: dict[tuple[str, str], tuple[PodStatus, ObservedPod]] = {}
-#: Entries kept at most (one per slot of the jobs reconciled lately); past it, the table starts again.
-SETTLED_LIMIT = 1 << 16
-
-
-def _still_settled(cycle: Cycle, job: str, slot: PodStatus, pods: Sequence[ObservedPod]) -> bool:
-    known = _SETTLED.get((job, slot.name))
-    if known is None or known[0] is not slot or len(pods) != 1 or pods[0] is not known[1]:
-        return False
-    node = cycle.node(known[1].node)
-    return node is None or node.ready
+#: job key -> slot name -> the slot and the pod it was found settled with.
+_SETTLED: dict[str, dict[str, tuple[PodStatus, ObservedPod]]] = {}
+#: Jobs remembered at most (those reconciled lately); past it, the table starts again.
+SETTLED_JOBS = 64
 
 
-def _settle(job: str, slot: PodStatus, pod: ObservedPod) -> None:
-    if len(_SETTLED) >= SETTLED_LIMIT:
+def _settled_slots(cycle: Cycle) -> dict[str, tuple[PodStatus, ObservedPod]]:
+    job = keys.job_key(cycle.job)
+    if job not in _SETTLED and len(_SETTLED) >= SETTLED_JOBS:
         _SETTLED.clear()
-    _SETTLED[job, slot.name] = (slot, pod)
+    return _SETTLED.setdefault(job, {})
 
 
 def _incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | None:

@@ -73,7 +73,7 @@ class PodPhase(str, Enum):
     @property
     def is_member(self) -> bool:
         """Whether the slot still belongs to its role (counts in ``status.replicas``)."""
-        return self not in (PodPhase.SHRUNK, PodPhase.REMOVED)
+        return self not in LEFT_OUT_PHASES
 
     @property
     def is_launched(self) -> bool:
@@ -82,6 +82,8 @@ class PodPhase(str, Enum):
 
 
 _UP = frozenset({PodPhase.PENDING, PodPhase.CREATING, PodPhase.RUNNING})
+#: Slots that no longer belong to their role (not ``is_member``).
+LEFT_OUT_PHASES = frozenset({PodPhase.SHRUNK, PodPhase.REMOVED})
 #: ``is_launched``, as a set (loops over thousands of pods test membership, which costs less than a call).
 LAUNCHED_PHASES = _UP
 #: Slots that are up or coming up: what a role has "alive" for minReplicas.

@@ -23,7 +23,7 @@ from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
-from trainguard.controller.phases import JobPhase, PodPhase
+from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
 from trainguard.policy import Outcome, check_deadline, outcome
@@ -89,10 +89,11 @@ def _run(cycle: Cycle) -> None:
 
 def _slot_counts(cycle: Cycle) -> dict[str, int]:
     """role -> slots 0..N-1 that the role's complete/fail policies are judged over (shrunk ones included)."""
-    return {
-        role: sum(1 for s in cycle.role_slots(role) if s.phase is not PodPhase.REMOVED)
-        for role in cycle.job.spec.replica_specs
-    }
+    counts = dict.fromkeys(cycle.job.spec.replica_specs, 0)
+    for slot in cycle.slots.values():
+        if slot.phase is not PodPhase.REMOVED and slot.role in counts:
+            counts[slot.role] += 1
+    return counts
 
 
 def _wake_at(cycle: Cycle) -> float | None:
@@ -128,7 +129,7 @@ def _finish(cycle: Cycle) -> ReconcileResult:
     counts = cycle.state.role_restarts
     members = dict.fromkeys(cycle.job.spec.replica_specs, 0)
     for slot in slots:
-        if slot.phase.is_member:
+        if slot.phase not in LEFT_OUT_PHASES:
             members[slot.role] += 1
     decided = before.model_copy(
         update={

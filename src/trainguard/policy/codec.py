@@ -18,10 +18,12 @@ does). The memory is bounded: past ``limit`` entries a table starts again empty.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from trainguard.policy.types import (
+    REF_ORDER,
     PodCounters,
     PodRef,
     PolicyState,
@@ -29,36 +31,59 @@ from trainguard.policy.types import (
     pod_entry_to_dict,
 )
 
-#: Entries remembered per table: room for several jobs of 16,384 pods and their latest changes.
+#: Entries remembered per table: room for a few jobs of 16,384 pods and their latest changes.
 DEFAULT_LIMIT = 1 << 16
+
+_FIRST = itemgetter(0)
+_Written = tuple[PodRef, PodCounters, dict[str, Any], dict[str, Any]]
+_Read = tuple[Mapping[str, Any], dict[str, Any], tuple[PodRef, PodCounters]]
 
 
 class StateCodec:
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
-        #: id(counters) -> (ref, counters, entry written, a copy of it)
-        self._written: dict[int, tuple[PodRef, PodCounters, dict[str, Any], dict[str, Any]]] = {}
+        #: id(counters) -> (ref, counters, the entry written, a copy of it)
+        self._written: dict[int, _Written] = {}
         #: id(entry) -> (entry, a copy of it, what it reads as)
-        self._read: dict[int, tuple[Mapping[str, Any], dict[str, Any], tuple[PodRef, PodCounters]]] = {}
+        self._read: dict[int, _Read] = {}
 
     def to_dict(self, state: PolicyState) -> dict[str, Any]:
-        return state.to_dict(self._write)
+        return state.to_dict(self._write_pods)
 
     def from_dict(self, data: Mapping[str, Any]) -> PolicyState:
-        return PolicyState.from_dict(data, self._parse)
+        return PolicyState.from_dict(data, self._read_pods)
+
+    def _write_pods(self, pods: Mapping[PodRef, PodCounters]) -> list[dict[str, Any]]:
+        written = self._written
+        entries = []
+        # Sorted by (role, index) alone (unique in a mapping), so neither a PodRef is hashed to look its
+        # counters up nor two compared.
+        for _, (ref, counters) in sorted(zip(map(REF_ORDER, pods), pods.items(), strict=True), key=_FIRST):
+            known = written.get(id(counters))
+            if known is not None and known[0] is ref and known[1] is counters and known[2] == known[3]:
+                entries.append(known[2])
+            else:
+                entries.append(self._write(ref, counters))
+        return entries
+
+    def _read_pods(self, entries: Iterable[Mapping[str, Any]]) -> dict[PodRef, PodCounters]:
+        read = self._read
+        pods = {}
+        for entry in entries:
+            known = read.get(id(entry))
+            if known is not None and known[0] is entry and known[1] == entry:
+                ref, counters = known[2]
+            else:
+                ref, counters = self._parse(entry)
+            pods[ref] = counters
+        return pods
 
     def _write(self, ref: PodRef, counters: PodCounters) -> dict[str, Any]:
-        known = self._written.get(id(counters))
-        if known is not None and known[0] is ref and known[1] is counters and known[2] == known[3]:
-            return known[2]
         entry = pod_entry_to_dict(ref, counters)
         self._remember(self._written)[id(counters)] = (ref, counters, entry, dict(entry))
         return entry
 
     def _parse(self, entry: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
-        known = self._read.get(id(entry))
-        if known is not None and known[0] is entry and known[1] == entry:
-            return known[2]
         parsed = ref, counters = pod_entry_from_dict(entry)
         if isinstance(entry, dict):
             self._remember(self._read)[id(entry)] = (entry, dict(entry), parsed)

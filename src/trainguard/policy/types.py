@@ -6,9 +6,10 @@ Everything here is a frozen value: the policy never changes state in place, it r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 from trainguard.api.model import RestartScope
@@ -134,6 +135,10 @@ class PodCounters:
     running_since: float | None = None
 
 
+#: PodRef's own order (role, then index) as a sort key, which sorts thousands of pods faster than comparing.
+REF_ORDER = attrgetter("role", "index")
+
+
 @dataclass(frozen=True)
 class PolicyState:
     """Everything decide() needs from the past. Never mutate the mappings; use the with_* helpers."""
@@ -168,17 +173,16 @@ class PolicyState:
     def with_failed_role(self, role: str, reason: str) -> PolicyState:
         return replace(self, failed_roles={**self.failed_roles, role: reason})
 
-    def to_dict(self, pod_entry: PodEntryWriter | None = None) -> dict[str, Any]:
-        """JSON-able data, for the store or the Kubernetes status (``pod_entry``: how each pod's counters are
-        written, ``pod_entry_to_dict`` unless a ``StateCodec`` reuses the entries it wrote before)."""
-        entry = pod_entry or pod_entry_to_dict
+    def to_dict(self, write_pods: PodsWriter | None = None) -> dict[str, Any]:
+        """JSON-able data, for the store or the Kubernetes status (``write_pods``: how the pods' counters are
+        written, ``pods_to_list`` unless a ``StateCodec`` reuses the entries it wrote before)."""
         return {
             "countedRestarts": {role: list(times) for role, times in sorted(self.counted_restarts.items())},
             "roleRestarts": dict(sorted(self.role_restarts.items())),
             "jobRestarts": self.job_restarts,
             "jobRetries": self.job_retries,
             "unconditionalStreak": self.unconditional_streak,
-            "pods": [entry(ref, self.pods[ref]) for ref in sorted(self.pods, key=_ref_order)],
+            "pods": (write_pods or pods_to_list)(self.pods),
             "failedPods": [_ref_to_dict(ref) for ref in sorted(self.failed_pods)],
             "succeededPods": [_ref_to_dict(ref) for ref in sorted(self.succeeded_pods)],
             "failedRoles": dict(sorted(self.failed_roles.items())),
@@ -187,10 +191,9 @@ class PolicyState:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], pod_entry: PodEntryReader | None = None) -> PolicyState:
-        """The inverse of to_dict; raises ValueError on data that to_dict cannot have written (``pod_entry``:
-        how each pod's entry is read, ``pod_entry_from_dict`` unless a ``StateCodec`` remembers it)."""
-        entry = pod_entry or pod_entry_from_dict
+    def from_dict(cls, data: Mapping[str, Any], read_pods: PodsReader | None = None) -> PolicyState:
+        """The inverse of to_dict; raises ValueError on data that to_dict cannot have written (``read_pods``:
+        how the pods' entries are read, ``pods_from_list`` unless a ``StateCodec`` remembers them)."""
         try:
             return cls(
                 counted_restarts={
@@ -201,7 +204,7 @@ class PolicyState:
                 job_restarts=int(data.get("jobRestarts", 0)),
                 job_retries=int(data.get("jobRetries", 0)),
                 unconditional_streak=int(data.get("unconditionalStreak", 0)),
-                pods=dict(entry(item) for item in data.get("pods", [])),
+                pods=(read_pods or pods_from_list)(data.get("pods", [])),
                 failed_pods=frozenset(_ref_from_dict(item) for item in data.get("failedPods", [])),
                 succeeded_pods=frozenset(_ref_from_dict(item) for item in data.get("succeededPods", [])),
                 failed_roles={str(role): str(why) for role, why in data.get("failedRoles", {}).items()},
@@ -218,11 +221,6 @@ def _ref_to_dict(ref: PodRef) -> dict[str, Any]:
 
 def _ref_from_dict(data: Mapping[str, Any]) -> PodRef:
     return PodRef(str(data["role"]), int(data["index"]))
-
-
-def _ref_order(ref: PodRef) -> tuple[str, int]:
-    """PodRef's own order (role, then index), as a key: sorting thousands of pods by it costs less."""
-    return ref.role, ref.index
 
 
 def pod_entry_to_dict(ref: PodRef, counters: PodCounters) -> dict[str, Any]:
@@ -253,9 +251,19 @@ def pod_entry_from_dict(data: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
     )
 
 
-#: How a pod's entry in the saved policy state is written, and read.
-PodEntryWriter = Callable[[PodRef, PodCounters], dict[str, Any]]
-PodEntryReader = Callable[[Mapping[str, Any]], tuple[PodRef, PodCounters]]
+def pods_to_list(pods: Mapping[PodRef, PodCounters]) -> list[dict[str, Any]]:
+    """``PolicyState.to_dict()["pods"]``: one entry per pod, in PodRef order."""
+    return [pod_entry_to_dict(ref, pods[ref]) for ref in sorted(pods, key=REF_ORDER)]
+
+
+def pods_from_list(entries: Iterable[Mapping[str, Any]]) -> dict[PodRef, PodCounters]:
+    """The inverse of ``pods_to_list``."""
+    return dict(map(pod_entry_from_dict, entries))
+
+
+#: How the pods' counters in the saved policy state are written, and read.
+PodsWriter = Callable[[Mapping[PodRef, PodCounters]], list[dict[str, Any]]]
+PodsReader = Callable[[Iterable[Mapping[str, Any]]], dict[PodRef, PodCounters]]
 
 
 class Outcome(str, Enum):

@@ -30,6 +30,7 @@ from trainguard.controller import (
     JobPhase,
     JobStatus,
     ObservedPhase,
+    PodStatus,
     RestartInPlace,
     TerminatePod,
     step,
@@ -97,6 +98,8 @@ class Engine:
     _due_at: float | None = None
     _last_reconcile: float = -math.inf
     _seen_version: int = -1
+    #: The slots of the latest status, and what the job needs to know of them.
+    _pods: tuple[PodStatus, ...] | None = None
     _live: frozenset[str] = frozenset()
     _live_workers: int = 0
     _shrunk: bool = False
@@ -210,15 +213,22 @@ class Engine:
             self._request(result.wake_at)
 
     def _take_status(self) -> None:
-        pods = self.status.pods
-        self._live = frozenset(p.name for p in pods if p.phase in LIVE_PHASES)
-        self._live_workers = sum(1 for p in pods if p.role == self.worker_role and p.phase in LIVE_PHASES)
-        self._shrunk = any(p.phase is PodPhase.SHRUNK for p in pods)
+        if (
+            self.status.pods != self._pods
+        ):  # the slots are frozen: equal ones (most often the same) tell the same
+            self._take_pods(self.status.pods)
         for entry in self.status.history:
             if entry.seq > self._history_seq:
                 self.history.append(entry)
         if self.status.history:
             self._history_seq = max(self._history_seq, self.status.history[-1].seq)
+
+    def _take_pods(self, pods: tuple[PodStatus, ...]) -> None:
+        self._pods = pods
+        live = [p for p in pods if p.phase in LIVE_PHASES]
+        self._live = frozenset(p.name for p in live)
+        self._live_workers = sum(1 for p in live if p.role == self.worker_role)
+        self._shrunk = any(p.phase is PodPhase.SHRUNK for p in pods)
 
     def _after_event(self) -> None:
         if self.cluster.version != self._seen_version:

@@ -6,10 +6,12 @@ which the goodput of any checkpoint interval follows), every fault and every dec
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from trainguard.api import TrainingJob
@@ -208,9 +210,10 @@ def simulate(job: TrainingJob | None, config: SimConfig) -> RunResult:
     engine = Engine(base, cluster, config.timing(), role)
     gpu_nodes = [node.name for node in cluster.nodes.values() if node.pool == GPU_POOL]
     _feed(engine, clock, gpu_nodes, _failures(config, len(gpu_nodes)))
-    engine.start()
-    engine.run_until(config.horizon)
-    engine.finish()
+    with _collector_paused():
+        engine.start()
+        engine.run_until(config.horizon)
+        engine.finish()
     ended = engine.ended_at if engine.status.phase is JobPhase.SUCCEEDED else None
     return RunResult(
         config=config,
@@ -225,6 +228,25 @@ def simulate(job: TrainingJob | None, config: SimConfig) -> RunResult:
         phase=engine.status.phase,
         ended_at=engine.ended_at,
     )
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for the run, then one collection.
+
+    A run allocates fast (a status of thousands of pods per reconcile) and keeps a large heap alive (the
+    cluster, the latest status), so the collector would walk that heap again and again: a quarter of a
+    16k-GPU run's time, to find a few hundred objects in cycles. Reference counting still frees everything
+    else at once, and whatever cycles the run leaves are collected at its end.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.collect()
 
 
 def _failures(config: SimConfig, nodes: int) -> Iterator[Failure]:
