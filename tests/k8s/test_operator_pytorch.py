@@ -209,3 +209,30 @@ def test_a_job_without_torchrun_gets_no_rendezvous_store(kube_cluster: KubeClust
         assert [svc["metadata"]["name"] for svc in services] == ["hvd"]  # the headless one only
         command = _pods(s)["hvd-worker-0"]["spec"]["containers"][0]["command"]
         assert command[command.index("--") + 1 :] == ["python", "train.py"]
+
+
+def test_the_store_is_created_again_away_from_a_node_that_is_lost(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    with _pytorch_scenario(kube_cluster, tmp_path) as s:
+        s.kubectl("apply", "-f", "-", input=json.dumps(_pytorchjob()))
+        store = s.wait(
+            "2 workers and the store running", lambda: set(WORKERS) <= set(pod_names(s.pods())) and _store(s)
+        )
+        s.wait_job("pytorchjob", JOB, "job Running", lambda st: st.get("phase") == "Running")
+        pods = _pods(s)
+        node = store["spec"]["nodeName"]
+        # The preferred anti-affinity keeps the store off the workers' nodes where there is room.
+        assert node not in {pods[name]["spec"]["nodeName"] for name in WORKERS}
+
+        s.node_down(node)
+        moved = s.wait(
+            "the store created again on another node",
+            lambda: (p := _store(s)) and p["spec"].get("nodeName") not in (None, node) and p,
+        )
+        assert moved["metadata"]["uid"] != store["metadata"]["uid"]
+        assert f"{STORE} is on a node that is not Ready" in s.operator.log.read_text()  # not kwok's doing
+        status = s.job("pytorchjob", JOB)["status"]
+        assert status["phase"] == "Running"
+        assert status["restartCounts"] == {"worker": 0}
+        assert not status.get("history")
