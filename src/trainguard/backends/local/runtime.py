@@ -24,6 +24,7 @@ from trainguard.api import TrainingJob
 from trainguard.backends.local import processes
 from trainguard.backends.local.agentcmd import agent_argv, grace_seconds
 from trainguard.backends.local.home import Home
+from trainguard.backends.local.hosts.setup import pod_environment as horovod_environment
 from trainguard.backends.local.placement import choose_node
 from trainguard.backends.local.podenv import PodIdentity, argv_and_cwd, pod_environment
 from trainguard.backends.local.records import EventRecord, JobRecord, NodeRecord, PodRecord, PodState
@@ -119,8 +120,15 @@ class Runtime:
             "TRAINGUARD_REPORT_FILE": str(report),
             "TRAINGUARD_NODE_NAME": row.node,
         }
-        if job.spec.framework_type.value == "horovod":
-            extra["TRAINGUARD_DISCOVERY_SCRIPT"] = str(self.home.discovery_script(record.name))
+        if job.spec.framework_type.value == "horovod":  # our ssh, and where trainers' host processes are
+            extra.update(
+                horovod_environment(
+                    self.home.job_dir(record.name),
+                    self.home.discovery_script(record.name),
+                    row.name,
+                    self.base_env,
+                )
+            )
         env = pod_environment(identity, replicas, self.base_env, extra)
         argv, cwd = argv_and_cwd(identity, env, record.workdir)
         log = self.home.pod_log(record.name, row.name)
