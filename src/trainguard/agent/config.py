@@ -11,6 +11,7 @@ The environment lets a runtime configure the agent without touching the command 
 | ``--report FILE`` | ``TRAINGUARD_REPORT_FILE`` | none |
 | ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
 | ``--control FILE`` | ``TRAINGUARD_CONTROL_FILE`` | none: see ``trainguard.agent.control`` |
+| ``--nudge-file FILE`` | ``TRAINGUARD_NUDGE_FILE`` | none: see ``trainguard.agent.nudge`` |
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainguard.agent.control import ENV_CONTROL
+from trainguard.agent.nudge import ENV_NUDGE
 from trainguard.agent.report import default_termination_log
 from trainguard.api import HangSignal
 
@@ -49,6 +51,8 @@ class AgentConfig:
     termination_log: Path | None = None
     #: Where the runtime leaves requests for the agent (an exit code to end the pod with).
     control_file: Path | None = None
+    #: Where the runtime says that another pod of the job failed (``<token> <time>``): restart the workers.
+    nudge_file: Path | None = None
     #: How often the agent looks at heartbeats (and, at most once a second, at the tree's CPU time).
     poll_interval: float = 0.25
 
@@ -64,6 +68,7 @@ class AgentConfig:
         report: str | None = None,
         termination_log: str | None = None,
         control: str | None = None,
+        nudge_file: str | None = None,
         env: Mapping[str, str] = os.environ,
     ) -> AgentConfig:
         """Options win over the environment; raises ValueError naming the option or variable and the fix."""
@@ -78,6 +83,7 @@ class AgentConfig:
         report_text, _ = _pick(report, "--report", env, ENV_REPORT)
         log_text, _ = _pick(termination_log, "--termination-log", env, ENV_TERMINATION_LOG)
         control_text, _ = _pick(control, "--control", env, ENV_CONTROL)
+        nudge_text, _ = _pick(nudge_file, "--nudge-file", env, ENV_NUDGE)
         return cls(
             command=tuple(command),
             hang_timeout=None
@@ -89,6 +95,7 @@ class AgentConfig:
             report_file=Path(report_text) if report_text else None,
             termination_log=Path(log_text) if log_text else default_termination_log(),
             control_file=Path(control_text) if control_text else None,
+            nudge_file=Path(nudge_text) if nudge_text else None,
         )
 
 

@@ -12,7 +12,7 @@ DESCRIPTION = (
     "whole process tree and, with --hang-timeout, restart it in place when it hangs. Each option falls back "
     "to an environment variable (TRAINGUARD_HANG_TIMEOUT, TRAINGUARD_HANG_MAX_CONSECUTIVE, "
     "TRAINGUARD_HANG_SIGNALS, TRAINGUARD_HANG_GRACE, TRAINGUARD_REPORT_FILE, TRAINGUARD_TERMINATION_LOG, "
-    "TRAINGUARD_CONTROL_FILE). "
+    "TRAINGUARD_CONTROL_FILE, TRAINGUARD_NUDGE_FILE). "
     "Exit status: CMD's (128+N when killed by signal N); 137 after giving up on a hang; 127/126 when CMD "
     "cannot be found/run; N when the runtime asked for exit code N through --control."
 )
@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help='requests from the runtime: {"exit_code": N} ends the pod with status N (chaos kill --exit-code)',
     )
+    parser.add_argument(
+        "--nudge-file",
+        metavar="FILE",
+        help="'<token> <unix time>' from the runtime: another pod failed then; SIGKILL the command's workers "
+        "started before it so that torchrun restarts them into a new round",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
 
 
@@ -66,4 +72,5 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         report=args.report,
         termination_log=args.termination_log,
         control=args.control,
+        nudge_file=args.nudge_file,
     )

@@ -24,6 +24,7 @@ from trainguard.agent.config import AgentConfig
 from trainguard.agent.control import take_exit_request
 from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
+from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
 from trainguard.agent.report import Reporter
 from trainguard.api import HangSignal
 
@@ -66,12 +67,16 @@ class Agent:
         self._attempt = 0
         self._hang_restarts = 0
         self._last_progress: tuple[float, object] | None = None
+        self._nudges: NudgeWatch | None = None
 
     def run(self) -> int:
         """Supervise the command until it ends for good; returns the agent's exit status."""
         tree.become_subreaper()
         heartbeat_dir = Path(tempfile.mkdtemp(prefix="trainguard-heartbeats-"))
         reporter = Reporter(self.config.report_file, self.config.termination_log)
+        if self.config.nudge_file is not None:
+            # Read once now: a failure already there when the agent starts is old news.
+            self._nudges = NudgeWatch(self.config.nudge_file)
         command = Command(
             self.config.command,
             grace=self.config.grace,
@@ -153,7 +158,12 @@ class Agent:
             started_at=started_at,
             baseline_step=self._streak.watermark,
         )
-        watching = config.hang_timeout is not None or reporter.enabled or config.control_file is not None
+        watching = (
+            config.hang_timeout is not None
+            or reporter.enabled
+            or config.control_file is not None
+            or self._nudges is not None
+        )
         next_tick = next_cpu = started_at
         self._last_progress = None
         while True:
@@ -170,6 +180,10 @@ class Agent:
                     return _ExitRequested(request)
                 if request is not None:
                     self._say(f"ignoring a request: {request}")
+            if self._nudges is not None and command.pid is not None:
+                nudge = self._nudges.poll()
+                if nudge is not None:
+                    self._nudge(reporter, command.pid, nudge)
             beats = heartbeats.read()
             cpu: float | None = None
             if (
@@ -194,6 +208,19 @@ class Agent:
                 self._report_progress(reporter, command.pid, beats, now)
             if assessment.hang is not None:
                 return _Hung(assessment.hang, assessment.best_step)
+
+    def _nudge(self, reporter: Reporter, pid: int, nudge: Nudge) -> None:
+        killed = kill_workers_older_than(pid, nudge.failed_at)
+        reporter.event("nudged", pid=pid, attempt=self._attempt, token=nudge.token, killed=killed)
+        age = max(time.time() - nudge.failed_at, 0.0)
+        if killed:
+            then = (
+                f"SIGKILLed its worker(s) {', '.join(map(str, killed))} started before that, so that the "
+                "command restarts them into a new round"
+            )
+        else:
+            then = "no worker of the command was started before that: nothing to do"
+        self._say(f"nudge {nudge.token}: another pod of the job failed {age:.0f} s ago; {then}")
 
     def _on_hang(self, reporter: Reporter, pid: int, hang: Hang, allowed: bool) -> None:
         reporter.event(

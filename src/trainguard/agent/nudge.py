@@ -1,0 +1,120 @@
+"""Nudges from the runtime (``--nudge-file FILE``): a pod of the job failed, restart the workers of this one.
+
+A machine that vanishes resets none of its connections, so the workers of the other pods wait in their
+collective until it times out (gloo: 30 minutes, NCCL: 10). The runtime knows the pod is gone long before
+that; on Kubernetes it cannot signal processes in other pods, so it writes the news into a file of each
+surviving pod (a downwardAPI volume projecting the pod's ``trainguard.io/nudge`` annotation) and the agent
+does the rest: it SIGKILLs the workers of its command that were started before the failure, and the command
+(torchrun's elastic agent) restarts them into a new round, as for any other worker failure. Workers that
+already restarted on their own are younger than the failure and are left alone. (SIGKILL, because a worker
+blocked inside a collective runs no Python signal handler.)
+
+The file holds one line, ``<token> <failure time>``: the token names the failure (no spaces; a new token is
+a new failure) and the time is in seconds since the epoch (a float). A missing, empty or garbled file is no
+nudge. The token present when the agent starts is an old failure and is never acted on, nor is a token seen
+before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ENV_NUDGE = "TRAINGUARD_NUDGE_FILE"
+#: The processes ``multiprocessing`` adds beside the workers (trainguard's warm torchrun starts its workers
+#: from a fork server): never workers themselves.
+_FORKSERVER = "multiprocessing.forkserver"
+_HELPERS = (_FORKSERVER, "multiprocessing.resource_tracker")
+#: A token is a name, not a document.
+_MAX_TEXT = 4096
+
+
+@dataclass(frozen=True)
+class Nudge:
+    token: str
+    failed_at: float
+
+
+def parse_nudge(text: str) -> Nudge | None:
+    """``<token> <unix time>`` on the first line; None for anything else."""
+    lines = text[:_MAX_TEXT].strip().splitlines()
+    parts = lines[0].split() if lines else []
+    if len(parts) != 2:
+        return None
+    try:
+        failed_at = float(parts[1])
+    except ValueError:
+        return None
+    if not math.isfinite(failed_at) or failed_at <= 0:
+        return None
+    return Nudge(parts[0], failed_at)
+
+
+class NudgeWatch:
+    """The nudge file as the agent polls it: a stat each time, a read only when the file changed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        first = self._read()
+        #: The failure already known at start (nudged, if at all, by an earlier agent): never acted on.
+        self._seen = first.token if first is not None else None
+
+    def poll(self) -> Nudge | None:
+        """A nudge with a token not seen before, once; None otherwise."""
+        nudge = self._read()
+        if nudge is None or nudge.token == self._seen:
+            return None
+        self._seen = nudge.token
+        return nudge
+
+    def _read(self) -> Nudge | None:
+        try:
+            info = os.stat(self.path)  # follows the symlinks of a downwardAPI volume to the current file
+        except OSError:
+            self._stamp = None
+            return None
+        stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+        if stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as file:
+                return parse_nudge(file.read(_MAX_TEXT))
+        except OSError:
+            self._stamp = None
+            return None
+
+
+def workers(command: int) -> list[psutil.Process]:
+    """The worker processes under the command (torchrun's agent): its children, or the fork server's
+    children (warm start), without multiprocessing's helper processes."""
+    try:
+        children = psutil.Process(command).children()
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(child.cmdline())
+            if _FORKSERVER in cmdline:
+                found.extend(child.children())
+            elif not any(helper in cmdline for helper in _HELPERS):
+                found.append(child)
+    return found
+
+
+def kill_workers_older_than(command: int, failed_at: float) -> list[int]:
+    """SIGKILL the command's workers that were started before ``failed_at``; their pids, ascending."""
+    killed = []
+    for worker in workers(command):
+        with contextlib.suppress(psutil.Error):
+            if worker.create_time() < failed_at:
+                worker.kill()
+                killed.append(worker.pid)
+    return sorted(killed)
