@@ -15,7 +15,8 @@ Two runs on the same seed:
   delays, hang detection after 5 minutes, 1% spare nodes repaired in 24 h: goodput and time lost by cause.
 
 Each prints its figures and how long it took here (``elapsed_s``, ``cpu_s``, ``reconciles``, CPU seconds per
-reconcile).
+reconcile, and the machine's 1-minute load average at the end of the run: on a shared machine the wall time
+depends on it, the CPU time much less).
 The last line printed is one JSON object of them all.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -82,6 +84,7 @@ def speed(result: RunResult, elapsed: float, cpu: float) -> dict[str, Any]:
         "cpu_s": round(cpu, 1),
         "reconciles": result.reconciles,
         "cpu_s_per_reconcile": round(cpu / max(result.reconciles, 1), 4),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 
