@@ -27,13 +27,17 @@ TRAINER = f"{JOB}-trainer"
 #: About 22 steps an epoch at 3 workers (1437 images, 64 a step); paced so that faults land mid-training.
 EPOCHS = 10
 STEP_DELAY = 0.15
+#: The kill lands mid-epoch, after a few commits (every 5 steps): survivors resume from a commit.
+KILL_AFTER_STEP = 12
 
 
 def test_a_killed_trainer_restarts_and_horovod_takes_it_back(session: Session) -> None:
     job = session.submit(example_job(session.root, epochs=EPOCHS, step_delay=STEP_DELAY))
-    first = wait_step(session, job, world=3)
+    wait_step(session, job, world=3)
+    session.wait("a few commits", lambda: _past(session, job, KILL_AFTER_STEP), RECOVERY_TIMEOUT, poll=0.2)
 
     killed_at = time.time()
+    before = session.run(job).last_step()
     trainguard(session, "chaos", "kill", f"{TRAINER}-1")
     session.wait(
         "the killed trainer to run again",
@@ -59,7 +63,7 @@ def test_a_killed_trainer_restarts_and_horovod_takes_it_back(session: Session) -
     assert faults == [(f"{TRAINER}-1", "Exited", "restartPolicy", "restart")]
     assert view["status"]["restartCounts"] == {"launcher": 0, "trainer": 1}
     print(
-        f"first step {first.step}; killed at step {back.step}; worlds after the kill {worlds}; "
+        f"killed after step {before.step if before else 0}; back at 3 workers from step {back.step}; worlds after the kill {worlds}; "
         f"back to 3 workers {back.t - killed_at:.1f} s after the kill; accuracy {done.fields['accuracy']:.4f}"
     )
 
@@ -86,3 +90,8 @@ def test_scaling_trainers_out_grows_the_horovod_world(session: Session) -> None:
 def _running_again(session: Session, job: str, pod: str) -> bool:
     seen = session.pods(job)[pod]
     return bool(seen["restarts"] == 1 and seen["phase"] == "Running")
+
+
+def _past(session: Session, job: str, step: int) -> bool:
+    last = session.run(job).last_step()
+    return last is not None and last.step >= step
