@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -39,6 +40,8 @@ from trainguard.backends.local.hosts.wire import (
 
 #: How long a stopped command may take to end before it is killed.
 STOP_GRACE_SECONDS = 5.0
+#: How long a stopping host waits for its sessions to report their commands' exits.
+REPORT_SECONDS = 5.0
 #: How long a client may take to send its request line.
 REQUEST_TIMEOUT_SECONDS = 10.0
 LOOPBACK = "127.0.0.1"
@@ -58,7 +61,8 @@ class Host:
         self.path = host_file(hosts_dir, name)
         self.token = secrets.token_hex(16)
         self._commands: set[subprocess.Popen[bytes]] = set()
-        self._lock = threading.Lock()
+        #: Guards ``_commands``; notified when a command's session has reported its exit.
+        self._changed = threading.Condition()
 
     def serve(self) -> int:
         listener = socket.create_server((LOOPBACK, 0))
@@ -103,8 +107,16 @@ class Host:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        with self._lock:
+        with self._changed:
             self._commands.add(process)
+        try:
+            self._relay_until_exit(connection, process)
+        finally:
+            with self._changed:
+                self._commands.discard(process)
+                self._changed.notify_all()
+
+    def _relay_until_exit(self, connection: socket.socket, process: subprocess.Popen[bytes]) -> None:
         sending = threading.Lock()
         relays = [
             threading.Thread(target=_relay, args=(stream, kind, connection, sending), daemon=True)
@@ -118,8 +130,6 @@ class Host:
         finished.set()
         for relay in relays:
             relay.join()
-        with self._lock:
-            self._commands.discard(process)
         with sending:
             send_frame(connection, EXIT, str(128 - code if code < 0 else code).encode())
 
@@ -134,13 +144,16 @@ class Host:
                 f"[host] {self.name}: the client went away; stopping its command (pid {process.pid})",
                 flush=True,
             )
-            stop_tree(process.pid)
+            stop_tree(process)
 
     def _stop_all(self) -> None:
-        with self._lock:
+        """Stop every command, then give their sessions a moment to send the exit codes to their clients."""
+        with self._changed:
             running = list(self._commands)
         for process in running:
-            stop_tree(process.pid)
+            stop_tree(process)
+        with self._changed:
+            self._changed.wait_for(lambda: not self._commands, timeout=REPORT_SECONDS)
 
     def _withdraw(self, published: HostFile) -> None:
         """Remove our host file, unless a newer host of the same pod replaced it already."""
@@ -164,17 +177,28 @@ def _relay(stream: IO[bytes] | None, kind: bytes, connection: socket.socket, sen
                 connected = False
 
 
-def stop_tree(pid: int) -> None:
-    """SIGTERM a command and everything it started, SIGKILL what is left after the grace period."""
+def stop_tree(command: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a command and everything it started, SIGKILL what is left after the grace period.
+
+    The command itself is waited for through its ``Popen`` only: were psutil to reap it (it waits on children
+    with ``waitpid``), the session thread's ``Popen.wait`` would find no child and report exit code 0.
+    """
     try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
+        descendants = psutil.Process(command.pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        return
-    for process in tree:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError):
+        command.terminate()
+    for process in descendants:
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=STOP_GRACE_SECONDS)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    try:
+        command.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            command.kill()
+    _, alive = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
     for process in alive:
         with contextlib.suppress(psutil.Error):
             process.kill()
