@@ -170,6 +170,11 @@ class LocalRuntime:
             with contextlib.suppress(ClientError, OSError), Client(self.home, start=False) as client:
                 client.call("shutdown", stop_pods=True)
             _wait_gone(pid)
+        # A command SIGKILLed with its agent (directly, or by its parent-death signal) may take a moment to
+        # end; what is still there after that is a leftover.
+        deadline = time.monotonic() + _DYING_SECONDS
+        while time.monotonic() < deadline and any(p.pid != os.getpid() for p, _ in self._own_processes()):
+            time.sleep(0.05)
         leftovers = []
         for process, _ in self._own_processes():
             if process.pid == os.getpid():
@@ -178,6 +183,10 @@ class LocalRuntime:
                 leftovers.append(" ".join(process.cmdline()[:6]))
                 process.kill()
         return leftovers
+
+
+#: How long a SIGKILLed process may take to end before it counts as left behind.
+_DYING_SECONDS = 5.0
 
 
 def _wait_gone(pid: int, timeout: float = 15) -> None:

@@ -83,9 +83,37 @@ def signal_tree(leader: psutil.Process, signum: int, *, include_leader: bool = T
 
 
 def kill_tree(leader: psutil.Process) -> None:
-    """SIGCONT first, so that a stopped (``chaos hang``) tree can die, then SIGKILL all of it."""
+    """SIGCONT first, so that a stopped (``chaos hang``) tree can die, then SIGKILL all of it.
+
+    Then SIGKILL the process groups of the descendants seen (the agent runs its command in a session of its
+    own): a process that was forking as the tree was listed, such as ``sh -c`` starting its command, has put
+    the new child in its group before it died, and the child would otherwise outlive the pod, adopted by init.
+    """
     signal_tree(leader, signal.SIGCONT)
+    groups = set()
+    for process in descendants(leader):
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(process.pid))
     signal_tree(leader, signal.SIGKILL)
+    groups.discard(os.getpgrp())  # never our own
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def kill_marked(name: str, value: str) -> list[int]:
+    """SIGKILL every live process whose environment has ``name=value``; returns their pids.
+
+    A pod's processes inherit its marker unless a command clears its environment, so this finds what left
+    the pod's tree (a child forked as the tree was being killed, a daemon adopted by init)."""
+    killed = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.status() == psutil.STATUS_ZOMBIE or process.environ().get(name) != value:
+                continue
+            process.kill()
+            killed.append(process.pid)
+    return killed
 
 
 def signal_number(name_or_number: str) -> int:

@@ -248,7 +248,8 @@ class Runtime:
             self.store.update_pod(replace(row, in_place_acked=attempt))
 
     def kill_now(self, row: PodRecord) -> None:
-        """SIGKILL the pod's tree and wait (bounded) until its agent is gone."""
+        """SIGKILL the pod's tree and wait (bounded) until its agent is gone; then SIGKILL any process left
+        that carries the pod's marker in its environment."""
         leader = processes.find(row.pid, row.create_time)
         if leader is not None:
             processes.kill_tree(leader)
@@ -260,6 +261,9 @@ class Runtime:
                 break
             time.sleep(0.02)
         self._children.pop(row.pid or 0, None)
+        record = self.store.get_job(row.job, include_deleted=True)
+        if record is not None:  # whatever escaped the tree as it was killed (adopted by init meanwhile)
+            processes.kill_marked(POD_ID_ENV, f"{record.uid}/{row.name}/{row.launch}")
 
     def _kill_command(self, row: PodRecord) -> None:
         """The command's own process group, in case the agent died before it and left it behind."""
