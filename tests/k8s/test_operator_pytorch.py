@@ -6,6 +6,7 @@ the job's pods are gone. kwok runs no containers: the commands are checked, not 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import Scenario, pod_names
+from trainguard.backends.k8s.manifests import ANNOTATION_NUDGE as ANNOTATION
+from trainguard.backends.k8s.nudge import NUDGE_AFTER_SECONDS
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 
@@ -236,3 +239,56 @@ def test_the_store_is_created_again_away_from_a_node_that_is_lost(
         assert status["phase"] == "Running"
         assert status["restartCounts"] == {"worker": 0}
         assert not status.get("history")
+
+
+def test_after_a_worker_fails_the_operator_nudges_the_survivors_through_their_annotation(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """The annotation (which kubelet projects into each agent's --nudge-file) names the failure: set once
+    NUDGE_AFTER_SECONDS have passed, on the pods that ran before it, never on the failed pod's replacement."""
+    workers = [f"{JOB}-worker-{i}" for i in range(3)]
+    obj = _pytorchjob()
+    obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
+    with _pytorch_scenario(kube_cluster, tmp_path) as s:
+        s.kubectl("apply", "-f", "-", input=json.dumps(obj))
+        s.wait_job("pytorchjob", JOB, "job Running", lambda st: st.get("phase") == "Running")
+        for pod in _pods(s).values():
+            if pod["metadata"]["name"] in workers:
+                assert pod["metadata"].get("annotations", {}).get(ANNOTATION) is None
+                assert "--nudge-file" in pod["spec"]["containers"][0]["command"]
+        old_uid = _pods(s)[workers[1]]["metadata"]["uid"]
+
+        s.exit_pod(workers[1], 1)
+        job = s.wait_job(
+            "pytorchjob",
+            JOB,
+            "the exit recorded",
+            lambda st: any(h["pod"] == workers[1] for h in st.get("history", [])),
+        )
+        (fault,) = [h for h in job["status"]["history"] if h["pod"] == workers[1]]
+        token = f"{workers[1]}#{fault['seq']} {fault['at']:.3f}"
+
+        def annotations() -> dict[str, str | None]:
+            return {n: p["metadata"].get("annotations", {}).get(ANNOTATION) for n, p in _pods(s).items()}
+
+        nudged = s.wait(
+            "the survivors nudged",
+            lambda: (a := annotations()) and a[workers[0]] == token and a[workers[2]] == token and a,
+            timeout=60,
+        )
+        # Not before the survivors had their chance to re-form on their own.
+        assert time.time() >= fault["at"] + NUDGE_AFTER_SECONDS - 1
+        replacement = _pods(s)[workers[1]]
+        assert replacement["metadata"]["uid"] != old_uid
+        assert nudged[workers[1]] is None
+        assert nudged[STORE] is None
+        events = json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
+        (event,) = [e for e in events if e["reason"] == "NudgeSurvivors"]
+        assert workers[1] in event["message"]
+        assert workers[0] in event["message"]
+
+        # Reconciles go on (the replacement starts, statuses are written): the token is sent once.
+        s.wait_job("pytorchjob", JOB, "job Running again", lambda st: st.get("phase") == "Running")
+        assert annotations()[workers[1]] is None
+        events = json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
+        assert len([e for e in events if e["reason"] == "NudgeSurvivors"]) == 1

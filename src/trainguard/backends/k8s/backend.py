@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from trainguard.api import TrainingJob
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import manifests, nudge
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import JobKind
@@ -30,6 +30,7 @@ from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
+    EventType,
     LaunchPod,
     Observed,
     ObservedNode,
@@ -433,6 +434,42 @@ class JobBackend:
             return
         body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         self.kube.replace(f"{path}/{body['metadata']['name']}", body)
+
+    # ---- nudges ------------------------------------------------------------------------------------
+
+    def nudge(self, job: TrainingJob, status: JobStatus, now: float) -> float | None:
+        """Annotate the survivors of the latest failure of a torchrun pod (``nudge.py``); returns when to look
+        again for a failure not old enough yet."""
+        pods = [
+            p
+            for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
+            if is_ours(p) and _owned_by(p, job.metadata.uid)
+        ]
+        due, wake = nudge.plan(job, status.history, pods, now)
+        if due is None:
+            return wake
+        patch = {"metadata": {"annotations": {manifests.ANNOTATION_NUDGE: due.token}}}
+        nudged = []
+        for name in due.pods:
+            try:
+                self.shared.pods.put(
+                    self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", patch)
+                )
+                nudged.append(name)
+            except ApiError as error:
+                if error.status != 404:
+                    log.warning("%s/%s: nudge of %s: %s", self.namespace, self.name, name, error)
+        if nudged:
+            message = (
+                f"{due.failed_pod} failed and the workers of {', '.join(nudged)} may still wait in the round it "
+                "was in: their agents restart the workers started before the failure into a new round"
+            )
+            log.info("%s/%s: %s", self.namespace, self.name, message)
+            event = EmitEvent(
+                f"nudge/{due.token}/{','.join(nudged)}", EventType.NORMAL, "NudgeSurvivors", message, now
+            )
+            self._try(event, partial(self._event, job, event))
+        return wake
 
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
         digest = hashlib.sha256(action.key.encode()).hexdigest()[:16]

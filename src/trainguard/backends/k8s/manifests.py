@@ -30,6 +30,10 @@ LABEL_GENERATION = "trainguard.io/generation"
 #: On pods: the kind of the job that owns them (so one watch serves every kind).
 LABEL_KIND = "trainguard.io/kind"
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
+#: ``<token> <unix time>`` of the latest failure of a peer (``nudge.py``), projected into ``NUDGE_FILE``.
+ANNOTATION_NUDGE = "trainguard.io/nudge"
+NUDGE_DIR = "/etc/trainguard/nudge"
+NUDGE_FILE = f"{NUDGE_DIR}/token"
 DISCOVERY_KEY = "discover_hosts.sh"
 DISCOVERY_DIR = "/etc/edl"
 #: The Python the agent runs with inside the pod's image.
@@ -141,6 +145,8 @@ def pod(
     first["env"] = [*_environment(job, launch, world), *pet, *(first.get("env") or [])]
     # A torchrun role's command runs under torchrun's elastic agent; any other command as written.
     argv = torch_launch.render(job, launch.role, endpoint)
+    # The agent of a pod in the rendezvous hears of its peers' failures (nudge.py).
+    nudge = ["--nudge-file", NUDGE_FILE] if launch.role in torch_launch.torchrun_roles(job) else []
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
         first["command"] = [
@@ -148,11 +154,14 @@ def pod(
             "-m",
             "trainguard.agent",
             *agent_options(job, launch.role),
+            *nudge,
             "--",
             *argv,
         ]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
+        if nudge:
+            _mount_nudge(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
         _mount_discovery(job, spec, first)
     if launch.avoid_nodes:
@@ -193,6 +202,18 @@ def _mount_discovery(job: TrainingJob, spec: Obj, container: Obj) -> None:
     container["volumeMounts"] = [
         *(container.get("volumeMounts") or []),
         {"name": volume, "mountPath": DISCOVERY_DIR, "readOnly": True},
+    ]
+
+
+def _mount_nudge(spec: Obj, container: Obj) -> None:
+    """The pod's nudge annotation as a file for the agent (empty while the annotation is absent); kubelet
+    refreshes it on its sync, within about a minute of the operator's patch."""
+    volume = "trainguard-nudge"
+    item = {"path": "token", "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_NUDGE}']"}}
+    spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "downwardAPI": {"items": [item]}}]
+    container["volumeMounts"] = [
+        *(container.get("volumeMounts") or []),
+        {"name": volume, "mountPath": NUDGE_DIR, "readOnly": True},
     ]
 
 

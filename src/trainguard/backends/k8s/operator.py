@@ -208,8 +208,10 @@ class Operator:
         backend.apply(job, result.actions)
         if backend.written is not None:
             self.jobs[kind_name].put(backend.obj)
-        if result.wake_at is not None:
-            self.queue.add_after(key, result.wake_at - self.clock())
+        nudge_at = backend.nudge(job, backend.written or status, self.clock())
+        wake = min((t for t in (result.wake_at, nudge_at) if t is not None), default=None)
+        if wake is not None:
+            self.queue.add_after(key, wake - self.clock())
 
     def _reject(self, kind: JobKind, obj: Obj, message: str) -> None:
         """A job the model refuses: say why in its status (once) rather than retrying forever."""
