@@ -36,19 +36,22 @@ ALREADY_RUNNING = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    if "--foreground" not in (sys.argv[1:] if argv is None else argv) and os.fork() > 0:
-        # The starter waits for this first process only; the control plane lives on in the child, whose
-        # parent is then init (or a subreaper), so no command is left with a zombie to reap.
-        os._exit(0)
     home = Home.from_env().ensure()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr, force=True
-    )
+    # The lock is taken before detaching, so that a second control plane gives up inside the starter its
+    # command waits for, and no loser outlives the command that started it. A forked child shares the
+    # open lock with its parent, so the lock stays held after the starter exits.
     lock = open(home.lock_file, "a+")  # noqa: SIM115 - held for the life of the process
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return ALREADY_RUNNING
+    if "--foreground" not in (sys.argv[1:] if argv is None else argv) and os.fork() > 0:
+        # The starter waits for this first process only; the control plane lives on in the child, whose
+        # parent is then init (or a subreaper), so no command is left with a zombie to reap.
+        os._exit(0)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr, force=True
+    )
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")
     lock.flush()
