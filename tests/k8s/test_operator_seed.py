@@ -4,6 +4,7 @@ the seed shows (conditions, pods, scaling with ``kubectl scale``), then survives
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,10 @@ def test_seed_yaml_runs_scales_out_and_in(kube_cluster: KubeCluster, tmp_path: P
         assert types[0] == "Pending"
         assert types[-1] == "Running"
         assert status["conditions"][-1]["message"] == "all pods are running"
+        # Times as the seed prints them ("2022-01-14T09:01:52Z"), read back by the operator.
+        for condition in status["conditions"]:
+            for key in ("lastTransitionTime", "lastProbeTime"):
+                assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", condition[key]), condition
         assert status["restartCounts"] == {"launcher": 0, "trainer": 0}
         pods = {p["metadata"]["name"]: p for p in s.pods()}
         owner = pods[LAUNCHER]["metadata"]["ownerReferences"][0]

@@ -25,7 +25,7 @@ from trainguard.backends.k8s import manifests, nudge
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
+from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod, parse_time
 from trainguard.controller.backend import (
     Action,
     ActionError,
@@ -473,7 +473,7 @@ class JobBackend:
 
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
         digest = hashlib.sha256(action.key.encode()).hexdigest()[:16]
-        when = datetime.fromtimestamp(action.at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = _rfc3339(action.at)
         involved: Obj = {
             "apiVersion": self.kind.api_version,
             "kind": self.kind.kind,
@@ -518,13 +518,33 @@ def _owned_by(pod: Obj, uid: str | None) -> bool:
     return uid is None or any(owner.get("uid") == uid for owner in owners)
 
 
+#: Condition times are written as Kubernetes writes them (RFC 3339, UTC, whole seconds), as seed 000 shows;
+#: the controller keeps epoch seconds. Every other time of the status stays in epoch seconds.
+_CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime")
+
+
 def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:
     """The controller's status as stored, plus the label selector that the scale subresource reads."""
     selector = f"{manifests.LABEL_JOB}={job.name},{manifests.LABEL_ROLE}={kind.scale_role}"
-    return {**status.to_dict(), "selector": selector}
+    document = {**status.to_dict(), "selector": selector}
+    document["conditions"] = [
+        {**c, **{k: _rfc3339(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), (int, float))}}
+        for c in document.get("conditions") or []
+    ]
+    return document
 
 
 def read_status(obj: Obj) -> JobStatus:
     data = dict(obj.get("status") or {})
     data.pop("selector", None)
-    return JobStatus.from_dict(data) if data else JobStatus()
+    if not data:
+        return JobStatus()
+    data["conditions"] = [
+        {**c, **{k: parse_time(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), str)}}
+        for c in data.get("conditions") or []
+    ]
+    return JobStatus.from_dict(data)
+
+
+def _rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
