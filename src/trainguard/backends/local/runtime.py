@@ -116,7 +116,7 @@ class Runtime:
             for role, spec in job.spec.replica_specs.items()
         }
         extra = {
-            POD_ID_ENV: f"{record.uid}/{row.name}/{row.launch}",
+            POD_ID_ENV: pod_marker(record.uid, row),
             "TRAINGUARD_REPORT_FILE": str(report),
             "TRAINGUARD_NODE_NAME": row.node,
         }
@@ -263,7 +263,7 @@ class Runtime:
         self._children.pop(row.pid or 0, None)
         record = self.store.get_job(row.job, include_deleted=True)
         if record is not None:  # whatever escaped the tree as it was killed (adopted by init meanwhile)
-            processes.kill_marked(POD_ID_ENV, f"{record.uid}/{row.name}/{row.launch}")
+            processes.kill_marked(POD_ID_ENV, pod_marker(record.uid, row))
 
     def _kill_command(self, row: PodRecord) -> None:
         """The command's own process group, in case the agent died before it and left it behind."""
@@ -284,7 +284,7 @@ class Runtime:
             if row.state is not PodState.LAUNCHING or row.pid is not None or row.job not in jobs:
                 continue
             record, job = jobs[row.job]
-            found = find_by_marker(f"{record.uid}/{row.name}/{row.launch}")
+            found = find_by_marker(pod_marker(record.uid, row))
             if found is not None:
                 self.store.update_pod(
                     replace(row, state=PodState.RUNNING, pid=found.pid, create_time=found.create_time())
@@ -322,6 +322,11 @@ def _exit_of(report: Report, returncode: int | None) -> tuple[int | None, int | 
     if returncode < 0:  # the agent itself was killed by a signal
         return 128 - returncode, -returncode, None
     return returncode, None, None
+
+
+def pod_marker(job_uid: str, row: PodRecord) -> str:
+    """The value of ``TRAINGUARD_POD_ID`` that every process of one launch of a pod inherits."""
+    return f"{job_uid}/{row.name}/{row.launch}"
 
 
 def find_by_marker(marker: str) -> psutil.Process | None:
