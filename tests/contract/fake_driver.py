@@ -35,7 +35,8 @@ class FakeDriver:
         self.cluster.advance(TICK)
 
     def view(self) -> View:
-        return {"status": self.status.to_dict()}
+        nudged = {pod: nudge.token for nudge in self.cluster.nudges for pod in nudge.pods}
+        return {"status": self.status.to_dict(), "nudged": nudged}
 
     def wait(self, condition: Callable[[View], bool], what: str, timeout: float = 30) -> View:
         for _ in range(int(timeout / TICK)):

@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import Scenario
+from trainguard.backends.k8s.manifests import ANNOTATION_NUDGE
 
 from .driver import View
 
@@ -38,7 +39,13 @@ class KubeDriver:
 
     def view(self) -> View:
         job = self.scenario.job("trainingjob", self.job_name)
-        return {"status": job.get("status") or {"phase": "", "pods": [], "history": []}}
+        # What the operator carried out: the nudge annotation (``<token> <time>``) on each survivor.
+        nudged = {
+            pod["metadata"]["name"]: value.split(" ")[0]
+            for pod in self.scenario.pods()
+            if (value := (pod["metadata"].get("annotations") or {}).get(ANNOTATION_NUDGE))
+        }
+        return {"status": job.get("status") or {"phase": "", "pods": [], "history": []}, "nudged": nudged}
 
     def wait(self, condition: Callable[[View], bool], what: str, timeout: float = 30) -> View:
         deadline = time.monotonic() + max(timeout, 60)  # a real control plane: seconds, not fake ticks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +22,25 @@ class LocalDriver:
         self.job = self.runtime.submit(job)
 
     def view(self) -> View:
-        return self.runtime.view(self.job)
+        view = self.runtime.view(self.job)
+        # What the runtime carried out: one Nudged event per pod whose workers it restarted for a failure.
+        events = self.runtime.call("events", job=self.job)
+        nudged = {
+            e["object"]: e["message"].split(":")[0].removeprefix("nudged for ")
+            for e in events
+            if e["reason"] == "Nudged"
+        }
+        return {**view, "nudged": nudged}
 
     def wait(self, condition: Callable[[View], bool], what: str, timeout: float = 30) -> View:
-        return self.runtime.wait(self.job, condition, timeout, what)
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.view()
+            if condition(view):
+                return view
+            if time.monotonic() > deadline:
+                raise AssertionError(f"local: not {what} after {timeout} s: {view['status'].get('phase')}")
+            time.sleep(0.1)
 
     def _cli(self, *argv: str) -> None:
         result = self.runtime.cli(*argv)

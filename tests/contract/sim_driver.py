@@ -37,7 +37,8 @@ class SimDriver:
         return self.engine
 
     def view(self) -> View:
-        return {"status": self._engine.status.to_dict()}
+        nudged = {pod: nudge.token for nudge in self.cluster.nudges for pod in nudge.pods}
+        return {"status": self._engine.status.to_dict(), "nudged": nudged}
 
     def wait(self, condition: Callable[[View], bool], what: str, timeout: float = 30) -> View:
         deadline = self.cluster.now + timeout

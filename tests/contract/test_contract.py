@@ -1,17 +1,21 @@
-"""What every backend must do with seed 000's job (a launcher, 3 trainers of 1..5, the seed's rules)."""
+"""What every backend must do with CCE's AITrainingJob example (a launcher, 3 trainers of 1..5, its rules)."""
 
 from __future__ import annotations
 
-from tests.integration.local.jobs import seed_job
+from pathlib import Path
+from typing import Any
+
+from tests.integration.local.jobs import cce_job, simple_job
+from trainguard.controller.nudges import NUDGE_AFTER_SECONDS
 
 from .driver import Driver, View, faults, pod, running
 
-LAUNCHER = "seed-launcher-0"
-TRAINERS = ["seed-trainer-0", "seed-trainer-1", "seed-trainer-2"]
+LAUNCHER = "cce-launcher-0"
+TRAINERS = ["cce-trainer-0", "cce-trainer-1", "cce-trainer-2"]
 
 
 def _started(driver: Driver) -> View:
-    driver.submit(seed_job())
+    driver.submit(cce_job())
     return driver.wait(
         lambda v: len(running(v)) == 4 and v["status"]["phase"] == "Running", "all 4 pods running"
     )
@@ -51,22 +55,22 @@ def test_launcher_success_completes_the_job_while_trainers_run(driver: Driver) -
 
 def test_a_trainer_on_a_node_that_goes_down_is_replaced_elsewhere(driver: Driver) -> None:
     view = _started(driver)
-    node = pod(view, "seed-trainer-1")["node"]
+    node = pod(view, "cce-trainer-1")["node"]
     driver.node_down(node)
     view = driver.wait(
-        lambda v: v["status"]["restartCounts"]["trainer"] == 1 and "seed-trainer-1" in running(v),
+        lambda v: v["status"]["restartCounts"]["trainer"] == 1 and "cce-trainer-1" in running(v),
         "trainer-1 replaced",
     )
-    assert pod(view, "seed-trainer-1")["node"] != node
+    assert pod(view, "cce-trainer-1")["node"] != node
     assert (faults(view)[-1]["fault"], faults(view)[-1]["rule"]) == ("NodeNotReady", "faultTolerantPolicy[0]")
     driver.node_up(node)
 
 
 def test_a_force_deleted_trainer_is_replaced_and_counted(driver: Driver) -> None:
     _started(driver)
-    driver.force_delete("seed-trainer-0")
+    driver.force_delete("cce-trainer-0")
     view = driver.wait(
-        lambda v: v["status"]["restartCounts"]["trainer"] == 1 and "seed-trainer-0" in running(v),
+        lambda v: v["status"]["restartCounts"]["trainer"] == 1 and "cce-trainer-0" in running(v),
         "trainer-0 replaced",
     )
     assert (faults(view)[-1]["fault"], faults(view)[-1]["counted"]) == ("PodForceDeleted", True)
@@ -74,10 +78,10 @@ def test_a_force_deleted_trainer_is_replaced_and_counted(driver: Driver) -> None
 
 def test_an_evicted_trainer_is_replaced_without_counting(driver: Driver) -> None:
     _started(driver)
-    driver.evict("seed-trainer-2")
+    driver.evict("cce-trainer-2")
     view = driver.wait(
         lambda v: (
-            bool(faults(v)) and "seed-trainer-2" in running(v) and pod(v, "seed-trainer-2")["generation"] == 2
+            bool(faults(v)) and "cce-trainer-2" in running(v) and pod(v, "cce-trainer-2")["generation"] == 2
         ),
         "trainer-2 replaced",
     )
@@ -94,3 +98,33 @@ def test_scaling_trainers_out_and_in(driver: Driver) -> None:
     assert view["status"]["replicas"]["trainer"] == 2
     assert [e["action"] for e in view["status"]["history"] if e["kind"] == "scale"] == ["scaleout", "scalein"]
     assert view["status"]["restartCounts"] == {"launcher": 0, "trainer": 0}
+
+
+def _torchrun_job(script: Path) -> dict[str, Any]:
+    """A Kubeflow-style elastic PyTorch job: 3 workers in one torchrun rendezvous, a failed one restarted."""
+    script.write_text("import time\nwhile True:\n    time.sleep(1)\n")
+    job = simple_job("tj", ["python", str(script)], replicas=3, restartPolicy="OnFailure", restartLimit=10)
+    job["spec"]["frameworkType"] = "pytorch"
+    return job
+
+
+def test_the_survivors_of_a_failed_torchrun_worker_are_nudged_once(driver: Driver, tmp_path: Path) -> None:
+    """The controller's decision, carried out by every backend: once a worker's failure is NUDGE_AFTER_SECONDS
+    old, the backend restarts the workers of the other pods that ran before it (the fake and the simulator
+    record what was asked; the local runtime SIGKILLs old workers; the operator annotates the pods)."""
+    workers = ["tj-worker-0", "tj-worker-1", "tj-worker-2"]
+    driver.submit(_torchrun_job(tmp_path / "train.py"))
+    driver.wait(
+        lambda v: running(v) == workers and v["status"]["phase"] == "Running", "3 workers running", 90
+    )
+    driver.exit("tj-worker-1", 1)
+    view = driver.wait(lambda v: len(v["nudged"]) >= 2, "the survivors nudged", NUDGE_AFTER_SECONDS + 60)
+    (fault,) = [f for f in faults(view) if f["pod"] == "tj-worker-1"]
+    assert view["nudged"] == {
+        "tj-worker-0": f"tj-worker-1#{fault['seq']}",
+        "tj-worker-2": f"tj-worker-1#{fault['seq']}",
+    }
+    # The failed pod comes back and the job goes on; no failure, no second nudge.
+    view = driver.wait(lambda v: running(v) == workers, "tj-worker-1 back", 90)
+    assert view["status"]["phase"] == "Running"
+    assert set(view["nudged"]) == {"tj-worker-0", "tj-worker-2"}

@@ -1,12 +1,12 @@
-"""kwok nodes for the operator's tests: each takes ``pods`` pods and has the seed's GPU resources."""
+"""kwok nodes for the operator's tests: each takes ``pods`` pods and has the GPU resources of CCE's example."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-#: Extended resources that seed 000's trainers request.
-SEED_GPU = {
+#: Extended resources that the trainers of CCE's AITrainingJob example request.
+CCE_TRAINER_GPU = {
     "baidu.com/v100_32g_cgpu": "8",
     "baidu.com/v100_32g_cgpu_core": "800",
     "baidu.com/v100_32g_cgpu_memory": "256",
@@ -15,7 +15,7 @@ NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 
 
 def kwok_node(name: str, pods: int = 1, group: str = "trainguard-test") -> dict[str, Any]:
-    capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), **SEED_GPU}
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), **CCE_TRAINER_GPU}
     return {
         "apiVersion": "v1",
         "kind": "Node",

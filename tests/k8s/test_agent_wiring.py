@@ -14,22 +14,16 @@ from trainguard.api.load import load_jobs
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
-from trainguard.controller.backend import LaunchPod
+
+from .launches import launch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
-SEED = EXAMPLES / "seed-000-aitrainingjob.yaml"
-
-
-def _launch() -> LaunchPod:
-    return LaunchPod(
-        key="k", pod="test-horovod-elastic-trainer-0", role="trainer", index=0, generation=1,
-        restart_count=0, reason="start",
-    )  # fmt: skip
+CCE_JOB = EXAMPLES / "cce-horovod-elastic.yaml"
 
 
 def _command(overlays: list[Path]) -> list[str]:
-    job = load_jobs(SEED, overlays)[0].job
-    pod = manifests.pod(AITRAININGJOB, job, _launch(), None, {"launcher": 1, "trainer": 3})
+    job = load_jobs(CCE_JOB, overlays)[0].job
+    pod = manifests.pod(AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), None)
     container = pod["spec"]["containers"][0]
     assert container["terminationMessagePath"] == "/dev/termination-log"
     return list(container["command"])

@@ -22,7 +22,7 @@ from trainguard.controller import reconcile
 from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus
 
-SEED = ROOT / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
 Obj = dict[str, Any]
 
 
@@ -58,10 +58,10 @@ class FakeKube:
         raise ApiError(404, "not found")
 
 
-def _seed() -> tuple[Obj, Any]:
-    obj = yaml.safe_load(SEED.read_text())
+def _cce_job() -> tuple[Obj, Any]:
+    obj = yaml.safe_load(CCE_JOB.read_text())
     obj["metadata"].update(uid="job-uid", resourceVersion="1")
-    return obj, load_object(obj, "seed").job
+    return obj, load_object(obj, "cce").job
 
 
 def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
@@ -71,7 +71,7 @@ def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
 
 
 def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
-    obj, job = _seed()
+    obj, job = _cce_job()
     actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
     launches = [a for a in actions if isinstance(a, LaunchPod)]
     assert len(launches) == 4
@@ -92,7 +92,7 @@ def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
 
 
 def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
-    obj, job = _seed()
+    obj, job = _cce_job()
     actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
     kube = FakeKube(together=4, conflict=True)
     with pytest.raises(StatusConflict):

@@ -1,4 +1,4 @@
-"""A HorizontalPodAutoscaler scales seed 000's trainers through the AITrainingJob's scale subresource.
+"""A HorizontalPodAutoscaler scales the trainers of CCE's AITrainingJob example through the AITrainingJob's scale subresource.
 
 The cluster's kube-controller-manager runs the real HPA controller. There is no metrics server here, so the
 test uses the two rules the HPA applies before it reads any metric: replicas below ``minReplicas`` are raised
@@ -20,7 +20,7 @@ from tests.k8s.operator_harness import ROOT, Scenario, pod_names, scenario
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 
-SEED = ROOT / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
 JOB = "test-horovod-elastic"
 AITJ = "aitrainingjob"
 # The HPA controller looks at each autoscaler every 15 s (its default sync period).
@@ -65,9 +65,9 @@ def test_an_hpa_scales_the_trainers_out_and_in_through_the_scale_subresource(
     kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     with scenario(kube_cluster, tmp_path) as s:
-        seed = yaml.safe_load(SEED.read_text())
-        del seed["metadata"]["namespace"]
-        s.kubectl("apply", "-f", "-", input=json.dumps(seed))
+        manifest = yaml.safe_load(CCE_JOB.read_text())
+        del manifest["metadata"]["namespace"]
+        s.kubectl("apply", "-f", "-", input=json.dumps(manifest))
         trainers = [f"{JOB}-trainer-{i}" for i in range(3)]
         s.wait("3 trainers running", lambda: _trainers(s) == trainers)
         job = s.wait_job(AITJ, JOB, "job Running", lambda st: st.get("phase") == "Running")

@@ -14,7 +14,7 @@ from tests.k8s.operator_harness import ROOT, OperatorProcess, Scenario, pod_name
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 
-SEED = ROOT / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
 JOB = "test-horovod-elastic"
 LAUNCHER = f"{JOB}-launcher-0"
 TRAINERS = [f"{JOB}-trainer-{i}" for i in range(3)]
@@ -47,7 +47,7 @@ def test_only_the_leader_acts_and_the_other_takes_over_when_it_dies(
         second.start(identity="second")
         try:
             s.wait("a leader elected", lambda: _holder(s) in ("first", "second"))
-            s.kubectl("apply", "-f", str(SEED))
+            s.kubectl("apply", "-f", str(CCE_JOB))
             s.wait("all pods running", lambda: pod_names(s.pods()) == [LAUNCHER, *TRAINERS])
             s.wait_job("aitrainingjob", JOB, "job Running", lambda st: st.get("phase") == "Running")
             leader = _holder(s)

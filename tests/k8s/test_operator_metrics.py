@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import scenario
-from tests.k8s.test_operator_seed import AITJ, JOB, TRAINERS, _pod, _started
+from tests.k8s.test_operator_cce_job import AITJ, JOB, TRAINERS, _pod, _started
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 

@@ -17,7 +17,7 @@ import pytest
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import Scenario, pod_names
 from trainguard.backends.k8s.manifests import ANNOTATION_NUDGE as ANNOTATION
-from trainguard.backends.k8s.nudge import NUDGE_AFTER_SECONDS
+from trainguard.controller.nudges import NUDGE_AFTER_SECONDS
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 

@@ -1,5 +1,5 @@
 """deploy/operator's RBAC is enough, and no more: the operator runs with a ServiceAccount token bound to the
-ClusterRole and leader-election Role from deploy/operator/rbac.yaml (applied unchanged), and a seed job
+ClusterRole and leader-election Role from deploy/operator/rbac.yaml (applied unchanged), and CCE's example job
 runs, scales out and in, and has a trainer replaced without one request refused."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.k8s.operator_harness import ROOT, pod_names, scenario
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 
 OPERATOR_DEPLOY = ROOT / "deploy" / "operator"
-SEED = ROOT / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
 SYSTEM = "trainguard-system"
 ACCOUNT = "trainguard-operator"
 JOB = "test-horovod-elastic"
@@ -55,7 +55,7 @@ def as_operator(cluster: KubeCluster, kubeconfig: Path, *args: str) -> str:
     return (done.stdout or done.stderr).strip()
 
 
-def test_the_operator_runs_a_seed_job_with_only_its_rbac(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+def test_the_operator_runs_the_cce_job_with_only_its_rbac(kube_cluster: KubeCluster, tmp_path: Path) -> None:
     kube_cluster.kubectl(
         "apply", "-f", str(OPERATOR_DEPLOY / "namespace.yaml"), "-f", str(OPERATOR_DEPLOY / "rbac.yaml")
     )
@@ -70,7 +70,7 @@ def test_the_operator_runs_a_seed_job_with_only_its_rbac(kube_cluster: KubeClust
     with scenario(
         kube_cluster, tmp_path, namespace="default", kubeconfig=kubeconfig, lease_namespace=SYSTEM
     ) as s:
-        s.kubectl("apply", "-f", str(SEED))
+        s.kubectl("apply", "-f", str(CCE_JOB))
         s.wait("a launcher and 3 trainers running", lambda: pod_names(s.pods()) == [LAUNCHER, *TRAINERS])
         s.wait_job("aitrainingjob", JOB, "job Running", lambda st: st.get("phase") == "Running")
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests.k8s.launches import launch
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_object
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.kinds import NATIVE, PYTORCHJOB, JobKind
 from trainguard.backends.k8s.observe import is_ours
-from trainguard.controller.backend import LaunchPod
+from trainguard.controller.launchspec import check_runnable
 
 UID = "0b6f7c1e-uid"
 Obj = dict[str, Any]
@@ -82,15 +83,8 @@ def _job(obj: Obj) -> TrainingJob:
     return load_object(obj, "test").job
 
 
-def _launch(job: TrainingJob, role: str = "worker", index: int = 0) -> LaunchPod:
-    return LaunchPod(
-        key="k", pod=f"{job.name}-{role}-{index}", role=role, index=index, generation=1, restart_count=0,
-        reason="start",
-    )  # fmt: skip
-
-
 def _pod(kind: JobKind, job: TrainingJob) -> Obj:
-    return manifests.pod(kind, job, _launch(job), None, {"worker": 2})
+    return manifests.pod(kind, job, launch(job, "worker", 0, {"worker": 2}), None)
 
 
 def _value(command: list[str], flag: str) -> str:
@@ -185,8 +179,8 @@ def test_a_torchrun_command_without_a_script_is_refused_naming_the_field() -> No
     with pytest.raises(
         ValueError, match=r"spec\.replicaSpecs\.worker\.template\.spec\.containers\[0\]\.command"
     ):
-        manifests.check_runnable(job)
-    manifests.check_runnable(_job(_pytorchjob()))  # a runnable one passes
+        check_runnable(job)
+    check_runnable(_job(_pytorchjob()))  # a runnable one passes
 
 
 def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replica() -> None:

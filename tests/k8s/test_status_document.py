@@ -1,6 +1,6 @@
 """The status as the operator stores it on the job resource (``status_document``) and reads it back
-(``read_status``): condition times in Kubernetes' form, as seed 000 shows them. Pure: no cluster
-(tests/k8s/test_operator_seed.py reads them from a real one)."""
+(``read_status``): condition times in Kubernetes' form, as CCE's documentation shows them. Pure: no cluster
+(tests/k8s/test_operator_cce_job.py reads them from a real one)."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def _status(*times: tuple[float, float]) -> JobStatus:
     )
 
 
-def test_condition_times_are_written_as_the_seed_shows_them() -> None:
-    # 2022-01-14T09:01:52Z and 09:01:53Z, the seed's first two conditions.
+def test_condition_times_are_written_as_cce_shows_them() -> None:
+    # 2022-01-14T09:01:52Z and 09:01:53Z, the first two conditions of CCE's example status.
     document = status_document(
         NATIVE, JOB, _status((1_642_150_912.0, 1_642_150_912.0), (1_642_150_913.4, 1_642_150_913.9))
     )

@@ -17,7 +17,8 @@ from trainguard.api import CleanPodPolicy
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, LaunchPod, ObservedPhase, ObservedPod, RestartInPlace
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.phases import LAUNCHED_PHASES, PodPhase
+from trainguard.controller.launchspec import RoleLaunch, launch_spec, role_launch
+from trainguard.controller.phases import LAUNCHED_PHASES, LEFT_OUT_PHASES, PodPhase
 from trainguard.controller.status import PodStatus
 
 #: Slots whose current incarnation stays, whatever it shows.
@@ -27,9 +28,10 @@ _WHY_LAUNCHED = {"restart": "restart", "scale": "scale out", "grow": "grow back"
 
 
 def actuate(cycle: Cycle) -> None:
+    launches = _Launches(cycle)
     for slot in cycle.ordered_slots():
         if slot.phase is PodPhase.PENDING and not slot.seen and not cycle.observed_pods(slot.name):
-            _launch(cycle, slot)
+            _launch(cycle, slot, launches)
         if slot.in_place_restarts and slot.phase in LAUNCHED_PHASES:
             pods = cycle.observed_pods(slot.name)
             current = next((pod for pod in pods if pod.generation == slot.generation), None)
@@ -47,16 +49,52 @@ def actuate(cycle: Cycle) -> None:
             cycle.terminate(pod.name, pod.generation, why, force=node is not None and not node.ready)
 
 
-def _launch(cycle: Cycle, slot: PodStatus) -> None:
+class _Launches:
+    """The launch specs of one reconcile: the roles' sizes and each role's command, worked out once."""
+
+    def __init__(self, cycle: Cycle) -> None:
+        self.cycle = cycle
+        self._sizes: dict[str, int] | None = None
+        self._roles: dict[str, RoleLaunch] = {}
+
+    def sizes(self) -> dict[str, int]:
+        if self._sizes is None:
+            sizes = dict.fromkeys(self.cycle.job.spec.replica_specs, 0)
+            for slot in self.cycle.slots.values():
+                if slot.phase not in LEFT_OUT_PHASES and slot.role in sizes:
+                    sizes[slot.role] += 1
+            self._sizes = sizes
+        return self._sizes
+
+    def role(self, role: str) -> RoleLaunch:
+        found = self._roles.get(role)
+        if found is None:
+            found = self._roles[role] = role_launch(self.cycle.job, role, self.cycle.observed.network)
+        return found
+
+
+def _launch(cycle: Cycle, slot: PodStatus, launches: _Launches) -> None:
     reason = _WHY_LAUNCHED.get(slot.cause, "start")
+    job = cycle.job
+    spec = launch_spec(
+        job,
+        slot.role,
+        slot.index,
+        slot.generation,
+        slot.restarts,
+        launches.sizes(),
+        cycle.observed.network,
+        launches.role(slot.role),
+    )
     action = LaunchPod(
-        key=keys.launch(cycle.job, slot.name, slot.generation),
+        key=keys.launch(job, slot.name, slot.generation),
         pod=slot.name,
         role=slot.role,
         index=slot.index,
         generation=slot.generation,
         restart_count=slot.restarts,
         reason=reason,
+        spec=spec,
         avoid_nodes=slot.avoid_nodes,
     )
     if cycle.issue(action):

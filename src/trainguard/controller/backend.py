@@ -29,11 +29,12 @@ reports back, so the controller can tell the current incarnation from one it alr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from trainguard.api import TrainingJob
+from trainguard.controller.launchspec import LaunchSpec, Network
 
 if TYPE_CHECKING:
     from trainguard.controller.status import JobStatus
@@ -114,6 +115,8 @@ class Observed:
     nodes: tuple[ObservedNode, ...] = ()
     scale_requests: tuple[ScaleRequest, ...] = ()
     errors: tuple[ActionError, ...] = ()
+    #: Where the job's pods find each other on this backend (what launches are given).
+    network: Network = field(default_factory=Network)
 
 
 # ---- actions ---------------------------------------------------------------------------------------
@@ -131,6 +134,8 @@ class LaunchPod:
     #: The pod's RESTARTS so far (``TRAININGJOB_REPLICA_RESTARTCOUNT``).
     restart_count: int
     reason: str
+    #: What the pod runs: command, environment, rank and world (``launchspec``); the backend renders it.
+    spec: LaunchSpec
     #: Nodes the pod must not be placed on (it failed there because of the node).
     avoid_nodes: tuple[str, ...] = ()
 
@@ -168,6 +173,22 @@ class UpdateDiscovery:
     hosts: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class NudgeSurvivors:
+    """Restart the workers of ``pods`` that started before ``failed_at`` (when ``failed_pod`` failed), so that
+    they leave the torchrun round it was in (``trainguard.controller.nudges`` says why and when).
+
+    The local runtime SIGKILLs those workers; the operator hands ``token`` and the time to each pod's agent
+    (an annotation the agent reads from a downwardAPI file), which does the same inside the pod."""
+
+    key: str
+    failed_pod: str
+    #: Names the failure: ``<pod>#<history seq>``.
+    token: str
+    failed_at: float
+    pods: tuple[str, ...]
+
+
 class EventType(str, Enum):
     NORMAL = "Normal"
     WARNING = "Warning"
@@ -191,7 +212,9 @@ class WriteStatus:
     status: JobStatus
 
 
-Action: TypeAlias = LaunchPod | TerminatePod | RestartInPlace | UpdateDiscovery | EmitEvent | WriteStatus
+Action: TypeAlias = (
+    LaunchPod | TerminatePod | RestartInPlace | NudgeSurvivors | UpdateDiscovery | EmitEvent | WriteStatus
+)
 
 
 class Backend(Protocol):

@@ -17,7 +17,7 @@ from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import LAUNCHED_PHASES, LIVE_PHASES, PodPhase
-from trainguard.controller.status import HistoryEntry, PodStatus
+from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus
 from trainguard.policy import (
     apply_decision,
     classify,
@@ -26,7 +26,7 @@ from trainguard.policy import (
     record_running,
     start_timed_out,
 )
-from trainguard.policy.types import Action, Decision, Fault, FaultKind, Observation
+from trainguard.policy.types import Decision, Fault, FaultKind, Observation, Remedy
 
 #: Faults that say nothing about the program, only about where it ran: a role shrunk for one of these
 #: grows back when capacity returns. (A program that keeps failing is not started again by growing.)
@@ -253,13 +253,13 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
     slot = cycle.slot(fault.pod) if fault.pod is not None else None
     decision = decide(cycle.job, cycle.state, fault, cycle.now, _live_besides(cycle, slot))
     targets: list[PodStatus] = []
-    if slot is not None and decision.action is Action.RESTART:
+    if slot is not None and decision.action is Remedy.RESTART:
         targets = _scope(cycle, slot, decision.scope)
         decision = replace(decision, pods=tuple(target.ref for target in targets))
     cycle.state = apply_decision(cycle.state, decision, cycle.now)
     success = fault.kind is FaultKind.EXITED and fault.exit_code == 0
     name = cycle.name_of(fault.pod) if fault.pod is not None else None
-    if success and decision.action is Action.NONE:
+    if success and decision.action is Remedy.NONE:
         cycle.emit(EventType.NORMAL, "Succeeded", decision.reason, name)
         if slot is not None:
             cycle.put(slot, phase=PodPhase.SUCCEEDED, open_faults=(), message=decision.reason)
@@ -268,12 +268,12 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
     cycle.emit(EventType.NORMAL if success else EventType.WARNING, fault.kind.value, decision.reason, name)
     if slot is None:
         return decision
-    if decision.action is Action.RESTART:
+    if decision.action is Remedy.RESTART:
         for target in targets:
             _restart(cycle, target, decision, entry, faulted=target.name == slot.name)
-    elif decision.action is Action.RESTART_IN_PLACE:
+    elif decision.action is Remedy.RESTART_IN_PLACE:
         _restart_in_place(cycle, slot, decision, entry)
-    elif decision.action is Action.SHRINK:
+    elif decision.action is Remedy.SHRINK:
         _shrink(cycle, slot, decision)
     else:
         _fail(cycle, slot, decision)
@@ -325,12 +325,17 @@ def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, f
 
 
 def _restart_in_place(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int) -> None:
+    """A hang restart in place: the same pod runs its command again, nothing is rescheduled, so RESTARTS and
+    restartCounts stay as they are; the hang restarts of the pod and of its role go up instead."""
     cycle.put(
         slot,
         in_place_restarts=slot.in_place_restarts + 1,
-        restarts=slot.restarts + 1,
+        hang_restarts=slot.hang_restarts + 1,
         open_faults=(*slot.open_faults, entry),
     )
+    counts = dict(cycle.get("hang_restart_counts"))
+    counts[slot.role] = counts.get(slot.role, 0) + 1
+    cycle.updates["hang_restart_counts"] = counts
 
 
 def _shrink(cycle: Cycle, slot: PodStatus, decision: Decision) -> None:
@@ -377,13 +382,14 @@ def _history_entry(cycle: Cycle, decision: Decision) -> HistoryEntry:
         counters["jobRetries"] = state.job_retries
     return HistoryEntry(
         at=fault.at,
-        kind="fault",
+        kind=HistoryKind.FAULT,
+        role=ref.role if ref is not None else None,
         pod=cycle.name_of(ref) if ref is not None else None,
         node=fault.node,
-        fault=fault.kind.value,
+        fault=fault.kind,
         exit_code=fault.exit_code,
         rule=decision.rule,
-        action=decision.action.value,
+        action=decision.action,
         scope=decision.scope.value if decision.scope is not None else None,
         counted=decision.counted,
         reason=decision.reason,

@@ -35,3 +35,8 @@ def event(job: TrainingJob, seq: int) -> str:
 
 def status(job: TrainingJob, revision: int) -> str:
     return f"{job_key(job)}/status/r{revision}"
+
+
+def nudge(job: TrainingJob, failed_pod: str, seq: int) -> str:
+    """The nudge of the survivors of one failure (history entry ``seq``)."""
+    return f"{job_key(job)}/nudge/{failed_pod}#{seq}"

@@ -1,7 +1,7 @@
 """What trainguard tells Prometheus, computed from jobs' stored status, for every backend alike.
 
 Nothing here is counted as it happens: every job metric is derived from the job's status (phase, pods,
-history) each time it is read, so a controller that restarts neither resets nor doubles a counter, and the
+history, hang restart counts) each time it is read, so a controller that restarts neither resets nor doubles a counter, and the
 counters agree with ``status.history`` exactly. Only the controller's own figures (reconcile latency, queue
 depth, errors) live in the process, in ``ControllerStats``; like any process metric they start again with it.
 
@@ -14,7 +14,6 @@ than that has its oldest ones drop out of the counters. A deleted job's series d
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -106,14 +105,22 @@ FAULTS = MetricSpec(
 )
 RESTARTS = MetricSpec(
     "trainguard_restarts_total",
-    "Restart decisions, by scope and whether they counted toward limits; action restart relaunches the "
-    "pods of the scope, restart-in-place runs a hung command again in its pod. One per decision.",
+    "Restart decisions, by scope and whether they counted toward limits: action restart relaunches the "
+    "pods of the scope. One per decision. Hang restarts in place are not restarts "
+    "(trainguard_hang_restarts_total).",
     MetricType.COUNTER,
     (*_JOB, "role", "action", "scope", "counted"),
 )
 HANGS = MetricSpec(
     "trainguard_hang_detections_total",
     "Hangs detected (faults of kind Hang), by role.",
+    MetricType.COUNTER,
+    (*_JOB, "role"),
+)
+HANG_RESTARTS = MetricSpec(
+    "trainguard_hang_restarts_total",
+    "Hang restarts in place (a hung command stopped and run again in its pod, nothing rescheduled), by role: "
+    "the job's status.hangRestartCounts. Not among trainguard_restarts_total.",
     MetricType.COUNTER,
     (*_JOB, "role"),
 )
@@ -161,16 +168,27 @@ RECONCILE_ERRORS = MetricSpec(
     MetricType.COUNTER,
 )
 
-JOB_METRICS = (JOBS, JOB_PHASE, PODS, FAULTS, RESTARTS, HANGS, SCALE_EVENTS, RECOVERY, TIME_LOST, RECOVERING)
+JOB_METRICS = (
+    JOBS,
+    JOB_PHASE,
+    PODS,
+    FAULTS,
+    RESTARTS,
+    HANGS,
+    HANG_RESTARTS,
+    SCALE_EVENTS,
+    RECOVERY,
+    TIME_LOST,
+    RECOVERING,
+)
 CONTROLLER_METRICS = (RECONCILE, QUEUE_DEPTH, RECONCILE_ERRORS)
 
-_RESTART_ACTIONS = frozenset({"restart", "restart-in-place"})
 #: Faults of a pod (a Deadline is the job's): the kinds every role's series start with, at 0.
 POD_FAULTS = tuple(kind.value for kind in FaultKind if kind is not FaultKind.DEADLINE)
-#: (action, scope, counted) of the restarts the policy can decide.
-_RESTARTS = (
-    *(("restart", scope.value, counted) for scope in RestartScope for counted in ("true", "false")),
-    ("restart-in-place", "Pod", "false"),
+#: (action, scope, counted) of the restarts the policy can decide (a restart in place is none: it is a hang
+#: restart, counted from the status by HANG_RESTARTS).
+_RESTARTS = tuple(
+    ("restart", scope.value, counted) for scope in RestartScope for counted in ("true", "false")
 )
 #: (operation, cause) of the scaling steps the controller records.
 _SCALINGS = (
@@ -222,26 +240,28 @@ def _add_job(
     for entry in status.history:
         role = entry_role(entry, job)
         if entry.kind == "fault":
-            kind = entry.fault or "Unknown"
+            kind = entry.fault.value if entry.fault is not None else "Unknown"
             tallies[FAULTS][(role, kind)] += 1
             if kind == "Hang":
                 tallies[HANGS][(role,)] += 1
-            if entry.action in _RESTART_ACTIONS:
+            if entry.action == "restart":
                 counted = "true" if entry.counted else "false"
-                tallies[RESTARTS][(role, entry.action, entry.scope or "Pod", counted)] += 1
+                tallies[RESTARTS][(role, entry.action.value, entry.scope or "Pod", counted)] += 1
             elif entry.action == "shrink":
                 tallies[SCALE_EVENTS][(role, "scalein", "shrink")] += 1
             if entry.recovery_seconds is not None:
                 recoveries.setdefault((*key, role, kind), []).append(entry.recovery_seconds)
                 lost[(kind,)] = lost.get((kind,), 0.0) + entry.recovery_seconds
         elif entry.kind == "scale":
-            tallies[SCALE_EVENTS][(role, entry.action, "request")] += 1
+            tallies[SCALE_EVENTS][(role, entry.action.value, "request")] += 1
         elif entry.kind == "grow":
             tallies[SCALE_EVENTS][(role, "scaleout", "grow")] += 1
         elif entry.kind == "scale-rejected":
             tallies[SCALE_EVENTS][(role, "rejected", "request")] += 1
     for spec, tally in tallies.items():
         samples[spec] += [Sample((*key, *labels), count) for labels, count in sorted(tally.items())]
+    hang_restarts = status.hang_restart_counts
+    samples[HANG_RESTARTS] += [Sample((*key, role), hang_restarts.get(role, 0)) for role in job.roles]
     samples[TIME_LOST] += [Sample((*key, *labels), seconds) for labels, seconds in sorted(lost.items())]
     # The controller's own list of what the pods wait to recover from (a fault whose pod later failed for
     # good or was scaled in leaves it without ever being recovered from).
@@ -249,21 +269,19 @@ def _add_job(
     samples[RECOVERING].append(Sample(key, len(recovering) if not status.phase.is_terminal else 0))
 
 
-_ROLE_IN_REASON = re.compile(r"\brole (\S+?)(?::|\s|$)")
-
-
 def entry_role(entry: HistoryEntry, job: JobSnapshot) -> str:
-    """The role a history entry is about: its pod's, else the one its reason names ("" when none)."""
+    """The role a history entry is about ("" when none); entries of older versions, without a role, by their
+    pod's."""
+    if entry.role is not None:
+        return entry.role
     if entry.pod is not None:
         for pod in job.status.pods:
             if pod.name == entry.pod:
                 return pod.role
-        for role in job.roles:
+        for role in job.roles:  # a pod the status no longer lists: its name is <job>-<role>-<index>
             if entry.pod.startswith(f"{job.name}-{role.lower()}-"):
                 return role
-        return ""
-    found = _ROLE_IN_REASON.search(entry.reason)
-    return found.group(1) if found else ""
+    return ""
 
 
 def histogram(labels: tuple[str, ...], values: Sequence[float], buckets: Sequence[float]) -> HistogramSample:

@@ -23,6 +23,7 @@ from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
+from trainguard.controller.nudges import nudge_survivors
 from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
@@ -58,9 +59,10 @@ def reconcile(job: TrainingJob, status: JobStatus, observed: Observed, now: floa
             resume(cycle)
         _run(cycle)
     actuate(cycle)
+    nudge_at = nudge_survivors(cycle)
     update_discovery(cycle)
     settle_phase(cycle)
-    return _finish(cycle)
+    return _finish(cycle, nudge_at)
 
 
 def _begin(cycle: Cycle) -> None:
@@ -96,10 +98,10 @@ def _slot_counts(cycle: Cycle) -> dict[str, int]:
     return counts
 
 
-def _wake_at(cycle: Cycle) -> float | None:
+def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
     if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
         return None
-    times: list[float] = []
+    times: list[float] = [] if nudge_at is None else [nudge_at]
     specs = cycle.job.spec.replica_specs
     for slot in cycle.slots.values():
         phase = slot.phase
@@ -117,7 +119,7 @@ def _wake_at(cycle: Cycle) -> float | None:
     return min(times, default=None)
 
 
-def _finish(cycle: Cycle) -> ReconcileResult:
+def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     """The next status, and the actions with the status writes around them.
 
     When this cycle decided something and acts on it, the decision is stored *before* the actions
@@ -127,6 +129,7 @@ def _finish(cycle: Cycle) -> ReconcileResult:
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
     counts = cycle.state.role_restarts
+    hangs = cycle.get("hang_restart_counts")
     members = dict.fromkeys(cycle.job.spec.replica_specs, 0)
     for slot in slots:
         if slot.phase not in LEFT_OUT_PHASES:
@@ -138,6 +141,7 @@ def _finish(cycle: Cycle) -> ReconcileResult:
             "conditions": next_conditions(cycle),
             "transitions": (*before.transitions, *cycle.transitions)[-MAX_TRANSITIONS:],
             "restart_counts": {role: counts.get(role, 0) for role in cycle.job.spec.replica_specs},
+            "hang_restart_counts": {role: hangs.get(role, 0) for role in cycle.job.spec.replica_specs},
             "replicas": members,
             "desired": dict(cycle.desired),
             "pods": slots,
@@ -158,4 +162,4 @@ def _finish(cycle: Cycle) -> ReconcileResult:
     if final != stored:
         final = final.model_copy(update={"revision": stored.revision + 1})
         actions.append(WriteStatus(keys.status(cycle.job, final.revision), final))
-    return ReconcileResult(final, tuple(actions), _wake_at(cycle))
+    return ReconcileResult(final, tuple(actions), _wake_at(cycle, nudge_at))

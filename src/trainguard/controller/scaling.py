@@ -13,9 +13,10 @@ from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ScaleRequest, UpdateDiscovery
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faults import CAPACITY_FAULTS
-from trainguard.controller.phases import PodPhase
-from trainguard.controller.status import HistoryEntry, PodStatus
+from trainguard.controller.phases import LIVE_PHASES, PodPhase
+from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus, ScaleOperation
 from trainguard.policy import PodRef, pods_to_add, record_grown, resolve_role, validate_scale
+from trainguard.policy.types import Remedy
 
 #: Scale requests remembered as handled (the backend drops old ones long before this).
 MAX_HANDLED_REQUESTS = 500
@@ -47,7 +48,16 @@ def _take(cycle: Cycle, request: ScaleRequest) -> None:
         role, _ = resolve_role(cycle.job, request.role)
     except ValueError as error:
         reason = f"scale of role {request.role} to {request.replicas} rejected: {error}"
-        cycle.record(HistoryEntry(at=cycle.now, kind="scale-rejected", action="none", reason=reason))
+        entry = HistoryEntry(
+            at=cycle.now,
+            kind=HistoryKind.SCALE_REJECTED,
+            role=request.role,
+            action=Remedy.NONE,
+            scale_from=cycle.desired.get(request.role),
+            scale_to=request.replicas,
+            reason=reason,
+        )
+        cycle.record(entry)
         cycle.emit(EventType.WARNING, "ScaleRejected", reason)
         return
     _accept(cycle, role, request.replicas, f"scale request {request.id}")
@@ -69,7 +79,7 @@ def reach_desired(cycle: Cycle, cause: str) -> None:
         if want > len(present):
             _scale_out(cycle, role, want - len(present), cause)
         elif want < len(present):
-            _scale_in(cycle, role, present[want:])
+            _scale_in(cycle, role, len(present), present[want:])
 
 
 def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
@@ -89,6 +99,7 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
                 phase=PodPhase.WAITING,
                 generation=generation,
                 restarts=old.restarts if old is not None else 0,
+                hang_restarts=old.hang_restarts if old is not None else 0,
                 due_at=cycle.now,
                 cause=cause,
             )
@@ -97,21 +108,34 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
     # An index used before starts clean: whatever its earlier pod ended as does not count for the new one.
     cycle.state = record_grown(cycle.state, [PodRef(role, cycle.slots[name].index) for name in added])
     if cause == "scale" and added:
-        _record_scale(cycle, "scaleout", role, added)
+        _record_scale(cycle, ScaleOperation.SCALE_OUT, role, added, len(taken), len(taken) + len(added))
 
 
-def _scale_in(cycle: Cycle, role: str, slots: list[PodStatus]) -> None:
+def _scale_in(cycle: Cycle, role: str, present: int, slots: list[PodStatus]) -> None:
     names = [slot.name for slot in reversed(slots)]
     for slot in reversed(slots):
         cycle.put(slot, phase=PodPhase.REMOVED, open_faults=(), message="scaled in", due_at=None)
-    _record_scale(cycle, "scalein", role, names)
+    _record_scale(cycle, ScaleOperation.SCALE_IN, role, names, present, present - len(names))
 
 
-def _record_scale(cycle: Cycle, operation: str, role: str, names: list[str]) -> None:
-    reason = f"{operation} of role {role}: {len(names)} pods ({', '.join(names)})"
+def _record_scale(
+    cycle: Cycle, operation: ScaleOperation, role: str, names: list[str], before: int, after: int
+) -> None:
+    reason = f"{operation.value} of role {role}: {len(names)} pods ({', '.join(names)})"
     counters = {"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")}
-    cycle.record(HistoryEntry(at=cycle.now, kind="scale", action=operation, reason=reason, counters=counters))
-    cycle.scale_message(operation, role, names)
+    entry = HistoryEntry(
+        at=cycle.now,
+        kind=HistoryKind.SCALE,
+        role=role,
+        pods=tuple(names),
+        action=operation,
+        scale_from=before,
+        scale_to=after,
+        reason=reason,
+        counters=counters,
+    )
+    cycle.record(entry)
+    cycle.scale_message(operation.value, role, names)
     cycle.emit(EventType.NORMAL, "Scaling", cycle.get("scaling_message"))
 
 
@@ -147,7 +171,18 @@ def grow_back(cycle: Cycle) -> None:
         room -= len(grown)
         names = [slot.name for slot in grown]
         reason = f"capacity returned: role {role} grows back by {len(names)} ({', '.join(names)})"
-        cycle.record(HistoryEntry(at=cycle.now, kind="grow", action="scaleout", reason=reason))
+        before = sum(1 for s in slots if s.phase in LIVE_PHASES and s.index not in waiting)
+        entry = HistoryEntry(
+            at=cycle.now,
+            kind=HistoryKind.GROW,
+            role=role,
+            pods=tuple(names),
+            action=ScaleOperation.SCALE_OUT,
+            scale_from=before,
+            scale_to=before + len(names),
+            reason=reason,
+        )
+        cycle.record(entry)
         cycle.scale_message("scaleout", role, names)
         cycle.emit(EventType.NORMAL, "Scaling", reason)
 

@@ -8,6 +8,7 @@ are seconds on the controller's clock.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from trainguard.controller.phases import JobPhase, PodPhase
 from trainguard.policy.codec import StateCodec
-from trainguard.policy.types import PodRef, PolicyState
+from trainguard.policy.types import FaultKind, PodRef, PolicyState, Remedy
 
 
 class _Model(BaseModel):
@@ -23,7 +24,7 @@ class _Model(BaseModel):
 
 
 class Condition(_Model):
-    """One condition per phase type, in seed 000's form; only the current phase's is ``"True"``."""
+    """One condition per phase type, as CCE's operator writes them; only the current phase's is ``"True"``."""
 
     type: JobPhase
     status: str
@@ -48,8 +49,11 @@ class PodStatus(_Model):
     index: int
     phase: PodPhase
     node: str | None = None
-    #: Relaunches and restarts in place so far (RESTARTS).
+    #: Relaunches so far (RESTARTS): incarnations started again after a fault. A hang restart in place
+    #: involves no rescheduling and is not among them (``hang_restarts``).
     restarts: int = 0
+    #: Hang restarts in place so far, over all incarnations: a hung command stopped and run again in its pod.
+    hang_restarts: int = 0
     #: The incarnation that should exist now; older ones are being removed.
     generation: int = 1
     #: Restarts in place asked of the agent in this incarnation.
@@ -78,22 +82,58 @@ class PodStatus(_Model):
         return PodRef(self.role, self.index)
 
 
+class HistoryKind(str, Enum):
+    """What a history entry records."""
+
+    def __str__(self) -> str:  # the word, as in the status and the metrics
+        return str(self.value)
+
+    #: A fault of a pod (or of the job: a deadline) and what the policy did about it.
+    FAULT = "fault"
+    #: A scale step users asked for (``scale``, an edit of the job's replicas).
+    SCALE = "scale"
+    #: A scale request refused (outside [minReplicas, maxReplicas], an unknown role).
+    SCALE_REJECTED = "scale-rejected"
+    #: Capacity returned and a role shrunk for want of it grew back.
+    GROW = "grow"
+
+
+class ScaleOperation(str, Enum):
+    """The ``action`` of a scale or grow entry, in CCE's words."""
+
+    def __str__(self) -> str:  # the word, as in the status and the metrics
+        return str(self.value)
+
+    SCALE_OUT = "scaleout"
+    SCALE_IN = "scalein"
+
+
 class HistoryEntry(_Model):
-    """One fault with what was done about it, or one scaling step (POLICY.md §7)."""
+    """One fault with what was done about it, or one scaling step: an entry of the job's history.
+
+    Every field is data for the readers (``describe``, the timeline, the metrics, the nudges of survivors):
+    they read fields, never the ``reason``, which is words for people."""
 
     #: Numbers entries over the job's life (the oldest are dropped past ``MAX_HISTORY``).
     seq: int = 0
     at: float
-    #: "fault", "scale", "scale-rejected", "grow", "shrink"
-    kind: str
+    kind: HistoryKind
+    #: The role the entry is about (a fault's pod's, a scale step's); None in entries of older versions.
+    role: str | None = None
     pod: str | None = None
+    #: The pods a scale or grow step added or removed, in the order it names them.
+    pods: tuple[str, ...] = ()
     node: str | None = None
-    fault: str | None = None
+    fault: FaultKind | None = None
     exit_code: int | None = None
     rule: str | None = None
-    action: str
+    #: A fault's remedy, or a scale step's operation; "none" for a rejected scale request.
+    action: Remedy | ScaleOperation
     scope: str | None = None
     counted: bool = False
+    #: A scale step's (or rejected request's) replicas of the role before and after (asked for).
+    scale_from: int | None = None
+    scale_to: int | None = None
     reason: str
     #: podRestarts / roleRestarts / jobRestarts / consecutiveHangs after the decision.
     counters: dict[str, int] = Field(default_factory=dict)
@@ -107,8 +147,11 @@ class JobStatus(_Model):
     conditions: tuple[Condition, ...] = ()
     #: The latest phase changes (at most ``MAX_TRANSITIONS``).
     transitions: tuple[PhaseTransition, ...] = ()
-    #: role -> restarts of the role's pods (what ``kubectl get`` shows per role).
+    #: role -> restarts of the role's pods (what ``kubectl get`` shows per role): relaunches, one per
+    #: decision, not the hang restarts in place.
     restart_counts: dict[str, int] = Field(default_factory=dict)
+    #: role -> hang restarts in place of the role's pods (not in ``restart_counts``).
+    hang_restart_counts: dict[str, int] = Field(default_factory=dict)
     #: role -> pods that belong to the role now (running, starting, waiting, finished).
     replicas: dict[str, int] = Field(default_factory=dict)
     #: role -> pods the role should have (the spec's replicas, then the latest accepted scale).
@@ -118,7 +161,7 @@ class JobStatus(_Model):
     #: Accepted scale operations so far ("job version" of the Scaling message).
     scale_version: int = 0
     handled_scale_requests: tuple[str, ...] = ()
-    #: The latest scale step in the seed's words (the Scaling condition's message).
+    #: The latest scale step as CCE's operator words it (the Scaling condition's message).
     scaling_message: str = ""
     pods: tuple[PodStatus, ...] = ()
     history: tuple[HistoryEntry, ...] = ()

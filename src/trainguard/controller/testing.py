@@ -21,6 +21,7 @@ from trainguard.controller.backend import (
     AgentReport,
     EmitEvent,
     LaunchPod,
+    NudgeSurvivors,
     Observed,
     ObservedNode,
     ObservedPhase,
@@ -74,6 +75,8 @@ class FakeCluster:
     scale_requests: list[ScaleRequest] = field(default_factory=list)
     stored: JobStatus | None = None
     discovery: tuple[str, ...] = ()
+    #: Nudges of survivors asked for, in order.
+    nudges: list[NudgeSurvivors] = field(default_factory=list)
     discovery_version: int = 0
     #: Pod names whose incarnations never get scheduled (a start timeout in the making).
     stalled: set[str] = field(default_factory=set)
@@ -135,6 +138,8 @@ class FakeCluster:
                 self.discovery, self.discovery_version = action.hosts, action.version
         elif isinstance(action, WriteStatus):
             self.stored = action.status
+        elif isinstance(action, NudgeSurvivors):
+            self.nudges.append(action)  # no processes to restart: what was asked is kept
         elif isinstance(action, EmitEvent):
             pass  # kept in the log
 

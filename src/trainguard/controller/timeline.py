@@ -13,7 +13,6 @@ a restart of scope Replica or All took down runs again when that fault is recove
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -32,7 +31,7 @@ class PodState(str, Enum):
     RESTARTING = "restarting"  # taken down by a restart of its role or job for another pod's fault
 
 
-#: Faults whose pod comes back on another node (POLICY.md §3).
+#: Faults whose pod comes back on another node (docs/policy.md §3, Actions and scopes).
 _MOVED = frozenset({"NodeNotReady", "PodEvicted", "StartTimeout"})
 _LOST = frozenset({"NodeNotReady", "PodForceDeleted", "PodEvicted"})
 _ENDING_ACTIONS = frozenset({"shrink", "none", "fail-role", "fail-job"})
@@ -209,23 +208,6 @@ def _phases(transitions: list[PhaseTransition], end: float) -> tuple[Segment, ..
     return tuple(segments)
 
 
-_LISTED_PODS = re.compile(r"\(([^()]*)\)\s*$")
-
-
-def _listed(entry: HistoryEntry) -> tuple[str, ...]:
-    """The pods a scale or grow entry names at the end of its reason: ``... (a, b)``."""
-    found = _LISTED_PODS.search(entry.reason)
-    return tuple(name.strip() for name in found.group(1).split(",") if name.strip()) if found else ()
-
-
-_ROLE = re.compile(r"\brole (\S+?)(?::|\s|$)")
-
-
-def _role_named(entry: HistoryEntry) -> str:
-    found = _ROLE.search(entry.reason)
-    return found.group(1) if found else ""
-
-
 # ---- replaying the history ---------------------------------------------------------------------------
 
 
@@ -320,17 +302,17 @@ class _Builder:
         if entry.kind == "fault" and entry.pod is not None:
             self.fault(entry, entry.pod)
         elif entry.kind in ("scale", "grow"):
-            pods = _listed(entry)
-            operation = "scaleout" if entry.kind == "grow" else entry.action
+            pods = entry.pods
+            operation = "scaleout" if entry.kind == "grow" else entry.action.value
             replicas = entry.counters.get("replicas")
             cause = "grow" if entry.kind == "grow" else "request"
-            self.steps.append(ScaleStep(entry.at, _role_named(entry), operation, cause, pods, replicas))
+            self.steps.append(ScaleStep(entry.at, entry.role or "", operation, cause, pods, replicas))
             for name in pods:
                 self.switch(name, PodState.STARTING if operation == "scaleout" else None, entry.at)
 
     def fault(self, entry: HistoryEntry, pod: str) -> None:
         lane = self.lane(pod)
-        kind = entry.fault or ""
+        kind = entry.fault.value if entry.fault is not None else ""
         if entry.action == "restart-in-place":
             restart, targets = "in place", [pod]
         elif entry.action == "restart":
@@ -349,7 +331,7 @@ class _Builder:
                 at=entry.at,
                 pod=pod,
                 fault=kind,
-                action=entry.action,
+                action=entry.action.value,
                 scope=entry.scope,
                 counted=entry.counted,
                 exit_code=entry.exit_code,
@@ -359,7 +341,7 @@ class _Builder:
             )
         )
         own = PodState.HUNG if kind == "Hang" else PodState.LOST if kind in _LOST else PodState.FAILED
-        if entry.action in _ENDING_ACTIONS:
+        if entry.action.value in _ENDING_ACTIONS:
             self.switch(pod, own, entry.at)
             self.switch(pod, None, entry.at)  # failed for good or left out: the lane ends here
             if entry.action == "shrink":
@@ -374,7 +356,7 @@ def _introduced(history: list[HistoryEntry]) -> set[str]:
     mentioned: set[str] = set()
     introduced: set[str] = set()
     for entry in history:
-        named = _listed(entry) if entry.kind in ("scale", "grow") else ((entry.pod,) if entry.pod else ())
+        named = entry.pods if entry.kind in ("scale", "grow") else ((entry.pod,) if entry.pod else ())
         adds = entry.kind == "grow" or (entry.kind == "scale" and entry.action == "scaleout")
         for name in named:
             if adds and name not in mentioned:

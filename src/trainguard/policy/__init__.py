@@ -15,7 +15,6 @@ from trainguard.policy.outcome import outcome
 from trainguard.policy.roles import rank0_role, resolve_role
 from trainguard.policy.state import apply_decision, record_progress, record_running
 from trainguard.policy.types import (
-    Action,
     Decision,
     Fault,
     FaultKind,
@@ -25,11 +24,11 @@ from trainguard.policy.types import (
     PodCounters,
     PodRef,
     PolicyState,
+    Remedy,
 )
 from trainguard.policy.whatif import what_if
 
 __all__ = [
-    "Action",
     "Decision",
     "Fault",
     "FaultKind",
@@ -39,6 +38,7 @@ __all__ = [
     "PodCounters",
     "PodRef",
     "PolicyState",
+    "Remedy",
     "apply_decision",
     "backoff_delay",
     "check_deadline",

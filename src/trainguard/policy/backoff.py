@@ -1,4 +1,4 @@
-"""Exponential backoff between restarts of the same pod (POLICY.md §3).
+"""Exponential backoff between restarts of the same pod (docs/policy.md §4, Limits and backoff).
 
 The n-th restart in a row waits ``initialSeconds * 2**(n-1)``, at most ``maxSeconds``. A pod that ran
 healthily for ``resetAfterSeconds`` before it failed starts again at ``initialSeconds``.

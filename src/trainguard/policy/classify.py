@@ -1,4 +1,4 @@
-"""Turning what a backend observed into a Fault (POLICY.md §1).
+"""Turning what a backend observed into a Fault (docs/policy.md §1, Faults).
 
 Rules, in order: a disappearance trainguard asked for, and a pod that is Pending, Running or Succeeded on a
 Ready node, are not faults. An eviction, preemption or DisruptionTarget reason is PodEvicted (whatever the

@@ -1,6 +1,6 @@
 """decide(): what to do about one fault, as a pure function of the job, the state, the fault and the time.
 
-Order (POLICY.md §2-§4):
+Order (docs/policy.md §2, Which rule decides; §4, Limits and backoff; §5, Hangs):
 1. Deadline: the job fails as Timeout (rule timeLimit).
 2. A pod that exited with code 0 succeeded; only restartPolicy Always runs it again.
 3. Hang with hang handling on: restart in place, at most hang.maxConsecutive in a row (hang.py).
@@ -38,12 +38,12 @@ from trainguard.policy.types import (
     RULE_RESTART_POLICY,
     RULE_RESTART_TIME_LIMIT,
     RULE_TIME_LIMIT,
-    Action,
     Decision,
     Fault,
     FaultKind,
     PodRef,
     PolicyState,
+    Remedy,
 )
 from trainguard.policy.words import seconds, what_happened
 
@@ -66,7 +66,7 @@ def decide(
     if fault.kind is FaultKind.DEADLINE:
         return Decision(
             fault,
-            Action.FAIL_JOB,
+            Remedy.FAIL_JOB,
             None,
             RULE_TIME_LIMIT,
             False,
@@ -80,7 +80,7 @@ def decide(
     if is_exit(fault) and fault.exit_code == 0 and spec.restart_policy is not RestartPolicy.ALWAYS:
         return Decision(
             fault,
-            Action.NONE,
+            Remedy.NONE,
             None,
             RULE_RESTART_POLICY,
             False,
@@ -127,7 +127,7 @@ def _hang(
     if may_restart_in_place(hang, counters):
         return Decision(
             fault,
-            Action.RESTART_IN_PLACE,
+            Remedy.RESTART_IN_PLACE,
             RestartScope.POD,
             RULE_HANG,
             False,
@@ -172,7 +172,7 @@ def _restart(
         if spent is not None and spent.fails_job:
             return Decision(
                 fault,
-                Action.FAIL_JOB,
+                Remedy.FAIL_JOB,
                 None,
                 chosen.rule,
                 False,
@@ -199,7 +199,7 @@ def _restart(
     waiting = f"; it waits {seconds(delay)} first" if delay > 0 else ""
     return Decision(
         fault,
-        Action.RESTART,
+        Remedy.RESTART,
         chosen.scope,
         chosen.rule,
         counted,

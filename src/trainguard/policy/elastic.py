@@ -1,4 +1,5 @@
-"""Elastic roles (POLICY.md §5): a role is elastic when minReplicas < maxReplicas.
+"""Elastic roles: a role is elastic when minReplicas < maxReplicas (docs/policy.md §6, Elastic roles, success
+and failure).
 
 - ``validate_scale`` rejects a new ``replicas`` outside [min, max].
 - A permanently failed pod that the role's failPolicy tolerates shrinks the role (the pod is not replaced)

@@ -1,4 +1,5 @@
-"""What a permanent failure of a pod means for its role and the job (POLICY.md §3, last point, and §5).
+"""What a permanent failure of a pod means for its role and the job (docs/policy.md §4, Limits and backoff,
+its last paragraph, and §6, Elastic roles, success and failure).
 
 The pod is not restarted. If the role's failPolicy tolerates it: an elastic role shrinks (keeps going
 without the pod) while the pods still alive are at least minReplicas, below that the role fails; a fixed-size
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from trainguard.api.model import ReplicaSpec, TrainingJob
 from trainguard.policy.outcome import job_failure, role_failure
 from trainguard.policy.roles import resolve_role
-from trainguard.policy.types import Action, Decision, Fault, PodRef
+from trainguard.policy.types import Decision, Fault, PodRef, Remedy
 
 
 def fail_pod(
@@ -33,7 +34,7 @@ def fail_pod(
     role, spec = resolve_role(job, pod.role)
     failed = failed_pods | {pod}
 
-    def decision(action: Action, reason: str) -> Decision:
+    def decision(action: Remedy, reason: str) -> Decision:
         return Decision(fault, action, None, rule, False, reason, pods=(pod,), permanent=True, limit=limit)
 
     gone = f"{why}; {pod} has failed for good"
@@ -42,7 +43,7 @@ def fail_pod(
         remaining = _alive_after(job, role, spec, failed, live)
         if remaining >= spec.min_count:
             return decision(
-                Action.SHRINK,
+                Remedy.SHRINK,
                 f"{gone}; role {role} tolerates it (failPolicy {spec.fail_policy.value}) and shrinks to "
                 f"{remaining} pods (minReplicas {spec.min_count}) instead of replacing it",
             )
@@ -51,14 +52,14 @@ def fail_pod(
         )
     if role_why is None:
         return decision(
-            Action.NONE,
+            Remedy.NONE,
             f"{gone}; role {role} tolerates it (failPolicy {spec.fail_policy.value}) and goes on without it",
         )
     job_why = job_failure(job, {*failed_roles, role})
     if job_why is not None:
-        return decision(Action.FAIL_JOB, f"{gone}; {role_why}; {job_why}")
+        return decision(Remedy.FAIL_JOB, f"{gone}; {role_why}; {job_why}")
     return decision(
-        Action.FAIL_ROLE,
+        Remedy.FAIL_ROLE,
         f"{gone}; {role_why}; the job goes on (failPolicy {job.spec.fail_policy.value})",
     )
 

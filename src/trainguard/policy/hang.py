@@ -1,4 +1,4 @@
-"""Restart upon suspension (POLICY.md §4).
+"""Restart upon suspension (docs/policy.md §5, Hangs).
 
 With hang handling on (the native ``hang:`` block with ``enabled: true``; ModelArts ``hang-retry``), a Hang
 is decided here, before any rule: the process is stopped and started again in the same pod, not counted

@@ -1,5 +1,6 @@
-"""Restart budgets (POLICY.md §3 and §6): restartLimit per role over a sliding window, the job's
-backoffLimit, and the ModelArts job-retry budgets. Only counted restarts spend them.
+"""Restart budgets (docs/policy.md §4, Limits and backoff, and §7, ModelArts-style job retries): restartLimit
+per role over a sliding window, the job's backoffLimit, and the ModelArts job-retry budgets. Only counted
+restarts spend them.
 
 The window of ``restartTimeout`` seconds is half-open: a restart exactly ``restartTimeout`` seconds ago has
 left it. A limit of N allows N counted restarts; the (N+1)-th fault finds it spent.

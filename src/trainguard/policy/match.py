@@ -1,4 +1,4 @@
-"""Which rule decides a fault, and whether that rule restarts (POLICY.md §2).
+"""Which rule decides a fault, and whether that rule restarts (docs/policy.md §2, Which rule decides).
 
 Order: the role's ``faultTolerantPolicy`` (first matching entry wins and decides alone), then the job's
 ModelArts-style job retry (environment faults, or any failure when unconditional), then the role's own
@@ -139,7 +139,7 @@ def _by_restart_policy(job: TrainingJob, role: ReplicaSpec, fault: Fault) -> Mat
 
 
 def _policy_restarts(job: TrainingJob, policy: RestartPolicy, fault: Fault) -> tuple[bool, str]:
-    """Whether ``policy`` restarts ``fault``, and the words for it (POLICY.md §2, the table)."""
+    """Whether ``policy`` restarts ``fault``, and the words for it (the table of docs/policy.md §2)."""
     if policy is RestartPolicy.NEVER:
         return False, "never restarts"
     if fault.kind in EVENT_OF:

@@ -1,4 +1,4 @@
-"""Success and failure of roles and of the job (POLICY.md §5).
+"""Success and failure of roles and of the job (docs/policy.md §6, Elastic roles, success and failure).
 
 A role, over its pod slots 0..replicas-1:
 - failPolicy ``Any``: one permanently failed pod fails it; ``All``: every slot failed; ``Rank0``: slot 0

@@ -42,9 +42,18 @@ def pods_in_scope(job: TrainingJob, pod: PodRef, scope: RestartScope) -> tuple[P
     return tuple(sorted({*touched, pod}, key=lambda ref: (roles.index(ref.role), ref.index)))
 
 
+def role_order(job: TrainingJob) -> tuple[str, ...]:
+    """Roles in rank order: a master, launcher or chief role (by name or replica type) first, as Kubeflow gives
+    its Master rank 0; then the others, in the job's order."""
+
+    def leader(item: tuple[str, ReplicaSpec]) -> bool:
+        key, spec = item
+        return key.lower() in _LEADER_NAMES or (spec.replica_type or "").lower() in _LEADER_NAMES
+
+    items = list(job.spec.replica_specs.items())
+    return tuple(key for key, _ in sorted(items, key=lambda item: not leader(item)))
+
+
 def rank0_role(job: TrainingJob) -> str:
-    """The role a job-level Rank0 policy watches: the master/launcher/chief role, else the first role."""
-    for key, spec in job.spec.replica_specs.items():
-        if key.lower() in _LEADER_NAMES or (spec.replica_type or "").lower() in _LEADER_NAMES:
-            return key
-    return next(iter(job.spec.replica_specs))
+    """The role a job-level Rank0 policy watches: the first in rank order (``role_order``)."""
+    return role_order(job)[0]

@@ -3,6 +3,8 @@
 - A restart adds one to RESTARTS of every pod it touches and to the restart count of every role it touches
   (once per decision); a counted one also records its time for the role's restartLimit window, adds one to
   the job's backoffLimit count and, for a job retry, to the job retries spent.
+- A hang restart in place reschedules nothing, so it adds to neither RESTARTS nor the role's restart count
+  (the controller shows it on its own, as hang restarts); like a restart it starts the pod's run again.
 - The faulted pod's backoff streak grows by one per counted restart (starting again at one when the pod had
   run healthily); a restart in place grows its consecutive hangs instead.
 - Restarted pods are neither failed nor succeeded any more, and a role whose every pod is restarted
@@ -19,15 +21,15 @@ from trainguard.api.model import RestartScope
 from trainguard.policy.types import (
     RULE_JOB_RETRY,
     RULE_UNCONDITIONAL_RETRY,
-    Action,
     Decision,
     FaultKind,
     PodCounters,
     PodRef,
     PolicyState,
+    Remedy,
 )
 
-_RESTARTS = frozenset({Action.RESTART, Action.RESTART_IN_PLACE})
+_RESTARTS = frozenset({Remedy.RESTART, Remedy.RESTART_IN_PLACE})
 
 
 def apply_decision(state: PolicyState, decision: Decision, now: float) -> PolicyState:
@@ -38,11 +40,11 @@ def apply_decision(state: PolicyState, decision: Decision, now: float) -> Policy
     pod = fault.pod
     if decision.permanent and pod is not None:
         state = replace(state, failed_pods=state.failed_pods | {pod})
-    elif decision.action is Action.NONE and pod is not None and _succeeded(decision):
+    elif decision.action is Remedy.NONE and pod is not None and _succeeded(decision):
         state = replace(state, succeeded_pods=state.succeeded_pods | {pod})
-    if decision.action is Action.FAIL_ROLE and pod is not None:
+    if decision.action is Remedy.FAIL_ROLE and pod is not None:
         state = state.with_failed_role(pod.role, decision.reason)
-    if decision.action is Action.FAIL_JOB:
+    if decision.action is Remedy.FAIL_JOB:
         state = replace(
             state,
             job_failure=decision.reason,
@@ -57,13 +59,17 @@ def _succeeded(decision: Decision) -> bool:
 
 def _after_restart(state: PolicyState, decision: Decision, now: float) -> PolicyState:
     faulted = decision.fault.pod
+    in_place = decision.action is Remedy.RESTART_IN_PLACE
+    added = 0 if in_place else 1  # a hang restart in place is no restart to RESTARTS or restartCounts
     pods = dict(state.pods)
     for ref in decision.pods:
         counters = pods.get(ref, PodCounters())
-        pods[ref] = replace(counters, restarts=counters.restarts + 1, last_restart_at=now, running_since=None)
+        pods[ref] = replace(
+            counters, restarts=counters.restarts + added, last_restart_at=now, running_since=None
+        )
     if faulted is not None:
         counters = pods.get(faulted, PodCounters())
-        if decision.action is Action.RESTART_IN_PLACE:
+        if in_place:
             counters = replace(counters, consecutive_hangs=counters.consecutive_hangs + 1)
         elif decision.counted:
             streak = 1 if decision.healthy_before else counters.backoff_streak + 1
@@ -72,8 +78,9 @@ def _after_restart(state: PolicyState, decision: Decision, now: float) -> Policy
 
     roles = {ref.role for ref in decision.pods}
     role_restarts = dict(state.role_restarts)
-    for role in roles:
-        role_restarts[role] = role_restarts.get(role, 0) + 1
+    if not in_place:
+        for role in roles:
+            role_restarts[role] = role_restarts.get(role, 0) + 1
     touched = frozenset(decision.pods)
     whole_roles = decision.scope in (RestartScope.REPLICA, RestartScope.ALL)
     state = replace(

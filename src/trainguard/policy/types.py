@@ -29,7 +29,10 @@ def rule_at(position: int) -> str:
 
 
 class FaultKind(str, Enum):
-    """What went wrong (POLICY.md §1)."""
+    """What went wrong (docs/policy.md §1, Faults)."""
+
+    def __str__(self) -> str:  # the word, as in the status and the metrics
+        return str(self.value)
 
     EXITED = "Exited"
     OOM_KILLED = "OOMKilled"
@@ -83,8 +86,11 @@ class Fault:
     message: str = ""
 
 
-class Action(str, Enum):
+class Remedy(str, Enum):
     """What the controller does about a fault; these are the words ``trainguard explain`` prints."""
+
+    def __str__(self) -> str:  # the word, as in the status and the metrics
+        return str(self.value)
 
     RESTART = "restart"
     RESTART_IN_PLACE = "restart-in-place"
@@ -97,7 +103,7 @@ class Action(str, Enum):
 @dataclass(frozen=True)
 class Decision:
     fault: Fault
-    action: Action
+    action: Remedy
     #: Pod / Replica / All for restarts; None otherwise.
     scope: RestartScope | None
     #: "faultTolerantPolicy[0]", "restartPolicy", "hang", "jobRetry", "timeLimit", ...
@@ -126,7 +132,8 @@ class Decision:
 class PodCounters:
     """Per pod slot; survives serialization."""
 
-    #: All restarts of this slot (shown as RESTARTS).
+    #: Restarts of this slot that replaced its pod, counted or not (shown as RESTARTS); hang restarts in place
+    #: are not among them.
     restarts: int = 0
     consecutive_hangs: int = 0
     #: Restarts in a row without healthy running; drives the exponential delay.
@@ -145,7 +152,7 @@ class PolicyState:
 
     #: role -> times of counted restarts (for the restartLimit window)
     counted_restarts: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    #: role -> restart count shown in status.restartCounts (counted or not)
+    #: role -> restart count shown in status.restartCounts (counted or not; hang restarts in place excluded)
     role_restarts: Mapping[str, int] = field(default_factory=dict)
     #: Counted restarts of the job (backoffLimit).
     job_restarts: int = 0

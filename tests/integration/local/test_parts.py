@@ -10,33 +10,41 @@ import pytest
 from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery
 from trainguard.backends.local.placement import choose_node
-from trainguard.backends.local.podenv import PodIdentity, argv_and_cwd, expand, pod_environment
+from trainguard.backends.local.podenv import argv_and_cwd, expand, network, pod_environment
 from trainguard.backends.local.records import NodeRecord, PodRecord, PodState
 from trainguard.backends.local.reports import parse
+from trainguard.controller.launchspec import LaunchSpec, launch_spec
 
-from .jobs import seed_job, simple_job
+from .jobs import cce_job, simple_job
 
 
 @pytest.mark.parametrize(
     ("text", "expanded"),
     [
-        ("--name=$(TRAININGJOB_NAME)", "--name=seed"),
+        ("--name=$(TRAININGJOB_NAME)", "--name=cce"),
         ("$(UNDEFINED) stays", "$(UNDEFINED) stays"),
         ("$$(TRAININGJOB_NAME) is escaped", "$(TRAININGJOB_NAME) is escaped"),
         ("$HOME is not ours", "$HOME is not ours"),
     ],
 )
 def test_kubernetes_variable_expansion(text: str, expanded: str) -> None:
-    assert expand(text, {"TRAININGJOB_NAME": "seed"}) == expanded
+    assert expand(text, {"TRAININGJOB_NAME": "cce"}) == expanded
+
+
+def _spec(
+    job: TrainingJob, role: str, index: int, sizes: dict[str, int], port: int, restarts: int = 0
+) -> LaunchSpec:
+    return launch_spec(job, role, index, 1, restarts, sizes, network(port))
 
 
 def test_a_trainer_gets_the_operators_environment_and_its_rank_after_the_launcher() -> None:
-    job = TrainingJob.model_validate(seed_job())
-    pod = PodIdentity(job, "uid-1", "trainer", 2, restarts=4, port=41000)
-    env = pod_environment(pod, {"launcher": 1, "trainer": 3}, {"PATH": "/bin", "TRAININGJOB_NAME": "stale"})
+    job = TrainingJob.model_validate(cce_job())
+    job = job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": "uid-1"})})
+    spec = _spec(job, "trainer", 2, {"launcher": 1, "trainer": 3}, port=41000, restarts=4)
+    env = pod_environment(job, "trainer", spec, {"PATH": "/bin", "TRAININGJOB_NAME": "stale"})
     assert env["PATH"] == "/bin"
     assert (env["TRAININGJOB_NAME"], env["TRAININGJOB_REPLICA_NAME"], env["TRAININGJOB_REPLICA_INDEX"]) == (
-        "seed",
+        "cce",
         "trainer",
         "2",
     )
@@ -54,8 +62,9 @@ def test_a_trainer_gets_the_operators_environment_and_its_rank_after_the_launche
 def test_a_pytorch_worker_gets_torchruns_elastic_defaults() -> None:
     spec = simple_job("elastic", ["torchrun", "train.py"], replicas=2, minReplicas=1, maxReplicas=4)
     spec["spec"]["frameworkType"] = "pytorch"
+    spec["metadata"]["uid"] = "uid-9"
     job = TrainingJob.model_validate(spec)
-    env = pod_environment(PodIdentity(job, "uid-9", "worker", 0, 0, 42000), {"worker": 2}, {})
+    env = pod_environment(job, "worker", _spec(job, "worker", 0, {"worker": 2}, port=42000), {})
     assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:42000"
     assert (env["PET_RDZV_BACKEND"], env["PET_RDZV_ID"], env["PET_NNODES"]) == ("c10d", "uid-9", "1:4")
 
@@ -64,8 +73,8 @@ def test_command_and_working_dir_come_from_the_container(tmp_path: Path) -> None
     spec = simple_job("wd", ["python", "-c", "print('$(TRAININGJOB_REPLICA_INDEX)')"])
     spec["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["workingDir"] = "sub"
     job = TrainingJob.model_validate(spec)
-    pod = PodIdentity(job, "u", "worker", 0, 0, 1)
-    argv, cwd = argv_and_cwd(pod, pod_environment(pod, {"worker": 1}, {}), str(tmp_path))
+    launch = _spec(job, "worker", 0, {"worker": 1}, port=1)
+    argv, cwd = argv_and_cwd(job, "worker", launch, pod_environment(job, "worker", launch, {}), str(tmp_path))
     assert argv == ["python", "-c", "print('0')"]
     assert cwd == tmp_path / "sub"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.controller.harness import Harness, make_job, seed_spec
+from tests.unit.controller.harness import Harness, cce_spec, make_job
 from tests.unit.observability.scenario import JOB, bad_night, pod
 from trainguard.controller import HistoryEntry, JobStatus
 from trainguard.controller.metrics import (
@@ -50,11 +50,11 @@ def test_the_bad_night_counts_each_fault_restart_hang_and_scaling_step(night: Ha
         (*KEY, "trainer", "Hang"): 1,
         (*KEY, "trainer", "PodForceDeleted"): 1,
     }
-    assert nonzero(families, "trainguard_restarts_total") == {
-        (*KEY, "trainer", "restart", "Pod", "true"): 2,
-        (*KEY, "trainer", "restart-in-place", "Pod", "false"): 1,
-    }
+    # The hang was restarted in place: a hang restart, not a restart.
+    assert nonzero(families, "trainguard_restarts_total") == {(*KEY, "trainer", "restart", "Pod", "true"): 2}
     assert nonzero(families, "trainguard_hang_detections_total") == {(*KEY, "trainer"): 1}
+    assert nonzero(families, "trainguard_hang_restarts_total") == {(*KEY, "trainer"): 1}
+    assert night.status.hang_restart_counts == {"launcher": 0, "trainer": 1}
     assert nonzero(families, "trainguard_scale_events_total") == {
         (*KEY, "trainer", "scaleout", "request"): 1,
         (*KEY, "trainer", "scalein", "request"): 1,
@@ -105,7 +105,7 @@ def test_counters_never_go_down_while_the_controller_runs(night: Harness) -> Non
 
 
 def test_an_unrecovered_fault_is_recovering_and_adds_no_time_yet() -> None:
-    h = Harness.start(make_job(seed_spec()))
+    h = Harness.start(make_job(cce_spec()))
     h.running()
     h.cluster.exit(pod("trainer", 0), 137, signal=9)
     h.step()
@@ -123,11 +123,13 @@ def test_a_new_job_has_every_series_at_zero_so_that_increase_sees_the_first_faul
     assert (*KEY, "trainer", "PodForceDeleted") in faults
     restarts = values(families, "trainguard_restarts_total")
     assert (*KEY, "launcher", "restart", "All", "true") in restarts
-    assert (*KEY, "launcher", "restart-in-place", "Pod", "false") in restarts
+    assert len(restarts) == 2 * 3 * 2
+    assert {labels[3] for labels in restarts} == {"restart"}  # a restart in place is a hang restart
     assert values(families, "trainguard_hang_detections_total") == {
         (*KEY, "launcher"): 0,
         (*KEY, "trainer"): 0,
     }
+    assert values(families, "trainguard_hang_restarts_total") == {(*KEY, "launcher"): 0, (*KEY, "trainer"): 0}
     assert len(values(families, "trainguard_scale_events_total")) == 2 * 5
     (recovery,) = [f for f in families if f.spec.name == "trainguard_fault_recovery_seconds"]
     assert len(recovery.histograms) == 2 * 7
@@ -157,20 +159,25 @@ def test_every_metric_follows_the_naming_conventions() -> None:
 @pytest.mark.parametrize(
     ("entry", "role"),
     [
-        ({"kind": "fault", "pod": f"{JOB}-trainer-2", "action": "restart", "reason": "x"}, "trainer"),
         (
-            {"kind": "scale", "action": "scaleout", "reason": "scaleout of role trainer: 1 pods (p)"},
+            {
+                "kind": "fault",
+                "role": "trainer",
+                "pod": f"{JOB}-trainer-2",
+                "action": "restart",
+                "reason": "x",
+            },
             "trainer",
         ),
+        ({"kind": "scale", "role": "trainer", "action": "scaleout", "reason": "r", "pods": ["p"]}, "trainer"),
+        ({"kind": "grow", "role": "Worker", "action": "scaleout", "reason": "capacity returned"}, "Worker"),
         (
-            {"kind": "grow", "action": "scaleout", "reason": "capacity returned: role Worker grows back"},
-            "Worker",
-        ),
-        (
-            {"kind": "scale-rejected", "action": "none", "reason": "scale of role nope to 9 rejected: ..."},
+            {"kind": "scale-rejected", "role": "nope", "action": "none", "reason": "rejected", "scaleTo": 9},
             "nope",
         ),
-        ({"kind": "scale", "action": "scaleout", "reason": "something else"}, ""),
+        # Entries stored by earlier versions have no role: their pod's, else none (the reason is not read).
+        ({"kind": "fault", "pod": f"{JOB}-trainer-2", "action": "restart", "reason": "x"}, "trainer"),
+        ({"kind": "scale", "action": "scaleout", "reason": "scaleout of role trainer: 1 pods (p)"}, ""),
     ],
 )
 def test_the_role_of_a_history_entry(entry: dict[str, str], role: str) -> None:

@@ -1,4 +1,5 @@
-"""Building jobs for the policy tests: native TrainingJobs from a few keyword arguments, and seed 000."""
+"""Building jobs for the policy tests: native TrainingJobs from a few keyword arguments, and CCE's
+AITrainingJob example."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from trainguard.policy import (
     resolve_role,
 )
 
-#: The repository keeps seed 000 unchanged among its examples.
+#: The repository keeps CCE's AITrainingJob example unchanged among its examples.
 REPO = Path(__file__).resolve().parents[3]
-SEED_000 = REPO / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+CCE_JOB = REPO / "examples" / "jobs" / "cce-horovod-elastic.yaml"
 
 
 def role(replicas: int = 1, **fields: Any) -> dict[str, Any]:
@@ -43,9 +44,9 @@ def job(
     )
 
 
-def seed_000() -> TrainingJob:
-    """Seed 000's AITrainingJob, read by the loader unchanged."""
-    (loaded,) = load_jobs(SEED_000)
+def cce_job() -> TrainingJob:
+    """CCE's AITrainingJob example, read by the loader unchanged."""
+    (loaded,) = load_jobs(CCE_JOB)
     assert loaded.dialect == "AITrainingJob"
     return loaded.job
 

@@ -1,4 +1,4 @@
-"""Exponential backoff: 1 s doubling to the cap, reset after healthy running (POLICY.md §3)."""
+"""Exponential backoff: 1 s doubling to the cap, reset after healthy running (docs/policy.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Observations become faults once, by the rules of POLICY.md §1."""
+"""Observations become faults once, by the rules of docs/policy.md §1, Faults."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.policy.jobs import REPO, SEED_000
+from tests.unit.policy.jobs import CCE_JOB, REPO
 from trainguard.cli.main import main
 
 DOC = REPO / "docs" / "policy.md"
@@ -53,7 +53,7 @@ def test_example(
     (job,) = [block for block in _blocks("yaml") if "name: policy-demo" in block]
     (tmp_path / "policy-demo.yaml").write_text(job)
     (tmp_path / "examples" / "jobs").mkdir(parents=True)
-    shutil.copy(SEED_000, tmp_path / "examples" / "jobs")
+    shutil.copy(CCE_JOB, tmp_path / "examples" / "jobs")
     monkeypatch.chdir(tmp_path)
     argv = shlex.split(command)
     assert argv[0] == "trainguard"

@@ -1,4 +1,5 @@
-"""Elastic roles: shrink at min, fail below it, grow back toward the desired size, bounds (POLICY.md §5)."""
+"""Elastic roles: shrink at min, fail below it, grow back toward the desired size, bounds
+(docs/policy.md §6)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import pytest
 from tests.unit.policy.jobs import exited, job, role
 from trainguard.api import TrainingJob
 from trainguard.policy import (
-    Action,
     PodRef,
     PolicyState,
+    Remedy,
     apply_decision,
     decide,
     pods_to_add,
@@ -30,14 +31,14 @@ def _job(fail_policy: str = "None", job_fail_policy: str = "Any") -> TrainingJob
 
 @pytest.mark.parametrize(
     ("live_others", "action"),
-    [(4, Action.SHRINK), (2, Action.SHRINK), (1, Action.FAIL_JOB), (0, Action.FAIL_JOB)],
+    [(4, Remedy.SHRINK), (2, Remedy.SHRINK), (1, Remedy.FAIL_JOB), (0, Remedy.FAIL_JOB)],
 )
-def test_shrink_while_min_replicas_holds(live_others: int, action: Action) -> None:
+def test_shrink_while_min_replicas_holds(live_others: int, action: Remedy) -> None:
     decision = decide(_job(), PolicyState(), exited(PodRef("trainer", 2), 1), 0.0, {"trainer": live_others})
     assert decision.action is action, decision.reason
     assert decision.permanent
     assert decision.pods == (PodRef("trainer", 2),)
-    if action is Action.SHRINK:
+    if action is Remedy.SHRINK:
         assert f"shrinks to {live_others} pods (minReplicas 2)" in decision.reason
     else:
         assert "fewer than its minReplicas 2" in decision.reason
@@ -46,7 +47,7 @@ def test_shrink_while_min_replicas_holds(live_others: int, action: Action) -> No
 def test_below_min_fails_only_the_role_when_the_job_tolerates_it() -> None:
     training_job = _job(job_fail_policy="Rank0")
     decision = decide(training_job, PolicyState(), exited(PodRef("trainer", 0), 1), 0.0, {"trainer": 1})
-    assert decision.action is Action.FAIL_ROLE
+    assert decision.action is Remedy.FAIL_ROLE
     state = apply_decision(PolicyState(), decision, 0.0)
     assert set(state.failed_roles) == {"trainer"}
     assert state.job_failure is None
@@ -56,16 +57,16 @@ def test_without_live_counts_the_failed_slots_are_subtracted() -> None:
     training_job = _job()
     state = PolicyState(failed_pods=frozenset({PodRef("trainer", 0)}))
     decision = decide(training_job, state, exited(PodRef("trainer", 1), 1), 0.0)
-    assert decision.action is Action.FAIL_JOB  # 3 slots - 2 failed = 1 < minReplicas 2
+    assert decision.action is Remedy.FAIL_JOB  # 3 slots - 2 failed = 1 < minReplicas 2
 
 
 def test_a_role_whose_fail_policy_does_not_tolerate_fails_instead_of_shrinking() -> None:
     decision = decide(_job("Any"), PolicyState(), exited(PodRef("trainer", 1), 1), 0.0, {"trainer": 4})
-    assert decision.action is Action.FAIL_JOB
+    assert decision.action is Remedy.FAIL_JOB
 
 
-@pytest.mark.parametrize(("index", "action"), [(0, Action.FAIL_JOB), (1, Action.SHRINK)])
-def test_rank0_fail_policy_tolerates_other_pods(index: int, action: Action) -> None:
+@pytest.mark.parametrize(("index", "action"), [(0, Remedy.FAIL_JOB), (1, Remedy.SHRINK)])
+def test_rank0_fail_policy_tolerates_other_pods(index: int, action: Remedy) -> None:
     decision = decide(_job("Rank0"), PolicyState(), exited(PodRef("trainer", index), 1), 0.0, {"trainer": 2})
     assert decision.action is action
 
@@ -73,7 +74,7 @@ def test_rank0_fail_policy_tolerates_other_pods(index: int, action: Action) -> N
 def test_restartable_faults_replace_rather_than_shrink() -> None:
     training_job = job({"trainer": role(3, minReplicas=1, maxReplicas=5, restartPolicy="OnFailure")})
     decision = decide(training_job, PolicyState(), exited(PodRef("trainer", 1), 1), 0.0, {"trainer": 2})
-    assert decision.action is Action.RESTART
+    assert decision.action is Remedy.RESTART
 
 
 @pytest.mark.parametrize(("replicas", "ok"), [(1, False), (2, True), (5, True), (6, False), (0, False)])
@@ -85,7 +86,7 @@ def test_validate_scale(replicas: int, ok: bool) -> None:
             validate_scale(_job(), "trainer", replicas)
 
 
-def test_validate_scale_of_the_seed_bounds_message() -> None:
+def test_validate_scale_of_the_cce_example_bounds_message() -> None:
     training_job = job({"trainer": role(3, minReplicas=1, maxReplicas=5)})
     with pytest.raises(ValueError, match=r"^replicas 7 outside \[1, 5\]$"):
         validate_scale(training_job, "trainer", 7)

@@ -10,7 +10,7 @@ import yaml
 from tests.unit.policy.jobs import exited, first_decision, run
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_jobs
-from trainguard.policy import Action, Outcome, PodRef, PolicyState, apply_decision, outcome
+from trainguard.policy import Outcome, PodRef, PolicyState, Remedy, apply_decision, outcome
 
 WORKER = PodRef("Worker", 1)
 
@@ -41,14 +41,14 @@ def pytorchjob(tmp_path: Path, restart_policy: str, backoff_limit: int | None = 
 
 def test_exit_code_retries_137(tmp_path: Path) -> None:
     decision = first_decision(pytorchjob(tmp_path, "ExitCode"), exited(WORKER, 137))
-    assert (decision.action, decision.rule) == (Action.RESTART, "restartPolicy")
+    assert (decision.action, decision.rule) == (Remedy.RESTART, "restartPolicy")
 
 
 @pytest.mark.parametrize("code", [1, 2, 127])
 def test_exit_code_fails_the_job_on_a_permanent_code(tmp_path: Path, code: int) -> None:
     training_job = pytorchjob(tmp_path, "ExitCode")
     decision = first_decision(training_job, exited(WORKER, code))
-    assert decision.action is Action.FAIL_JOB
+    assert decision.action is Remedy.FAIL_JOB
     assert outcome(training_job, apply_decision(PolicyState(), decision, 0.0)).result is Outcome.FAILED
 
 
@@ -56,7 +56,7 @@ def test_exit_code_fails_the_job_on_a_permanent_code(tmp_path: Path, code: int) 
 def test_never_a_failed_worker_fails_the_job(tmp_path: Path, code: int) -> None:
     training_job = pytorchjob(tmp_path, "Never")
     decision = first_decision(training_job, exited(WORKER, code))
-    assert decision.action is Action.FAIL_JOB
+    assert decision.action is Remedy.FAIL_JOB
     assert outcome(training_job, apply_decision(PolicyState(), decision, 0.0)).result is Outcome.FAILED
 
 
@@ -64,7 +64,7 @@ def test_on_failure_restarts_until_backoff_limit_then_fails_with_that_reason(tmp
     training_job = pytorchjob(tmp_path, "OnFailure", backoff_limit=3)
     faults = [exited(PodRef("Worker", t % 2), 1, float(t)) for t in range(4)]
     decisions, state = run(training_job, faults)
-    assert [d.action for d in decisions] == [Action.RESTART] * 3 + [Action.FAIL_JOB]
+    assert [d.action for d in decisions] == [Remedy.RESTART] * 3 + [Remedy.FAIL_JOB]
     assert decisions[-1].limit == "backoffLimit"
     result = outcome(training_job, state)
     assert result.result is Outcome.FAILED
@@ -73,7 +73,7 @@ def test_on_failure_restarts_until_backoff_limit_then_fails_with_that_reason(tmp
 
 def test_always_reruns_a_pod_that_succeeded(tmp_path: Path) -> None:
     decision = first_decision(pytorchjob(tmp_path, "Always"), exited(WORKER, 0))
-    assert (decision.action, decision.counted) == (Action.RESTART, True)
+    assert (decision.action, decision.counted) == (Remedy.RESTART, True)
 
 
 def test_the_master_succeeding_ends_the_job(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""completePolicy and failPolicy of roles and of the job (POLICY.md §5)."""
+"""completePolicy and failPolicy of roles and of the job (docs/policy.md §6)."""
 
 from __future__ import annotations
 

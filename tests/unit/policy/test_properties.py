@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from tests.unit.policy.jobs import job, role
 from trainguard.api import RestartPolicy, RestartScope, TrainingJob
 from trainguard.policy import (
-    Action,
     Decision,
     Fault,
     FaultKind,
     PodRef,
     PolicyState,
+    Remedy,
     apply_decision,
     decide,
     record_progress,
@@ -106,7 +106,7 @@ def _replay(
         decision = decide(training_job, state, fault, now)
         seen.append((state, fault, now, decision))
         state = apply_decision(state, decision, now)
-        if decision.action is Action.FAIL_JOB:
+        if decision.action is Remedy.FAIL_JOB:
             break
     return seen
 
@@ -120,7 +120,7 @@ def test_never_a_counted_restart_past_a_limit(training_job: TrainingJob, sequenc
     counted: dict[str, list[float]] = {}
     total = retries = 0
     for _, fault, now, decision in _replay(training_job, sequence):
-        if not (decision.action is Action.RESTART and decision.counted):
+        if not (decision.action is Remedy.RESTART and decision.counted):
             continue
         assert fault.pod is not None
         role_name = fault.pod.role
@@ -162,7 +162,7 @@ def test_decisions_are_well_formed(training_job: TrainingJob, sequence: list[Ste
     for _, fault, _, decision in _replay(training_job, sequence):
         assert decision.reason
         assert decision.rule
-        restarting = decision.action in (Action.RESTART, Action.RESTART_IN_PLACE)
+        restarting = decision.action in (Remedy.RESTART, Remedy.RESTART_IN_PLACE)
         assert (decision.scope is not None) is restarting
         assert not (decision.counted and not restarting)
         assert not (decision.permanent and restarting)

@@ -1,4 +1,5 @@
-"""Every restart policy x every fault kind x every scope, with no faultTolerantPolicy entry (POLICY.md §2)."""
+"""Every restart policy x every fault kind x every scope, with no faultTolerantPolicy entry
+(docs/policy.md §2)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from tests.unit.policy.jobs import event, exited, first_decision, job, role
 from trainguard.api import RestartPolicy, RestartScope, TrainingJob
-from trainguard.policy import Action, Fault, FaultKind, PodRef
+from trainguard.policy import Fault, FaultKind, PodRef, Remedy
 
 POD = PodRef("worker", 1)
 
@@ -57,7 +58,7 @@ def test_policy_decides(policy: RestartPolicy, fault_name: str, expected: str, s
     decision = first_decision(training_job, fault)
 
     if expected == "R":
-        assert decision.action is Action.RESTART, decision.reason
+        assert decision.action is Remedy.RESTART, decision.reason
         start_timeout = fault.kind is FaultKind.START_TIMEOUT
         assert decision.rule == ("restartTimeLimit" if start_timeout else "restartPolicy")
         want_scope = RestartScope.POD if start_timeout else scope
@@ -74,14 +75,14 @@ def test_policy_decides(policy: RestartPolicy, fault_name: str, expected: str, s
         assert not decision.permanent
     elif expected == "F":
         # worker failPolicy Any fails the role; the job's failPolicy Any fails the job.
-        assert decision.action is Action.FAIL_JOB, decision.reason
+        assert decision.action is Remedy.FAIL_JOB, decision.reason
         assert decision.permanent
         assert decision.scope is None
         assert not decision.counted
         assert decision.rule == "restartPolicy"
         assert "has failed for good" in decision.reason
     else:
-        assert decision.action is Action.NONE, decision.reason
+        assert decision.action is Remedy.NONE, decision.reason
         assert not decision.permanent
         assert not decision.counted
     assert decision.reason.startswith(str(POD)) or decision.reason.startswith("the node of")

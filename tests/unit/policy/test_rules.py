@@ -1,4 +1,4 @@
-"""faultTolerantPolicy entries: the first match wins and decides alone (POLICY.md §2)."""
+"""faultTolerantPolicy entries: the first match wins and decides alone (docs/policy.md §2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from tests.unit.policy.jobs import event, exited, first_decision, job, role
 from trainguard.api import RestartScope
-from trainguard.policy import Action, Fault, FaultKind, PodRef, PolicyState, decide
+from trainguard.policy import Fault, FaultKind, PodRef, PolicyState, Remedy, decide
 
 POD = PodRef("worker", 0)
 
@@ -26,7 +26,7 @@ def test_first_matching_entry_wins() -> None:
     )
     decision = first_decision(training_job, exited(POD, 2))
     assert (decision.action, decision.rule, decision.scope) == (
-        Action.RESTART,
+        Remedy.RESTART,
         "faultTolerantPolicy[0]",
         RestartScope.REPLICA,
     )
@@ -35,15 +35,15 @@ def test_first_matching_entry_wins() -> None:
 @pytest.mark.parametrize(
     ("code", "rule", "action"),
     [
-        (129, "faultTolerantPolicy[0]", Action.RESTART),
-        (101, "faultTolerantPolicy[0]", Action.RESTART),  # a listed code below 128 is retried too
-        (50, "faultTolerantPolicy[1]", Action.FAIL_JOB),  # a range entry with Never
-        (137, "restartPolicy", Action.RESTART),  # no entry: the role's ExitCode retries 128-255
-        (1, "faultTolerantPolicy[1]", Action.FAIL_JOB),
-        (200, "restartPolicy", Action.RESTART),
+        (129, "faultTolerantPolicy[0]", Remedy.RESTART),
+        (101, "faultTolerantPolicy[0]", Remedy.RESTART),  # a listed code below 128 is retried too
+        (50, "faultTolerantPolicy[1]", Remedy.FAIL_JOB),  # a range entry with Never
+        (137, "restartPolicy", Remedy.RESTART),  # no entry: the role's ExitCode retries 128-255
+        (1, "faultTolerantPolicy[1]", Remedy.FAIL_JOB),
+        (200, "restartPolicy", Remedy.RESTART),
     ],
 )
-def test_exit_code_entries(code: int, rule: str, action: Action) -> None:
+def test_exit_code_entries(code: int, rule: str, action: Remedy) -> None:
     training_job = _with_rules(
         {"exitCodes": "129,101", "restartPolicy": "ExitCode"},
         {"exitCodes": "1-100", "restartPolicy": "Never"},
@@ -55,7 +55,7 @@ def test_exit_code_entries(code: int, rule: str, action: Action) -> None:
 
 def test_an_entry_without_restart_policy_restarts() -> None:
     training_job = _with_rules({"exitCodes": "7"}, restartPolicy="Never")
-    assert first_decision(training_job, exited(POD, 7)).action is Action.RESTART
+    assert first_decision(training_job, exited(POD, 7)).action is Remedy.RESTART
 
 
 def test_an_oom_kill_matches_137() -> None:
@@ -67,19 +67,19 @@ def test_an_oom_kill_matches_137() -> None:
 def test_exit_code_zero_is_success_even_when_listed() -> None:
     training_job = _with_rules({"exitCodes": "0-255", "restartPolicy": "ExitCode"}, restartPolicy="Never")
     decision = first_decision(training_job, exited(POD, 0))
-    assert (decision.action, decision.permanent) == (Action.NONE, False)
+    assert (decision.action, decision.permanent) == (Remedy.NONE, False)
 
 
 @pytest.mark.parametrize(
     ("kind", "rule", "action"),
     [
-        (FaultKind.NODE_NOT_READY, "faultTolerantPolicy[0]", Action.RESTART),
-        (FaultKind.POD_FORCE_DELETED, "faultTolerantPolicy[0]", Action.RESTART),
-        (FaultKind.POD_EVICTED, "faultTolerantPolicy[1]", Action.FAIL_JOB),
-        (FaultKind.HANG, "restartPolicy", Action.FAIL_JOB),
+        (FaultKind.NODE_NOT_READY, "faultTolerantPolicy[0]", Remedy.RESTART),
+        (FaultKind.POD_FORCE_DELETED, "faultTolerantPolicy[0]", Remedy.RESTART),
+        (FaultKind.POD_EVICTED, "faultTolerantPolicy[1]", Remedy.FAIL_JOB),
+        (FaultKind.HANG, "restartPolicy", Remedy.FAIL_JOB),
     ],
 )
-def test_event_entries(kind: FaultKind, rule: str, action: Action) -> None:
+def test_event_entries(kind: FaultKind, rule: str, action: Remedy) -> None:
     training_job = _with_rules(
         {"exceptionalEvent": "nodeNotReady,PodForceDeleted", "restartPolicy": "OnNodeFail"},
         {"exceptionalEvent": "PodEvicted", "restartPolicy": "Never"},
@@ -93,7 +93,7 @@ def test_a_hang_entry_decides_hangs_when_hang_handling_is_off() -> None:
     training_job = _with_rules({"exceptionalEvent": "hang", "restartScope": "All"}, restartPolicy="Never")
     decision = first_decision(training_job, event(FaultKind.HANG, POD))
     assert (decision.action, decision.rule, decision.scope) == (
-        Action.RESTART,
+        Remedy.RESTART,
         "faultTolerantPolicy[0]",
         RestartScope.ALL,
     )
@@ -106,22 +106,22 @@ def test_fault_tolerant_false_ignores_the_entries() -> None:
         faultTolerant=False,
     )
     decision = first_decision(training_job, exited(POD, 129))
-    assert (decision.rule, decision.action) == ("restartPolicy", Action.FAIL_JOB)
+    assert (decision.rule, decision.action) == ("restartPolicy", Remedy.FAIL_JOB)
 
 
 def test_the_retryable_set_is_the_jobs() -> None:
     training_job = job({"worker": role(2, restartPolicy="ExitCode")}, retryableExitCodes="1-5,143")
-    assert first_decision(training_job, exited(POD, 3)).action is Action.RESTART
-    assert first_decision(training_job, exited(POD, 143)).action is Action.RESTART
-    assert first_decision(training_job, exited(POD, 137)).action is Action.FAIL_JOB
+    assert first_decision(training_job, exited(POD, 3)).action is Remedy.RESTART
+    assert first_decision(training_job, exited(POD, 143)).action is Remedy.RESTART
+    assert first_decision(training_job, exited(POD, 137)).action is Remedy.FAIL_JOB
 
 
 def test_an_unknown_exit_code_is_a_failure_but_not_retryable() -> None:
     on_failure = job({"worker": role(2, restartPolicy="OnFailure")})
     exit_code = job({"worker": role(2, restartPolicy="ExitCode")})
     unknown = Fault(FaultKind.EXITED, POD, 0.0, exit_code=None)
-    assert first_decision(on_failure, unknown).action is Action.RESTART
-    assert first_decision(exit_code, unknown).action is Action.FAIL_JOB
+    assert first_decision(on_failure, unknown).action is Remedy.RESTART
+    assert first_decision(exit_code, unknown).action is Remedy.FAIL_JOB
 
 
 def test_role_names_match_case_insensitively() -> None:

@@ -8,12 +8,12 @@ import pytest
 
 from tests.unit.policy.jobs import event, exited, job, role, run
 from trainguard.policy import (
-    Action,
     Fault,
     FaultKind,
     PodCounters,
     PodRef,
     PolicyState,
+    Remedy,
     apply_decision,
     check_deadline,
     decide,
@@ -69,7 +69,7 @@ def test_a_deadline_records_a_timeout() -> None:
     assert fault is not None
     decision = decide(training_job, PolicyState(), fault, 10.0)
     assert (decision.action, decision.rule, decision.scope, decision.pods) == (
-        Action.FAIL_JOB,
+        Remedy.FAIL_JOB,
         "timeLimit",
         None,
         (),

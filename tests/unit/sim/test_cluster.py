@@ -8,6 +8,7 @@ from trainguard.api import TrainingJob
 from trainguard.backends.sim import SimCluster, VirtualClock
 from trainguard.backends.sim.cluster import CPU_POOL, GPU_POOL
 from trainguard.controller import JobStatus, LaunchPod, ObservedPhase, TerminatePod, WriteStatus
+from trainguard.controller.launchspec import LaunchSpec
 
 from .helpers import job
 
@@ -26,7 +27,8 @@ def cluster(gpu: int = 3, launch_rate: float | None = None, stop_seconds: float 
 
 def launch(pod: str, generation: int = 1, role: str = "worker", avoid: tuple[str, ...] = ()) -> LaunchPod:
     index = int(pod.rsplit("-", 1)[1])
-    return LaunchPod(f"{pod}/g{generation}/launch", pod, role, index, generation, 0, "start", avoid)
+    spec = LaunchSpec(argv=(), env=(), rank=index, world_size=1, role_sizes=())
+    return LaunchPod(f"{pod}/g{generation}/launch", pod, role, index, generation, 0, "start", spec, avoid)
 
 
 def run_clock(sim: SimCluster, until: float) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from trainguard.api import TrainingJob
-from trainguard.backends.k8s import manifests, nudge
+from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import JobKind
@@ -30,8 +31,8 @@ from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
-    EventType,
     LaunchPod,
+    NudgeSurvivors,
     Observed,
     ObservedNode,
     ObservedPhase,
@@ -173,6 +174,7 @@ class JobBackend:
             pods=tuple(sorted(seen, key=lambda p: p.name)),
             nodes=self.shared.observed_nodes(),
             errors=errors,
+            network=manifests.network(job),
         )
 
     def _clean_stuck(self, pods: list[Obj]) -> None:
@@ -263,6 +265,8 @@ class JobBackend:
             self._terminate(action)
         elif isinstance(action, RestartInPlace):
             self._restart_in_place(action)
+        elif isinstance(action, NudgeSurvivors):
+            self._nudge(action)
         elif isinstance(action, UpdateDiscovery):
             self._discovery(job, action)
         elif isinstance(action, EmitEvent):
@@ -292,9 +296,7 @@ class JobBackend:
         self._ensure_service(job)
         with self.shared.lock:
             self.shared.tombstones.pop((self.namespace, action.pod), None)
-        status = self.written
-        world = dict(status.desired) if status is not None else {}
-        body = manifests.pod(self.kind, job, action, self.shared.scheduler, world)
+        body = manifests.pod(self.kind, job, action, self.shared.scheduler)
         try:
             created = self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body)
             self.shared.pods.put(created)
@@ -437,39 +439,20 @@ class JobBackend:
 
     # ---- nudges ------------------------------------------------------------------------------------
 
-    def nudge(self, job: TrainingJob, status: JobStatus, now: float) -> float | None:
-        """Annotate the survivors of the latest failure of a torchrun pod (``nudge.py``); returns when to look
-        again for a failure not old enough yet."""
-        pods = [
-            p
-            for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
-            if is_ours(p) and _owned_by(p, job.metadata.uid)
-        ]
-        due, wake = nudge.plan(job, status.history, pods, now)
-        if due is None:
-            return wake
-        patch = {"metadata": {"annotations": {manifests.ANNOTATION_NUDGE: due.token}}}
-        nudged = []
-        for name in due.pods:
+    def _nudge(self, action: NudgeSurvivors) -> None:
+        """Hand the failure to each survivor's agent: ``<token> <time>`` in the pod's nudge annotation, which
+        kubelet projects into the file the agent polls (``--nudge-file``); the agent SIGKILLs its workers
+        started before that time."""
+        value = f"{action.token} {action.failed_at:.3f}"
+        patch = {"metadata": {"annotations": {manifests.ANNOTATION_NUDGE: value}}}
+        for name in action.pods:
             try:
                 self.shared.pods.put(
                     self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", patch)
                 )
-                nudged.append(name)
             except ApiError as error:
-                if error.status != 404:
-                    log.warning("%s/%s: nudge of %s: %s", self.namespace, self.name, name, error)
-        if nudged:
-            message = (
-                f"{due.failed_pod} failed and the workers of {', '.join(nudged)} may still wait in the round it "
-                "was in: their agents restart the workers started before the failure into a new round"
-            )
-            log.info("%s/%s: %s", self.namespace, self.name, message)
-            event = EmitEvent(
-                f"nudge/{due.token}/{','.join(nudged)}", EventType.NORMAL, "NudgeSurvivors", message, now
-            )
-            self._try(event, partial(self._event, job, event))
-        return wake
+                if error.status != 404:  # gone meanwhile: nothing to nudge
+                    raise
 
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
         digest = hashlib.sha256(action.key.encode()).hexdigest()[:16]
@@ -518,7 +501,8 @@ def _owned_by(pod: Obj, uid: str | None) -> bool:
     return uid is None or any(owner.get("uid") == uid for owner in owners)
 
 
-#: Condition times are written as Kubernetes writes them (RFC 3339, UTC, whole seconds), as seed 000 shows;
+#: Condition times are written as Kubernetes writes them (RFC 3339, UTC, whole seconds), as CCE's docs
+#: show them;
 #: the controller keeps epoch seconds. Every other time of the status stays in epoch seconds.
 _CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime")
 
@@ -547,4 +531,5 @@ def read_status(obj: Obj) -> JobStatus:
 
 
 def _rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Whole seconds first: fromtimestamp rounds to the microsecond, which carries 1.9999995 over to 2.
+    return datetime.fromtimestamp(math.floor(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

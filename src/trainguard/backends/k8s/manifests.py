@@ -3,9 +3,9 @@ host-discovery script, and for a PyTorch job the rendezvous store (a pod and its
 object carries the job's labels and an owner reference, so deleting the job deletes them (garbage
 collection), and so a restarted operator finds them again by label.
 
-A PyTorch job's pods run torchrun's elastic agent (``trainguard.controller.launch`` decides the command and
-environment, as for the local runtime) in one c10d rendezvous at ``<job>-rdzv.<namespace>.svc:29400``: a
-Service in front of the pod ``<job>-rendezvous``, which serves only the store (``trainguard.rendezvous_store``).
+Each pod renders the launch spec the controller decided (``trainguard.controller.launchspec``: command,
+environment, rank, world, as for the local runtime). A PyTorch job's pods run torchrun's elastic agent in
+one c10d rendezvous at ``<job>-rdzv.<namespace>.svc:29400``: a Service in front of the pod ``<job>-rendezvous``, which serves only the store (``trainguard.rendezvous_store``).
 Every agent is a client of it (``is_host=false``), so losing any worker pod never loses the rendezvous.
 """
 
@@ -18,8 +18,9 @@ from typing import Any
 from trainguard.agent.options_for_job import agent_options
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.controller import launch as torch_launch
+from trainguard.controller import torchrun_command
 from trainguard.controller.backend import LaunchPod
+from trainguard.controller.launchspec import DEFAULT_MASTER_PORT, Network
 
 Obj = dict[str, Any]
 
@@ -80,18 +81,12 @@ def rendezvous_endpoint(job: TrainingJob) -> str:
 def hosts_rendezvous(job: TrainingJob) -> bool:
     """Whether trainguard runs a rendezvous store for the job: torchrun's c10d rendezvous, with no
     ``rdzvHost`` of the job's own, and some role whose pods join it."""
-    rdzv = torch_launch.rendezvous(job, rendezvous_endpoint(job))
-    return rdzv is not None and rdzv.hosted and bool(torch_launch.torchrun_roles(job))
+    rdzv = torchrun_command.rendezvous(job, rendezvous_endpoint(job))
+    return rdzv is not None and rdzv.hosted and bool(torchrun_command.torchrun_roles(job))
 
 
 def is_rendezvous(pod: Obj) -> bool:
     return (pod.get("metadata", {}).get("labels") or {}).get(LABEL_COMPONENT) == RENDEZVOUS
-
-
-def check_runnable(job: TrainingJob) -> None:
-    """``LaunchError`` (a ValueError naming the field) for a torchrun command that cannot run."""
-    for role in job.spec.replica_specs:
-        torch_launch.render(job, role, rendezvous_endpoint(job))
 
 
 def owner_reference(kind: JobKind, job: TrainingJob) -> Obj:
@@ -114,11 +109,20 @@ def _meta(kind: JobKind, job: TrainingJob, name: str, labels: dict[str, str]) ->
     }
 
 
-def pod(
-    kind: JobKind, job: TrainingJob, launch: LaunchPod, scheduler: str | None, world: dict[str, int]
-) -> Obj:
-    """The pod of one launch: the role's template, its first container run under the agent, Kubernetes
-    restarts off (trainguard decides restarts), spread away from the nodes the launch avoids."""
+def network(job: TrainingJob) -> Network:
+    """Where the job's pods find each other: the rendezvous Service, and each pod's name behind the job's
+    headless Service."""
+    return Network(
+        rendezvous_endpoint=rendezvous_endpoint(job),
+        pod_address=f"{{pod}}.{service_name(job)}",
+        master_port=DEFAULT_MASTER_PORT,
+    )
+
+
+def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, scheduler: str | None) -> Obj:
+    """The pod of one launch: the role's template with the launch's spec (command under the agent, the
+    environment before the container's own), Kubernetes restarts off (trainguard decides restarts), spread
+    away from the nodes the launch avoids."""
     spec_of_role = job.role(launch.role)
     template = copy.deepcopy(spec_of_role.template)
     meta = template.get("metadata") or {}
@@ -139,14 +143,12 @@ def pod(
     containers = spec.get("containers") or [{"name": "main"}]
     spec["containers"] = containers
     first = containers[0]
-    endpoint = rendezvous_endpoint(job)
-    pet = [{"name": k, "value": v} for k, v in torch_launch.torchrun_env(job, endpoint).items()]
+    ours = [{"name": name, "value": value} for name, value in launch.spec.env]
     # Kubernetes takes the last of equal names: the container's own variables win, as on the local runtime.
-    first["env"] = [*_environment(job, launch, world), *pet, *(first.get("env") or [])]
-    # A torchrun role's command runs under torchrun's elastic agent; any other command as written.
-    argv = torch_launch.render(job, launch.role, endpoint)
-    # The agent of a pod in the rendezvous hears of its peers' failures (nudge.py).
-    nudge = ["--nudge-file", NUDGE_FILE] if launch.role in torch_launch.torchrun_roles(job) else []
+    first["env"] = [*ours, *(first.get("env") or [])]
+    argv = list(launch.spec.argv)
+    # The agent of a pod in the rendezvous hears of its peers' failures (the controller's nudges).
+    nudge = ["--nudge-file", NUDGE_FILE] if launch.spec.in_rendezvous else []
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
         first["command"] = [
@@ -167,30 +169,6 @@ def pod(
     if launch.avoid_nodes:
         _avoid(spec, launch.avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-def _environment(job: TrainingJob, launch: LaunchPod, world: dict[str, int]) -> list[Obj]:
-    ranks_before = 0
-    for role in job.spec.replica_specs:
-        if role == launch.role:
-            break
-        ranks_before += world.get(role, 0)
-    first_pod = f"{job.name}-{next(iter(job.spec.replica_specs))}-0"
-    values = {
-        "TRAININGJOB_NAME": job.name,
-        "TRAININGJOB_NAMESPACE": job.metadata.namespace,
-        "TRAININGJOB_UID": job.metadata.uid or "",
-        "TRAININGJOB_REPLICA_NAME": launch.role,
-        "TRAININGJOB_REPLICA_INDEX": str(launch.index),
-        "TRAININGJOB_REPLICA_RESTARTCOUNT": str(launch.restart_count),
-        "TRAININGJOB_POD_NAME": launch.pod,
-        "TRAINGUARD_GENERATION": str(launch.generation),
-        "MASTER_ADDR": f"{first_pod}.{service_name(job)}",
-        "MASTER_PORT": "29500",
-        "WORLD_SIZE": str(sum(world.values())),
-        "RANK": str(ranks_before + launch.index),
-    }
-    return [{"name": name, "value": value} for name, value in values.items()]
 
 
 def _mount_discovery(job: TrainingJob, spec: Obj, container: Obj) -> None:
@@ -288,7 +266,7 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, scheduler: str | None) -> Ob
     """The pod that serves the job's rendezvous store: the first torchrun role's image (it has torch, as the
     agent needs), no GPUs, kept away from the job's replicas where the cluster allows (losing a worker's node
     should not lose the store too). Its labels make it no replica: the controller never sees it."""
-    role = torch_launch.torchrun_roles(job)[0]
+    role = torchrun_command.torchrun_roles(job)[0]
     template_spec: Obj = job.role(role).template.get("spec") or {}
     source: Obj = (template_spec.get("containers") or [{}])[0]
     container: Obj = {

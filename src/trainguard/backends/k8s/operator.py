@@ -30,6 +30,7 @@ from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.controller import reconcile
+from trainguard.controller.launchspec import check_runnable
 from trainguard.controller.metrics import ControllerStats
 
 Obj = dict[str, Any]
@@ -192,7 +193,7 @@ class Operator:
         source = f"{kind.plural}/{namespace}/{name}"
         try:
             job = load_object(_without_status(obj), source).job
-            manifests.check_runnable(job)
+            check_runnable(job)
         except SpecError as error:
             self._reject(kind, obj, str(error))
             return
@@ -208,8 +209,7 @@ class Operator:
         backend.apply(job, result.actions)
         if backend.written is not None:
             self.jobs[kind_name].put(backend.obj)
-        nudge_at = backend.nudge(job, backend.written or status, self.clock())
-        wake = min((t for t in (result.wake_at, nudge_at) if t is not None), default=None)
+        wake = result.wake_at
         if wake is not None:
             self.queue.add_after(key, wake - self.clock())
 

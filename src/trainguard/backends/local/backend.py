@@ -15,8 +15,9 @@ from dataclasses import replace
 from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery
 from trainguard.backends.local.home import Home
-from trainguard.backends.local.nudge import Nudger
+from trainguard.backends.local.nudge import restart_workers
 from trainguard.backends.local.placement import free_slots
+from trainguard.backends.local.podenv import network
 from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Conflict, Store
@@ -26,6 +27,7 @@ from trainguard.controller.backend import (
     AgentReport,
     EmitEvent,
     LaunchPod,
+    NudgeSurvivors,
     Observed,
     ObservedNode,
     ObservedPhase,
@@ -51,21 +53,21 @@ class LocalBackend:
         self._errors: dict[str, deque[ActionError]] = {}
         #: job -> the status version last read, for the compare-and-swap of the next status write.
         self._status_versions: dict[str, int] = {}
-        #: Restarts the workers of torchrun pods that outlive a failed peer's round (see nudge.py).
-        self.nudger = Nudger(store, lambda row: runtime.report(row).child_pid)
+        #: job -> its loopback port (rendezvous store and MASTER_PORT), as last read.
+        self._ports: dict[str, int] = {}
 
     # ---- status ------------------------------------------------------------------------------------
 
     def read_status(self, record: JobRecord) -> JobStatus:
-        """The job's stored status; remembers its version for the next ``WriteStatus``."""
+        """The job's stored status; remembers its version for the next ``WriteStatus`` (and its port)."""
         self._status_versions[record.name] = record.status_version
+        self._ports[record.name] = record.port
         return JobStatus.from_dict(record.status) if record.status else JobStatus()
 
     # ---- observe -----------------------------------------------------------------------------------
 
     def observe(self, job: TrainingJob) -> Observed:
         rows = self.runtime.refresh(job.name)
-        self.nudger.observe(job, rows, self.clock())
         all_pods = self.store.list_pods()
         nodes = self.store.list_nodes()
         free = free_slots(nodes, all_pods)
@@ -77,7 +79,15 @@ class LocalBackend:
                 for request_id, role, replicas, at in self.store.scale_requests(job.name)
             ),
             errors=tuple(self._errors.get(job.name, ())),
+            network=network(self._port(job.name)),
         )
+
+    def _port(self, job: str) -> int:
+        port = self._ports.get(job)
+        if port is None:
+            record = self.store.get_job(job)
+            port = self._ports[job] = record.port if record is not None else 0
+        return port
 
     def _pod(self, row: PodRecord) -> ObservedPod:
         report = self.runtime.report(row)
@@ -134,12 +144,15 @@ class LocalBackend:
                 action.index,
                 action.generation,
                 action.restart_count,
+                action.spec,
                 action.avoid_nodes,
             )
         elif isinstance(action, TerminatePod):
             self.runtime.terminate(job, action.pod, action.generation, action.force)
         elif isinstance(action, RestartInPlace):
             self.runtime.acknowledge_in_place(action.pod, action.generation, action.attempt)
+        elif isinstance(action, NudgeSurvivors):
+            self._nudge(record, action)
         elif isinstance(action, UpdateDiscovery):
             discovery.write(self.home.discovery_script(record.name), action.version, action.hosts)
         elif isinstance(action, EmitEvent):
@@ -154,6 +167,20 @@ class LocalBackend:
             self.store.append_event_once(action.key, event)
         elif isinstance(action, WriteStatus):
             self._write_status(record, action.status)
+
+    def _nudge(self, record: JobRecord, action: NudgeSurvivors) -> None:
+        """SIGKILL the workers of each survivor that started before the failure; one Nudged event per pod."""
+        for name in action.pods:
+            row = self.store.get_pod(name)
+            if row is None or row.job != record.name or row.state is not PodState.RUNNING:
+                continue
+            killed = restart_workers(self.runtime.report(row).child_pid, action.failed_at)
+            message = (
+                f"nudged for {action.token}: {len(killed)} workers started before {action.failed_pod} failed "
+                "were SIGKILLed; torchrun restarts them into a new round"
+            )
+            event = EventRecord(record.name, self.clock(), "Normal", "Nudged", name, message)
+            self.store.append_event_once(f"{action.key}/{name}", event)
 
     def _write_status(self, record: JobRecord, status: JobStatus) -> None:
         expected = self._status_versions.get(record.name, record.status_version)

@@ -68,6 +68,8 @@ class PodRecord:
     avoid: tuple[str, ...] = ()
     #: Set by chaos: the fault to report for this launch (force-deleted, evicted, an exit code).
     injected: dict[str, Any] = field(default_factory=dict)
+    #: What this launch runs: the controller's ``LaunchSpec.to_dict()``.
+    launch_spec: dict[str, Any] = field(default_factory=dict)
     version: int = 0
 
     @property

@@ -26,10 +26,11 @@ from trainguard.backends.local.agentcmd import agent_argv, grace_seconds
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.hosts.setup import pod_environment as horovod_environment
 from trainguard.backends.local.placement import choose_node
-from trainguard.backends.local.podenv import PodIdentity, argv_and_cwd, pod_environment
+from trainguard.backends.local.podenv import argv_and_cwd, pod_environment
 from trainguard.backends.local.records import EventRecord, JobRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.reports import Report, ReportReader
 from trainguard.backends.local.store import Conflict, Store
+from trainguard.controller.launchspec import LaunchSpec
 
 #: Marks a pod's agent in its environment: "<job uid>/<pod>/<launch>".
 POD_ID_ENV = "TRAINGUARD_POD_ID"
@@ -64,6 +65,7 @@ class Runtime:
         index: int,
         generation: int,
         restarts: int,
+        spec: LaunchSpec,
         avoid: Iterable[str] = (),
     ) -> None:
         """Start incarnation ``generation`` of ``pod`` (or queue it until a node has room). Idempotent."""
@@ -82,6 +84,7 @@ class Runtime:
             launch=generation,
             restarts=restarts,
             avoid=tuple(avoid),
+            launch_spec=spec.to_dict(),
         )
         row = (
             self.store.insert_pod(fresh)
@@ -105,16 +108,11 @@ class Runtime:
         self._spawn(record, job, row)
 
     def _spawn(self, record: JobRecord, job: TrainingJob, row: PodRecord) -> PodRecord:
-        identity = PodIdentity(job, record.uid, row.role, row.index, row.restarts, record.port)
         report = self.home.report_file(record.name, row.name, row.launch)
         report.unlink(missing_ok=True)  # a relaunch after a crash must not read a half-run's lines
         self.reports.forget(report)
         control = self.home.control_file(record.name, row.name)
         control.unlink(missing_ok=True)  # a request meant for an earlier launch
-        replicas = {
-            role: record.status.get("replicas", {}).get(role, spec.replicas)
-            for role, spec in job.spec.replica_specs.items()
-        }
         extra = {
             POD_ID_ENV: pod_marker(record.uid, row),
             "TRAINGUARD_REPORT_FILE": str(report),
@@ -129,8 +127,9 @@ class Runtime:
                     self.base_env,
                 )
             )
-        env = pod_environment(identity, replicas, self.base_env, extra)
-        argv, cwd = argv_and_cwd(identity, env, record.workdir)
+        spec = LaunchSpec.from_dict(row.launch_spec)
+        env = pod_environment(job, row.role, spec, self.base_env, extra)
+        argv, cwd = argv_and_cwd(job, row.role, spec, env, record.workdir)
         log = self.home.pod_log(record.name, row.name)
         try:
             started = processes.start(agent_argv(job, row.role, report, argv, control), env, cwd, log)

@@ -23,7 +23,7 @@ from trainguard.backends.local.processes import signal_number
 from trainguard.backends.local.records import JobRecord, NodeRecord
 from trainguard.backends.local.store import AlreadyExists, Conflict
 from trainguard.backends.local.views import job_view
-from trainguard.controller.launch import render
+from trainguard.controller.launchspec import check_runnable
 
 #: Exit status of a request the user must change (unknown job, value out of range, ...).
 USAGE = 2
@@ -229,11 +229,12 @@ class Service:
 
     @staticmethod
     def _check_runnable(job: TrainingJob, source: str) -> None:
-        for role in job.spec.replica_specs:
-            try:
-                render(job, role, "127.0.0.1:0", command(job, role))
-            except ValueError as error:
-                raise RequestError(f"{source}: {error}" if source else str(error)) from None
+        try:
+            for role in job.spec.replica_specs:
+                command(job, role)
+            check_runnable(job)
+        except ValueError as error:
+            raise RequestError(f"{source}: {error}" if source else str(error)) from None
 
     def _free_port(self) -> int:
         """A loopback port for the job's rendezvous, free now and not given to another job."""

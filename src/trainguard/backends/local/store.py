@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS pods (
     stop_deadline REAL,
     avoid TEXT NOT NULL,
     injected TEXT NOT NULL,
-    version INTEGER NOT NULL
+    version INTEGER NOT NULL,
+    launch_spec TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS pods_by_job ON pods (job);
 CREATE TABLE IF NOT EXISTS nodes (
@@ -87,8 +88,15 @@ CREATE TABLE IF NOT EXISTS applied (
 """
 
 
-#: Bumped whenever the tables change shape.
+#: Bumped whenever the tables change shape in a way older files cannot be brought to.
 SCHEMA_VERSION = 1
+#: Columns of ``pods`` newer than the files of earlier releases: name -> declaration (with a default).
+_ADDED_POD_COLUMNS = {"launch_spec": "TEXT NOT NULL DEFAULT '{}'"}
+_POD_COLUMNS = (
+    "name, job, role, idx, node, state, launch, restarts, pid, create_time, exit_code, signal, reason,"
+    " started_at, finished_at, deleted_by_us, in_place_acked, stop_deadline, avoid, injected, launch_spec,"
+    " version"
+)
 
 
 class StateError(Exception):
@@ -122,7 +130,15 @@ class Store:
                 f"{SCHEMA_VERSION}); use another TRAINGUARD_HOME or remove {path.parent}"
             )
         self._db.executescript(_SCHEMA)
+        self._add_columns()
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _add_columns(self) -> None:
+        """Columns added since schema 1 was first written (a file of an earlier release gets them, empty)."""
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(pods)")}
+        for name, declaration in _ADDED_POD_COLUMNS.items():
+            if name not in columns:
+                self._db.execute(f"ALTER TABLE pods ADD COLUMN {name} {declaration}")
 
     def close(self) -> None:
         with self._lock:
@@ -230,7 +246,8 @@ class Store:
         try:
             with self.transaction() as db:
                 db.execute(
-                    "INSERT INTO pods VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    f"INSERT INTO pods ({_POD_COLUMNS}) VALUES"
+                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
                     _pod_values(pod),
                 )
         except sqlite3.IntegrityError as error:
@@ -244,7 +261,7 @@ class Store:
             "UPDATE pods SET job = ?, role = ?, idx = ?, node = ?, state = ?, launch = ?, restarts = ?,"
             " pid = ?, create_time = ?, exit_code = ?, signal = ?, reason = ?, started_at = ?,"
             " finished_at = ?, deleted_by_us = ?, in_place_acked = ?, stop_deadline = ?, avoid = ?, injected = ?,"
-            " version = version + 1"
+            " launch_spec = ?, version = version + 1"
             " WHERE name = ? AND version = ?",
             (*values[1:], pod.name, pod.version),
             pod.version,
@@ -391,6 +408,7 @@ def _pod(row: sqlite3.Row) -> PodRecord:
         stop_deadline=row["stop_deadline"],
         avoid=tuple(json.loads(row["avoid"])),
         injected=json.loads(row["injected"]),
+        launch_spec=json.loads(row["launch_spec"]),
         version=row["version"],
     )
 
@@ -417,4 +435,5 @@ def _pod_values(pod: PodRecord) -> tuple[Any, ...]:
         pod.stop_deadline,
         json.dumps(list(pod.avoid)),
         json.dumps(pod.injected),
+        json.dumps(pod.launch_spec),
     )

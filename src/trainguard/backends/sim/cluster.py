@@ -36,6 +36,7 @@ from trainguard.controller import (
     EmitEvent,
     JobStatus,
     LaunchPod,
+    NudgeSurvivors,
     Observed,
     ObservedNode,
     ObservedPhase,
@@ -116,6 +117,8 @@ class SimCluster:
     scale_requests: list[ScaleRequest] = field(default_factory=list)
     stored: JobStatus | None = None
     discovery: tuple[str, ...] = ()
+    #: Nudges of survivors asked for, in order.
+    nudges: list[NudgeSurvivors] = field(default_factory=list)
     events_total: int = 0
     recent_events: deque[EmitEvent] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
     #: Bumped by every change a later observe() would show.
@@ -199,6 +202,8 @@ class SimCluster:
                 self.recent_events.append(action)
             elif isinstance(action, UpdateDiscovery):
                 self.discovery = action.hosts
+            elif isinstance(action, NudgeSurvivors):
+                self.nudges.append(action)  # simulated pods have no workers: what was asked is kept
         self._place(launched)
 
     def _launch(self, action: LaunchPod) -> SimPod | None:

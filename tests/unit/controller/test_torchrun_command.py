@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.api import TrainingJob
-from trainguard.controller import launch
+from trainguard.controller import torchrun_command as launch
 
 ENDPOINT = "127.0.0.1:29999"
 OURS = [

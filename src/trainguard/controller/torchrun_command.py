@@ -1,6 +1,6 @@
-"""How the pods of a PyTorch job start torchrun's elastic agent: each pod's command and environment, as a pure
-function of the job, the role and the rendezvous endpoint, so that the local runtime and the Kubernetes
-operator start the same thing.
+"""The torchrun part of a pod's launch: how the pods of a PyTorch job start torchrun's elastic agent (the
+command and the ``PET_*`` defaults), as a pure function of the job, the role and the rendezvous endpoint.
+``trainguard.controller.launchspec`` builds each pod's whole launch from it.
 
 A job uses torchrun when its ``frameworkType`` is ``pytorch`` (every Kubeflow PyTorchJob) or it has an
 ``elastic`` block (Kubeflow's ``elasticPolicy``), unless the annotation ``trainguard.io/torchrun: "false"``

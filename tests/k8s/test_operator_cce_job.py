@@ -1,5 +1,5 @@
-"""Seed 000 on a real control plane: ``kubectl apply`` of the CCE YAML, unchanged, and the operator runs it as
-the seed shows (conditions, pods, scaling with ``kubectl scale``), then survives faults and its own death."""
+"""CCE's AITrainingJob example on a real control plane: ``kubectl apply`` of the CCE YAML, unchanged, and the
+operator runs it as CCE's documentation shows (conditions, pods, scaling with ``kubectl scale``), then survives faults and its own death."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.k8s.operator_harness import ROOT, Scenario, pod_names, scenario
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
 
-SEED = ROOT / "examples" / "jobs" / "seed-000-aitrainingjob.yaml"
+CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
 JOB = "test-horovod-elastic"
 AITJ = "aitrainingjob"
 LAUNCHER = f"{JOB}-launcher-0"
@@ -26,7 +26,7 @@ def _running(s: Scenario) -> list[str]:
 
 
 def _started(s: Scenario) -> dict:
-    s.kubectl("apply", "-f", str(SEED))
+    s.kubectl("apply", "-f", str(CCE_JOB))
     s.wait("a launcher and 3 trainers running", lambda: _running(s) == [LAUNCHER, *TRAINERS])
     return s.wait_job(AITJ, JOB, "job Running", lambda st: st.get("phase") == "Running")
 
@@ -35,7 +35,7 @@ def _pod(status: dict, name: str) -> dict:
     return next(p for p in status["pods"] if p["name"] == name)
 
 
-def test_seed_yaml_runs_scales_out_and_in(kube_cluster: KubeCluster, tmp_path: Path) -> None:
+def test_cce_yaml_runs_scales_out_and_in(kube_cluster: KubeCluster, tmp_path: Path) -> None:
     with scenario(kube_cluster, tmp_path, namespace="default") as s:
         job = _started(s)
         status = job["status"]
@@ -43,7 +43,7 @@ def test_seed_yaml_runs_scales_out_and_in(kube_cluster: KubeCluster, tmp_path: P
         assert types[0] == "Pending"
         assert types[-1] == "Running"
         assert status["conditions"][-1]["message"] == "all pods are running"
-        # Times as the seed prints them ("2022-01-14T09:01:52Z"), read back by the operator.
+        # Times as CCE's console prints them ("2022-01-14T09:01:52Z"), read back by the operator.
         for condition in status["conditions"]:
             for key in ("lastTransitionTime", "lastProbeTime"):
                 assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", condition[key]), condition
@@ -184,7 +184,7 @@ def test_exit_129_restarts_the_launcher_and_operator_restart_loses_nothing(
 
 def test_a_fault_past_restart_limit_fails_the_job(kube_cluster: KubeCluster, tmp_path: Path) -> None:
     with scenario(kube_cluster, tmp_path, namespace="default") as s:
-        text = SEED.read_text().replace("restartLimit: 100", "restartLimit: 1", 1)
+        text = CCE_JOB.read_text().replace("restartLimit: 100", "restartLimit: 1", 1)
         s.kubectl("apply", "-f", "-", input=text)
         s.wait("all pods running", lambda: _running(s) == [LAUNCHER, *TRAINERS])
         s.exit_pod(LAUNCHER, 129)

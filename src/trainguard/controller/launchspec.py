@@ -1,0 +1,163 @@
+"""One pod's launch, decided once for every backend: its command, its environment, its rank and the sizes of
+the world it joins.
+
+``launch_spec`` is a pure function of the job, the pod's slot, the roles' sizes and the backend's ``Network``
+(where the job's pods find each other: loopback ports on the local runtime, DNS names behind the job's
+Services on Kubernetes). The controller puts its result into every ``LaunchPod``; a backend only renders it:
+the local runtime as a process's argv and environment, the operator as a container's command and ``env``.
+
+- Ranks: roles in rank order (``trainguard.policy.roles.role_order``: a master, launcher or chief role first,
+  as Kubeflow gives its Master rank 0; then the job's order), each pod's rank its role's offset plus its index;
+  ``WORLD_SIZE`` the pods the roles have now (their members: a shrunk or scaled-in slot is not one).
+- ``MASTER_ADDR`` is rank 0's pod, at the backend's address for it; ``MASTER_PORT`` the backend's port.
+- A torchrun role's command runs under torchrun's elastic agent in the job's rendezvous
+  (``trainguard.controller.torchrun_command``); every pod of a torchrun job gets the ``PET_*`` defaults.
+- ``$(VAR)`` references in the command stay as written: Kubernetes expands them in the container, and the
+  local runtime expands them the same way when it starts the process.
+- The container's own ``env`` is not part of the spec: each backend puts it after these variables, so that
+  it wins, as Kubernetes does with duplicate names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainguard.api import TrainingJob, pod_name
+from trainguard.controller import torchrun_command
+from trainguard.policy.roles import role_order
+
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where a backend's pods find each other."""
+
+    #: ``host:port`` of the job's rendezvous store (torchrun's c10d endpoint).
+    rendezvous_endpoint: str = "127.0.0.1:29400"
+    #: A pod's address: ``{pod}`` is replaced by the pod's name (``{pod}.<job>`` behind a headless Service).
+    pod_address: str = "{pod}"
+    master_port: int = DEFAULT_MASTER_PORT
+
+    def address(self, pod: str) -> str:
+        return self.pod_address.replace("{pod}", pod)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one incarnation of a pod runs (the same on every backend)."""
+
+    #: The command: the role's command and args, under torchrun's agent for a torchrun role.
+    argv: tuple[str, ...]
+    #: trainguard's variables, in order; the container's own ``env`` comes after them and wins.
+    env: tuple[tuple[str, str], ...]
+    rank: int
+    world_size: int
+    #: role -> pods, in rank order: the world this pod was started into.
+    role_sizes: tuple[tuple[str, int], ...]
+    #: The pod's agent joins the job's torchrun rendezvous (so it is nudged when a peer fails).
+    in_rendezvous: bool = False
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "env": [list(pair) for pair in self.env],
+            "rank": self.rank,
+            "worldSize": self.world_size,
+            "roleSizes": [list(pair) for pair in self.role_sizes],
+            "inRendezvous": self.in_rendezvous,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LaunchSpec:
+        return cls(
+            argv=tuple(str(part) for part in data["argv"]),
+            env=tuple((str(name), str(value)) for name, value in data["env"]),
+            rank=int(data["rank"]),
+            world_size=int(data["worldSize"]),
+            role_sizes=tuple((str(role), int(size)) for role, size in data["roleSizes"]),
+            in_rendezvous=bool(data.get("inRendezvous", False)),
+        )
+
+
+@dataclass(frozen=True)
+class RoleLaunch:
+    """What every pod of one role shares (worked out once per role and reconcile)."""
+
+    argv: tuple[str, ...]
+    torchrun_env: tuple[tuple[str, str], ...]
+    in_rendezvous: bool
+
+
+def check_runnable(job: TrainingJob) -> None:
+    """``LaunchError`` (a ValueError naming the field) for a role whose torchrun command cannot run; backends
+    call it before they accept a job."""
+    for role in job.spec.replica_specs:
+        role_launch(job, role, Network())
+
+
+def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
+    """The command and torchrun defaults of ``role``'s pods; ``LaunchError`` for a torchrun command that
+    cannot run (no training script)."""
+    endpoint = network.rendezvous_endpoint
+    argv = torchrun_command.render(job, role, endpoint)
+    return RoleLaunch(
+        argv=tuple(argv),
+        torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
+        in_rendezvous=role in torchrun_command.torchrun_roles(job),
+    )
+
+
+def launch_spec(
+    job: TrainingJob,
+    role: str,
+    index: int,
+    generation: int,
+    restarts: int,
+    sizes: Mapping[str, int],
+    network: Network,
+    shared: RoleLaunch | None = None,
+) -> LaunchSpec:
+    """The launch of incarnation ``generation`` of pod ``index`` of ``role``, in a world of ``sizes`` (role ->
+    pods the role has now). ``shared``: ``role_launch(job, role, network)``, when the caller has it."""
+    shared = shared or role_launch(job, role, network)
+    order = role_order(job)
+    role_sizes = tuple((name, max(sizes.get(name, 0), 0)) for name in order)
+    offset = 0
+    for name, size in role_sizes:
+        if name == role:
+            break
+        offset += size
+    first = next((name for name, size in role_sizes if size > 0), order[0])
+    name = pod_name(job.name, role, index)
+    env = (
+        ("TRAININGJOB_NAME", job.name),
+        ("TRAININGJOB_NAMESPACE", job.metadata.namespace),
+        ("TRAININGJOB_UID", job.metadata.uid or ""),
+        ("TRAININGJOB_REPLICA_NAME", role),
+        ("TRAININGJOB_REPLICA_INDEX", str(index)),
+        ("TRAININGJOB_REPLICA_RESTARTCOUNT", str(restarts)),
+        ("TRAININGJOB_POD_NAME", name),
+        ("TRAINGUARD_GENERATION", str(generation)),
+        ("TRAINGUARD_RDZV_ENDPOINT", network.rendezvous_endpoint),
+        ("MASTER_ADDR", network.address(pod_name(job.name, first, 0))),
+        ("MASTER_PORT", str(network.master_port)),
+        ("WORLD_SIZE", str(sum(size for _, size in role_sizes))),
+        ("RANK", str(offset + index)),
+        ("PYTHONUNBUFFERED", "1"),
+        *shared.torchrun_env,
+    )
+    return LaunchSpec(
+        argv=shared.argv,
+        env=env,
+        rank=offset + index,
+        world_size=sum(size for _, size in role_sizes),
+        role_sizes=role_sizes,
+        in_rendezvous=shared.in_rendezvous,
+    )

@@ -1,0 +1,19 @@
+"""LaunchPod actions as the controller makes them, for tests that render pods without a reconcile."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trainguard.api import TrainingJob, pod_name
+from trainguard.backends.k8s import manifests
+from trainguard.controller.backend import LaunchPod
+from trainguard.controller.launchspec import launch_spec
+
+
+def launch(job: TrainingJob, role: str, index: int, sizes: Mapping[str, int]) -> LaunchPod:
+    """The first launch of ``role``'s pod ``index`` in a world of ``sizes``, on Kubernetes' network."""
+    spec = launch_spec(job, role, index, 1, 0, sizes, manifests.network(job))
+    name = pod_name(job.name, role, index)
+    return LaunchPod(
+        key="k", pod=name, role=role, index=index, generation=1, restart_count=0, reason="start", spec=spec
+    )
