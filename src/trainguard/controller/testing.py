@@ -32,6 +32,7 @@ from trainguard.controller.backend import (
     UpdateDiscovery,
     WriteStatus,
 )
+from trainguard.controller.launchspec import Network
 from trainguard.controller.status import JobStatus
 
 
@@ -77,6 +78,8 @@ class FakeCluster:
     discovery: tuple[str, ...] = ()
     #: Nudges of survivors asked for, in order.
     nudges: list[NudgeSurvivors] = field(default_factory=list)
+    #: Where pods find each other, as ``observe`` reports it.
+    network: Network = field(default_factory=Network)
     discovery_version: int = 0
     #: Pod names whose incarnations never get scheduled (a start timeout in the making).
     stalled: set[str] = field(default_factory=set)
@@ -87,10 +90,16 @@ class FakeCluster:
 
     @classmethod
     def with_nodes(
-        cls, count: int, slots: int = 1, *, now: float = 0.0, start_seconds: float = 0.0
+        cls,
+        count: int,
+        slots: int = 1,
+        *,
+        now: float = 0.0,
+        start_seconds: float = 0.0,
+        network: Network | None = None,
     ) -> FakeCluster:
         nodes = {f"node-{i}": FakeNode(f"node-{i}", slots) for i in range(count)}
-        return cls(nodes=nodes, now=now, start_seconds=start_seconds)
+        return cls(nodes=nodes, now=now, start_seconds=start_seconds, network=network or Network())
 
     # ---- the backend interface --------------------------------------------------------------------
 
@@ -116,7 +125,7 @@ class FakeCluster:
             ObservedNode(node.name, node.ready, node.slots - self._used(node.name))
             for node in self.nodes.values()
         )
-        return Observed(pods, nodes, tuple(self.scale_requests), tuple(self.errors))
+        return Observed(pods, nodes, tuple(self.scale_requests), tuple(self.errors), self.network)
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
         for action in actions:

@@ -1,0 +1,133 @@
+"""One launch spec, two renderings: the local runtime (a process's environment) and the operator (a container's
+``env``) give every pod of a job the same rank, world size and environment; only the addresses differ, each
+backend's own (loopback ports; DNS names behind the job's Services)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainguard.api import TrainingJob
+from trainguard.api.load import load_jobs
+from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s.kinds import NATIVE
+from trainguard.backends.local import podenv
+from trainguard.controller import JobStatus, LaunchPod, step
+from trainguard.controller.launchspec import Network
+from trainguard.controller.testing import FakeCluster
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
+#: Where each backend puts things: these variables name addresses, so their values differ by backend.
+ADDRESSES = frozenset({"MASTER_ADDR", "MASTER_PORT", "TRAINGUARD_RDZV_ENDPOINT", "PET_RDZV_ENDPOINT"})
+LOCAL_PORT = 41000
+
+
+def _job(name: str) -> TrainingJob:
+    job = load_jobs(EXAMPLES / name)[0].job
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"uid": "uid-7"})})
+
+
+def _workers_before_master() -> TrainingJob:
+    """A native job that lists its workers before its master: the master still gets rank 0."""
+
+    def role(replicas: int, kind: str) -> dict[str, Any]:
+        container = {"name": "m", "image": "i", "command": ["python", "train.py"]}
+        return {"replicas": replicas, "replicaType": kind, "template": {"spec": {"containers": [container]}}}
+
+    return TrainingJob.model_validate(
+        {
+            "apiVersion": "trainguard.io/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "mw", "uid": "uid-8"},
+            "spec": {"replicaSpecs": {"worker": role(2, "worker"), "master": role(1, "master")}},
+        }
+    )
+
+
+def _launches(
+    job: TrainingJob, network: Network, scale: dict[str, int] | None = None
+) -> dict[str, LaunchPod]:
+    """The launches a reconcile issues for the job on a cluster whose pods find each other at ``network``:
+    the first start, and with ``scale`` (role -> replicas) the launches of a resize once all runs."""
+    cluster = FakeCluster.with_nodes(8, network=network)
+    status, launched = JobStatus(), {}
+    for _ in range(6):
+        status = step(cluster, job, status, cluster.now).status
+        cluster.progress()
+        cluster.advance(1.0)
+    launched = {a.pod: a for a in cluster.log if isinstance(a, LaunchPod)}
+    if scale:
+        for role, replicas in scale.items():
+            cluster.scale(role, replicas)
+        for _ in range(4):
+            status = step(cluster, job, status, cluster.now).status
+            cluster.progress()
+            cluster.advance(1.0)
+        launched = {a.pod: a for a in cluster.log if isinstance(a, LaunchPod)}
+    return launched
+
+
+def _local_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
+    return podenv.pod_environment(job, launch.role, launch.spec, base={})
+
+
+def _kubernetes_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
+    container = manifests.pod(NATIVE, job, launch, None)["spec"]["containers"][0]
+    return {item["name"]: item["value"] for item in container["env"]}  # the last of equal names wins
+
+
+CASES = [
+    # CCE's AITrainingJob example: a launcher (rank 0) and 3 trainers.
+    ("cce-horovod-elastic.yaml", None, {"launcher-0": 0, "trainer-0": 1, "trainer-1": 2, "trainer-2": 3}, 4),
+    # Kubeflow's PyTorchJob: a Master and 2 Workers.
+    ("pytorchjob-plain.yaml", None, {"master-0": 0, "worker-0": 1, "worker-1": 2}, 3),
+    # Elastic workers, 3 -> 4 while it runs: the new worker starts in a world of 4.
+    (
+        "pytorchjob-elastic.yaml",
+        {"Worker": 4},
+        {"worker-0": 0, "worker-1": 1, "worker-2": 2, "worker-3": 3},
+        4,
+    ),
+    # Workers listed before the master: rank order puts the master first all the same.
+    (None, None, {"master-0": 0, "worker-0": 1, "worker-1": 2}, 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("example", "scale", "ranks", "world"), CASES, ids=["cce", "kubeflow", "elastic", "order"]
+)
+def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
+    example: str | None, scale: dict[str, int] | None, ranks: dict[str, int], world: int
+) -> None:
+    job = _job(example) if example else _workers_before_master()
+    local = _launches(job, podenv.network(LOCAL_PORT), scale)
+    kube = _launches(job, manifests.network(job), scale)
+    assert set(local) == set(kube) == {f"{job.name}-{pod}" for pod in ranks}
+    for name, launch in local.items():
+        on_local, on_kube = _local_env(job, launch), _kubernetes_env(job, kube[name])
+        assert launch.spec.rank == kube[name].spec.rank == ranks[name.removeprefix(f"{job.name}-")], name
+        assert int(on_local["RANK"]) == int(on_kube["RANK"]) == launch.spec.rank
+        assert on_local.keys() == on_kube.keys(), name
+        assert {k: v for k, v in on_local.items() if k not in ADDRESSES} == {
+            k: v for k, v in on_kube.items() if k not in ADDRESSES
+        }, name
+        # The same command (torchrun's where it applies), each naming its own rendezvous endpoint.
+        here, there = f"127.0.0.1:{LOCAL_PORT}", manifests.rendezvous_endpoint(job)
+        assert [part.replace(here, "RDZV") for part in launch.spec.argv] == [
+            part.replace(there, "RDZV") for part in kube[name].spec.argv
+        ]
+        # The addresses: each backend's own, both naming rank 0's pod and the job's rendezvous.
+        rank0 = next(pod for pod, rank in ranks.items() if rank == 0)
+        assert on_local["MASTER_ADDR"] == "127.0.0.1"
+        assert on_kube["MASTER_ADDR"] == f"{job.name}-{rank0}.{job.name}"
+        assert on_local["TRAINGUARD_RDZV_ENDPOINT"] == f"127.0.0.1:{LOCAL_PORT}"
+        assert on_kube["TRAINGUARD_RDZV_ENDPOINT"] == manifests.rendezvous_endpoint(job)
+    # The world a pod was started into: every pod of the first start in the first world, a resize's in the new.
+    first = {name: a.spec.world_size for name, a in local.items()}
+    assert max(first.values()) == world
+    if scale:
+        added = sorted(local)[-1]
+        assert local[added].spec.world_size == world
+        assert {a.spec.world_size for n, a in local.items() if n != added} == {world - 1}
