@@ -21,6 +21,7 @@ from trainguard.controller.backend import (
     UpdateDiscovery,
     WriteStatus,
 )
+from trainguard.controller.faults import SettledSlots
 from trainguard.controller.loop import step
 from trainguard.controller.phases import JOB_TRANSITIONS, POD_TRANSITIONS, JobPhase, PodPhase
 from trainguard.controller.reconcile import ReconcileResult, reconcile
@@ -51,6 +52,7 @@ __all__ = [
     "ReconcileResult",
     "RestartInPlace",
     "ScaleRequest",
+    "SettledSlots",
     "TerminatePod",
     "UpdateDiscovery",
     "WriteStatus",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.api import TrainingJob, pod_name
 from trainguard.controller import keys
@@ -38,6 +38,9 @@ from trainguard.controller.status import (
 )
 from trainguard.policy.types import PodRef, PolicyState
 
+if TYPE_CHECKING:
+    from trainguard.controller.faults import SettledSlots
+
 _INDEX = attrgetter("index")
 
 
@@ -62,6 +65,8 @@ class Cycle:
     transitions: list[PhaseTransition] = field(default_factory=list)
     #: The policy state as the cycle started, to tell whether it changed.
     initial_state: PolicyState | None = None
+    #: The caller's memory of settled slots (``faults.SettledSlots``), if it keeps one.
+    settled: SettledSlots | None = None
     #: The observation indexed by name (pods of a slot, nodes, failed launches), so that lookups do not
     #: scan it.
     _pods_by_name: dict[str, list[ObservedPod]] = field(default_factory=dict)
@@ -83,7 +88,14 @@ class Cycle:
             self._errors_by_key[error.key] = error
 
     @classmethod
-    def start(cls, job: TrainingJob, status: JobStatus, observed: Observed, now: float) -> Cycle:
+    def start(
+        cls,
+        job: TrainingJob,
+        status: JobStatus,
+        observed: Observed,
+        now: float,
+        settled: SettledSlots | None = None,
+    ) -> Cycle:
         return cls(
             job=job,
             now=now,
@@ -97,6 +109,7 @@ class Cycle:
             history=list(status.history),
             issued=dict.fromkeys(status.issued_keys),
             event_seq=status.event_seq,
+            settled=settled,
         )
 
     # ---- looking things up ------------------------------------------------------------------------
@@ -207,7 +220,7 @@ class Cycle:
         self.phase_words = (reason, message)
 
     def scale_message(self, operation: str, role: str, pods: list[str]) -> None:
-        """The Scaling condition's message, in the seed's words (pods listed as Go prints a slice)."""
+        """The Scaling condition's message, as CCE's operator words it (pods listed as Go prints a slice)."""
         meta = self.job.metadata
         self.updates["scaling_message"] = (
             f"trainingJob {meta.namespace}/{meta.name} {operation} Operation {operation} "

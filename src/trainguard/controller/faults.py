@@ -91,17 +91,29 @@ def _counts(cycle: Cycle) -> tuple[int, int]:
 # so "the same object" means the same values; a backend that builds new objects for every observation
 # simply never skips. tests/unit/controller/test_settled.py checks skipping against not skipping.
 
-#: job key -> slot name -> the slot and the pod it was found settled with.
-_SETTLED: dict[str, dict[str, tuple[PodStatus, ObservedPod]]] = {}
-#: Jobs remembered at most (those reconciled lately); past it, the table starts again.
-SETTLED_JOBS = 64
+
+class SettledSlots:
+    """What one controller remembers between its reconciles about settled slots: job key -> slot name -> the
+    slot and the pod it was found settled with. The caller of ``reconcile`` owns it (the local control
+    plane, an operator, the simulator); without one, no slot is skipped."""
+
+    def __init__(self, max_jobs: int = 64) -> None:
+        #: Jobs remembered at most (those reconciled lately); past it, the table starts again.
+        self.max_jobs = max_jobs
+        self._jobs: dict[str, dict[str, tuple[PodStatus, ObservedPod]]] = {}
+
+    def of(self, job: str) -> dict[str, tuple[PodStatus, ObservedPod]]:
+        if job not in self._jobs and len(self._jobs) >= self.max_jobs:
+            self._jobs.clear()
+        return self._jobs.setdefault(job, {})
+
+    def clear(self) -> None:
+        self._jobs.clear()
 
 
 def _settled_slots(cycle: Cycle) -> dict[str, tuple[PodStatus, ObservedPod]]:
-    job = keys.job_key(cycle.job)
-    if job not in _SETTLED and len(_SETTLED) >= SETTLED_JOBS:
-        _SETTLED.clear()
-    return _SETTLED.setdefault(job, {})
+    memory = cycle.settled
+    return memory.of(keys.job_key(cycle.job)) if memory is not None else {}
 
 
 def _incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | None:

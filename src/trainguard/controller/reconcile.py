@@ -21,7 +21,7 @@ from trainguard.controller.actuate import actuate
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.faults import act_on, observe_pods
+from trainguard.controller.faults import SettledSlots, act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.nudges import nudge_survivors
 from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
@@ -45,8 +45,16 @@ class ReconcileResult:
     wake_at: float | None
 
 
-def reconcile(job: TrainingJob, status: JobStatus, observed: Observed, now: float) -> ReconcileResult:
-    cycle = Cycle.start(job, status, observed, now)
+def reconcile(
+    job: TrainingJob,
+    status: JobStatus,
+    observed: Observed,
+    now: float,
+    settled: SettledSlots | None = None,
+) -> ReconcileResult:
+    """``settled``: the caller's memory of slots found settled before (``faults.SettledSlots``), which lets a
+    reconcile of a big job skip the pods that have not changed; the result is the same without it."""
+    cycle = Cycle.start(job, status, observed, now, settled)
     if status.started_at is None:
         _begin(cycle)
     if cycle.phase.is_terminal:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.controller.harness import make_job, seed_spec, with_role
-from trainguard.controller import JobPhase, JobStatus, ReconcileResult, reconcile
+from tests.unit.controller.harness import cce_spec, make_job, with_role
+from trainguard.controller import JobPhase, JobStatus, ReconcileResult, SettledSlots, reconcile
 from trainguard.controller import faults as faults_module
 from trainguard.controller.backend import (
     AgentReport,
@@ -33,8 +33,12 @@ NODES = ["n0", "n1", "n2"]
 times = st.sampled_from([None, 0.0, 5.0, 20.0])
 
 
+#: The memory of settled slots these tests reconcile with (as a control plane or an operator keeps one).
+SETTLED = SettledSlots()
+
+
 def forget_settled() -> None:
-    faults_module._SETTLED.clear()
+    SETTLED.clear()
 
 
 @st.composite
@@ -111,7 +115,7 @@ nodes = st.lists(st.booleans(), min_size=len(NODES), max_size=len(NODES)).map(
 jobs = st.sampled_from(
     [
         make_job(),
-        make_job(with_role(seed_spec(hang={"maxConsecutive": 2}), "trainer", restartTimeLimit=1)),
+        make_job(with_role(cce_spec(hang={"maxConsecutive": 2}), "trainer", restartTimeLimit=1)),
     ]
 )
 
@@ -119,7 +123,7 @@ jobs = st.sampled_from(
 def outcome(job: Any, status: JobStatus, observed: Observed, now: float) -> object:
     """What a reconcile gives, in a comparable form (an exception counts as an outcome too)."""
     try:
-        result: ReconcileResult = reconcile(job, status, observed, now)
+        result: ReconcileResult = reconcile(job, status, observed, now, SETTLED)
     except Exception as error:  # comparing two runs, whatever they do
         return ("raised", type(error).__name__, str(error))
     return (json.dumps(result.status.to_dict()), result.actions, result.wake_at)
@@ -172,7 +176,7 @@ def test_skipping_settled_slots_changes_nothing(
 
 
 def running_job() -> tuple[Any, JobStatus, Observed]:
-    """The seed job with its 4 pods running on Ready nodes, after the reconcile that saw them start."""
+    """CCE's example job with its 4 pods running on Ready nodes, after the reconcile that saw them start."""
     job = make_job()
     slots, pods = [], []
     for node, (role, index) in enumerate(SLOTS):
@@ -203,14 +207,14 @@ def test_a_settled_slot_is_skipped_until_its_node_goes(monkeypatch: pytest.Monke
         return real(cycle, slot, *args, **kwargs)
 
     monkeypatch.setattr(faults_module, "_observe", counting)
-    first = reconcile(job, status, observed, 3.0)
+    first = reconcile(job, status, observed, 3.0, SETTLED)
     examined.clear()
-    again = reconcile(job, first.status, observed, 4.0)
+    again = reconcile(job, first.status, observed, 4.0, SETTLED)
     assert examined == []
     assert again.actions == ()
 
     lost = Observed(observed.pods, (ObservedNode("n2", ready=False),))
-    decided = reconcile(job, again.status, lost, 5.0)
+    decided = reconcile(job, again.status, lost, 5.0, SETTLED)
     assert examined == [f"{JOB}-trainer-1"]
     assert any(
         isinstance(a, TerminatePod) and a.pod == f"{JOB}-trainer-1" and a.force for a in decided.actions

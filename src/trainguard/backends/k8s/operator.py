@@ -29,7 +29,7 @@ from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
-from trainguard.controller import reconcile
+from trainguard.controller import SettledSlots, reconcile
 from trainguard.controller.launchspec import check_runnable
 from trainguard.controller.metrics import ControllerStats
 
@@ -61,6 +61,8 @@ class Operator:
         self.options = options
         self.clock = clock
         self.queue: WorkQueue[JobKey] = WorkQueue()
+        #: Slots found settled, skipped by the next reconciles (the controller's memory, owned here).
+        self.settled = SettledSlots()
         self.kinds = {kind.kind: kind for kind in options.kinds}
         ns = options.namespace
         self.jobs = {kind.kind: Cache(kube, kind.path(ns), self._job_changed(kind)) for kind in options.kinds}
@@ -203,7 +205,7 @@ class Operator:
         status = read_status(obj)
         backend = JobBackend(self.shared, kind, obj)
         now = self.clock()
-        result = reconcile(job, status, backend.observe(job), now)
+        result = reconcile(job, status, backend.observe(job), now, self.settled)
         if not self.leader.is_leader():
             return
         backend.apply(job, result.actions)

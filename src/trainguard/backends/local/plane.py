@@ -24,6 +24,7 @@ from trainguard.backends.local.rendezvous import StoreHosts
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
+from trainguard.controller import SettledSlots
 from trainguard.controller.loop import step
 from trainguard.controller.metrics import ControllerStats
 
@@ -43,6 +44,8 @@ class ControlPlane:
         self.store = store
         self.clock = clock
         self.lock = threading.RLock()
+        #: Slots found settled, skipped by the next reconciles (the controller's memory, owned here).
+        self.settled = SettledSlots()
         #: Reconcile now (a request changed something, a child exited).
         self.waker = Waker()
         self.runtime = Runtime(home, store, clock, base_env)
@@ -123,7 +126,7 @@ class ControlPlane:
         if not status.phase.is_terminal and self.stores.needed(job, record.port):
             self.stores.ensure(job, record.uid, record.port)  # before any pod's agent looks for it
         self.runtime.place_pending(record, job)
-        result = step(self.backend, job, status, now)
+        result = step(self.backend, job, status, now, self.settled)
         ttl, completed = job.spec.ttl_seconds_after_finished, result.status.completed_at
         if (
             result.status.phase.is_terminal

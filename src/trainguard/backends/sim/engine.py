@@ -32,6 +32,7 @@ from trainguard.controller import (
     ObservedPhase,
     PodStatus,
     RestartInPlace,
+    SettledSlots,
     TerminatePod,
     step,
 )
@@ -116,6 +117,8 @@ class Engine:
     _recovering: bool = False
     _trained: bool = False
     _needs_progress: set[str] = field(default_factory=set)
+    #: Slots found settled, skipped by the next reconciles (the controller's memory, owned here).
+    _settled: SettledSlots = field(default_factory=SettledSlots)
     _accounted_to: float = 0.0
 
     @property
@@ -197,7 +200,7 @@ class Engine:
 
     def _reconcile(self) -> None:
         version = self.cluster.version
-        result = step(self.cluster, self.job, self.status, self.now)
+        result = step(self.cluster, self.job, self.status, self.now, self._settled)
         self.status = result.status
         self.reconciles += 1
         self._seen_version = version
