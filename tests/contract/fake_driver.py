@@ -1,13 +1,13 @@
-"""The contract driver for the controller's in-memory fake cluster (``trainguard.controller.testing``)."""
+"""The contract driver for the controller's in-memory fake cluster (``tests/fake_cluster.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from tests.fake_cluster import FakeCluster
 from trainguard.api import TrainingJob
 from trainguard.controller import JobStatus, step
-from trainguard.controller.testing import FakeCluster
 
 from .driver import View
 

@@ -1,4 +1,4 @@
-"""The seed 000 job in native form, and a harness that drives reconcile against the fake cluster."""
+"""CCE's AITrainingJob example in native form, and a harness that drives reconcile against the fake cluster."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.fake_cluster import FakeCluster
 from trainguard.api import TrainingJob
 from trainguard.controller import JobPhase, JobStatus, ReconcileResult, reconcile
-from trainguard.controller.testing import FakeCluster
 
 
-def seed_spec(**job_overrides: Any) -> dict[str, Any]:
-    """Seed 000 (test-horovod-elastic): a launcher and 3 trainers (1..5), the seed's fault policies."""
+def cce_spec(**job_overrides: Any) -> dict[str, Any]:
+    """CCE's example (test-horovod-elastic): a launcher and 3 trainers (1..5), its fault policies."""
     common = {
         "restartLimit": 100,
         "restartPolicy": "OnNodeFailWithExitCode",
@@ -67,7 +67,7 @@ def seed_spec(**job_overrides: Any) -> dict[str, Any]:
 
 def make_job(spec: dict[str, Any] | None = None, name: str = "test-horovod-elastic") -> TrainingJob:
     return TrainingJob.model_validate(
-        {"metadata": {"name": name, "namespace": "default", "uid": "uid-1"}, "spec": spec or seed_spec()}
+        {"metadata": {"name": name, "namespace": "default", "uid": "uid-1"}, "spec": spec or cce_spec()}
     )
 
 

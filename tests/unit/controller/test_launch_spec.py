@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.fake_cluster import FakeCluster
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_jobs
 from trainguard.backends.k8s import manifests
@@ -16,7 +17,6 @@ from trainguard.backends.k8s.kinds import NATIVE
 from trainguard.backends.local import podenv
 from trainguard.controller import JobStatus, LaunchPod, step
 from trainguard.controller.launchspec import Network
-from trainguard.controller.testing import FakeCluster
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
 #: Where each backend puts things: these variables name addresses, so their values differ by backend.
