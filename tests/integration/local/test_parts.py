@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery
+from trainguard.backends.local.home import Home
 from trainguard.backends.local.placement import choose_node
 from trainguard.backends.local.podenv import argv_and_cwd, expand, network, pod_environment
 from trainguard.backends.local.records import NodeRecord, PodRecord, PodState
+from trainguard.backends.local.rendezvous import JobPods
 from trainguard.backends.local.reports import parse
 from trainguard.controller.launchspec import LaunchSpec, launch_spec
 
@@ -126,3 +130,23 @@ def test_discovery_is_replaced_atomically_and_never_by_an_older_version(tmp_path
     assert discovery.current_version(script) == 2
     assert "echo job-trainer-1:1" in script.read_text()
     assert script.stat().st_mode & 0o100
+
+
+def test_the_rendezvous_store_says_when_it_cannot_read_the_state_and_keeps_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A busy or vanishing state file: no early completion of the round and no exit, with a warning."""
+    pods = JobPods(Home(tmp_path / "home").ensure(), "job-a", {"worker"})
+
+    def busy(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(pods.store, "list_pods", busy)
+    monkeypatch.setattr(pods.store, "get_job", busy)
+    with caplog.at_level(logging.WARNING, logger="trainguard.local"):
+        assert pods.running() is None
+        assert pods.orphaned(now=0.0) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "job job-a: could not list its pods (database is locked); the round completes by its own timeout",
+        "job job-a: could not read the job's state (database is locked); the store keeps serving",
+    ]

@@ -3,7 +3,7 @@
 torchrun's c10d rendezvous keeps its state in a TCPStore. Left to itself, the first agent to start hosts that
 store, so losing that pod (a kill, its node going down) loses the rendezvous of the whole job. Here the
 control plane runs the store in a process of its own, placed on no virtual node, and every agent joins it as
-a client (``--rdzv-conf is_host=false``, see ``trainguard.controller.launch``). Like a pod, it runs in its own
+a client (``--rdzv-conf is_host=false``, see ``trainguard.controller.torchrun_command``). Like a pod, it runs in its own
 session, is written down (``jobs/<job>/rendezvous.json``: pid and start time) and found again by a control plane
 that was killed and started anew; it is stopped when the job has ended and its pods are gone.
 
@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -49,7 +50,7 @@ from trainguard.backends.local.nudge import workers
 from trainguard.backends.local.podenv import LOOPBACK
 from trainguard.backends.local.records import PodState
 from trainguard.backends.local.runtime import POD_ID_ENV
-from trainguard.controller.launch import rendezvous, torchrun_roles
+from trainguard.controller.torchrun_command import rendezvous, torchrun_roles
 
 log = logging.getLogger("trainguard.local")
 
@@ -289,7 +290,12 @@ class JobPods:
         """Incarnations ("<pod>/<launch>") of the job's torchrun pods that are starting or running."""
         try:
             pods = self.store.list_pods(self.job)
-        except Exception:  # a busy or vanished state file: no early completion this time
+        except (sqlite3.Error, OSError) as error:  # a busy or vanished state file: no early completion now
+            log.warning(
+                "job %s: could not list its pods (%s); the round completes by its own timeout",
+                self.job,
+                error,
+            )
             return None
         return {
             f"{pod.name}/{pod.launch}"
@@ -302,7 +308,10 @@ class JobPods:
         try:
             record = self.store.get_job(self.job)
             alive = record is not None and any(pod.alive for pod in self.store.list_pods(self.job))
-        except Exception:
+        except (sqlite3.Error, OSError) as error:  # busy or vanishing: taken as alive, asked again next tick
+            log.warning(
+                "job %s: could not read the job's state (%s); the store keeps serving", self.job, error
+            )
             return False
         if alive:
             self._gone_since = None
