@@ -14,10 +14,12 @@ import yaml
 
 from tests.k8s.operator_harness import ROOT
 from trainguard.api.load import load_object
-from trainguard.backends.k8s.backend import JobBackend, Shared, StatusConflict
+from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.kinds import AITRAININGJOB
+from trainguard.backends.k8s.shared import Shared
+from trainguard.backends.k8s.status import StatusConflict
 from trainguard.controller import reconcile
 from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus

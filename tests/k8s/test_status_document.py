@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.api.load import load_object
-from trainguard.backends.k8s.backend import read_status, status_document
 from trainguard.backends.k8s.kinds import NATIVE
+from trainguard.backends.k8s.status import read_status, status_document
 from trainguard.controller.phases import JobPhase
 from trainguard.controller.status import Condition, JobStatus
 

@@ -9,24 +9,21 @@ at, and a conflict (someone else wrote first) stops the batch: the job is read a
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
-import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
 from trainguard.api import TrainingJob
 from trainguard.backends.k8s import manifests
-from trainguard.backends.k8s.cache import Cache
-from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.client import ApiError
+from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod, parse_time
+from trainguard.backends.k8s.observe import is_ours, observed_pod
+from trainguard.backends.k8s.shared import Shared, delete_pod, generation_of, owned_by
+from trainguard.backends.k8s.status import StatusConflict, status_document
+from trainguard.backends.k8s.store_pod import StorePod
 from trainguard.controller.backend import (
     Action,
     ActionError,
@@ -34,9 +31,6 @@ from trainguard.controller.backend import (
     LaunchPod,
     NudgeSurvivors,
     Observed,
-    ObservedNode,
-    ObservedPhase,
-    ObservedPod,
     RestartInPlace,
     TerminatePod,
     UpdateDiscovery,
@@ -46,90 +40,7 @@ from trainguard.controller.status import JobStatus
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
-COMPONENT = "trainguard-operator"
 _MAX_ERRORS = 50
-#: Requests one operator has in flight at once for the actions of its reconciles (pods, events): a job's
-#: 8 pods and their events are created side by side rather than one round trip after another.
-APPLY_CONCURRENCY = 16
-
-
-class StatusConflict(Exception):
-    """The job's status changed since it was read: read it again and decide again."""
-
-
-@dataclass
-class Shared:
-    """What the operator keeps between reconciles (all of it can be lost: it is rebuilt from the cluster)."""
-
-    kube: Kube
-    pods: Cache
-    nodes: Cache
-    scheduler: str | None = None
-    clock: Callable[[], float] = time.time
-    #: This replica's name in the leader-election Lease, recorded on its Events (``reportingInstance``).
-    identity: str = ""
-    #: Pods that vanished after a disruption was seen on them, so that the fault keeps its cause
-    #: (evicted, preempted) instead of reading as a forced deletion: pod name -> last view.
-    tombstones: dict[tuple[str, str], ObservedPod] = field(default_factory=dict)
-    #: (namespace, job) -> action errors the controller should see.
-    errors: dict[tuple[str, str], list[ActionError]] = field(default_factory=dict)
-    #: Launches waiting for the previous incarnation of their pod to be gone: (namespace, pod) -> body.
-    pending_launches: dict[tuple[str, str], Obj] = field(default_factory=dict)
-    #: Jobs whose Service exists (by uid).
-    services: set[str] = field(default_factory=set)
-    #: Jobs whose rendezvous Service exists (by uid).
-    rendezvous_services: set[str] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")
-    )
-    #: Node name -> Ready, and the controller's view of all nodes, rebuilt only when a readiness changes
-    #: (kwok and kubelets rewrite nodes every few seconds; a thousand of them per reconcile adds up).
-    _ready: dict[str, bool] = field(default_factory=dict)
-    _observed_nodes: tuple[ObservedNode, ...] | None = None
-
-    def node_changed(self, node: Obj, now: Obj | None) -> bool:
-        """Records a node's readiness (``now`` None: deleted); True when it changed."""
-        name = node["metadata"]["name"]
-        ready = now is not None and node_ready(now)
-        with self.lock:
-            if now is not None and self._ready.get(name) == ready:
-                return False
-            if now is None and name not in self._ready:
-                return False
-            if now is None:
-                del self._ready[name]
-            else:
-                self._ready[name] = ready
-            self._observed_nodes = None
-        return True
-
-    def observed_nodes(self) -> tuple[ObservedNode, ...]:
-        with self.lock:
-            if self._observed_nodes is None:
-                self._observed_nodes = tuple(ObservedNode(n, r, None) for n, r in sorted(self._ready.items()))
-            return self._observed_nodes
-
-    def node_is_ready(self, name: str) -> bool | None:
-        with self.lock:
-            return self._ready.get(name)
-
-    def remember_disruption(self, pod: Obj) -> None:
-        if not is_ours(pod):
-            return
-        seen = observed_pod(pod)
-        if seen.reason in ("Evicted", "Preempted", "DisruptionTarget"):
-            key = (pod["metadata"]["namespace"], seen.name)
-            with self.lock:
-                self.tombstones[key] = ObservedPod(
-                    name=seen.name,
-                    role=seen.role,
-                    index=seen.index,
-                    generation=seen.generation,
-                    phase=ObservedPhase.FAILED,
-                    node=seen.node,
-                    reason=seen.reason,
-                )
 
 
 class JobBackend:
@@ -143,6 +54,7 @@ class JobBackend:
         self.namespace = obj["metadata"]["namespace"]
         self.name = obj["metadata"]["name"]
         self.written: JobStatus | None = None
+        self.store_pod = StorePod(shared, kind, self.namespace, self.name)
 
     # ---- observe -----------------------------------------------------------------------------------
 
@@ -150,7 +62,7 @@ class JobBackend:
         pods = [
             p
             for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
-            if is_ours(p) and _owned_by(p, job.metadata.uid)
+            if is_ours(p) and owned_by(p, job.metadata.uid)
         ]
         seen = [observed_pod(p) for p in pods]
         names = {p.name for p in seen}
@@ -208,7 +120,7 @@ class JobBackend:
         every event) go out side by side, the actions on one pod one after the other."""
         if any(isinstance(a, LaunchPod) for a in actions):
             # The store first, so that the agents of the first pods find it as soon as they start.
-            self._tend_rendezvous_logged(job, launching=True)
+            self.store_pod.tend_logged(job, launching=True)
         between: list[Action] = []
         for action in actions:
             if isinstance(action, WriteStatus):
@@ -219,7 +131,7 @@ class JobBackend:
             else:
                 between.append(action)
         self._apply_side_by_side(job, between)
-        self._tend_rendezvous_logged(job)
+        self.store_pod.tend_logged(job)
 
     def _apply_side_by_side(self, job: TrainingJob, actions: list[Action]) -> None:
         if any(isinstance(a, LaunchPod) for a in actions):
@@ -304,7 +216,7 @@ class JobBackend:
             if error.status != 409:
                 raise
             cached = self.shared.pods.get(self.namespace, action.pod)
-            if cached is not None and _generation(cached) >= action.generation:
+            if cached is not None and generation_of(cached) >= action.generation:
                 return  # launched before; the watch has it already
             existing = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{action.pod}")
             generation = int(existing["metadata"].get("labels", {}).get(manifests.LABEL_GENERATION, 0))
@@ -329,74 +241,6 @@ class JobBackend:
                 raise
         self.shared.services.add(uid)
 
-    # ---- the rendezvous store (PyTorch jobs) -----------------------------------------------------------
-
-    def _tend_rendezvous_logged(self, job: TrainingJob, launching: bool = False) -> None:
-        try:
-            self._tend_rendezvous(job, launching)
-        except ApiError as error:  # the next reconcile tries again (the store's pod events trigger one)
-            log.warning("%s/%s: rendezvous store: %s", self.namespace, self.name, error)
-
-    def _tend_rendezvous(self, job: TrainingJob, launching: bool) -> None:
-        """Level-triggered: the job's store pod exists while any of its replica pods may still run (pending,
-        running, terminating; ``launching``: some are about to be created) and is removed once none does; one that failed, was deleted, or sits on a node
-        that is not Ready is created again. The pod is no replica: its loss is no fault of the job."""
-        if not manifests.hosts_rendezvous(job):
-            return
-        uid = job.metadata.uid
-        name = manifests.rendezvous_pod_name(job)
-        store = self.shared.pods.get(self.namespace, name)
-        if store is not None and not _owned_by(store, uid):
-            return  # an earlier job's of the same name, on its way out (garbage collection)
-        live = [
-            p
-            for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
-            if is_ours(p) and _owned_by(p, uid) and (p.get("status") or {}).get("phase") not in _ENDED
-        ]
-        if not live and not launching:
-            if store is not None and not store["metadata"].get("deletionTimestamp"):
-                self._delete_pod(name, store["metadata"]["uid"], grace=None)
-            return
-        if store is not None:
-            phase = (store.get("status") or {}).get("phase")
-            node = (store.get("spec") or {}).get("nodeName") or ""
-            node_lost = bool(node) and self.shared.node_is_ready(node) is False
-            if phase not in _ENDED and not node_lost:
-                return  # serving, starting, or on its way out on a working node (its deletion wakes us)
-            log.info("%s/%s: rendezvous store %s is %s: creating it again", self.namespace, self.name,
-                     name, "on a node that is not Ready" if node_lost else phase)  # fmt: skip
-            self._delete_pod(name, store["metadata"]["uid"], grace=0)
-        self._ensure_rendezvous_service(job, again=store is not None)
-        try:
-            self.shared.pods.put(
-                self.kube.create(
-                    f"/api/v1/namespaces/{self.namespace}/pods",
-                    manifests.rendezvous_pod(self.kind, job, self.shared.scheduler),
-                )
-            )
-        except ApiError as error:
-            if error.status != 409:  # there already (the watch is behind): the next event tells
-                raise
-
-    def _ensure_rendezvous_service(self, job: TrainingJob, again: bool) -> None:
-        """Created with the store's first pod; asked for again whenever the pod is recreated."""
-        uid = job.metadata.uid or ""
-        if uid in self.shared.rendezvous_services and not again:
-            return
-        body = manifests.rendezvous_service(self.kind, job)
-        path = f"/api/v1/namespaces/{self.namespace}/services"
-        try:
-            self.kube.create(path, body)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-            existing = self.kube.get(f"{path}/{body['metadata']['name']}")
-            if not _owned_by(existing, uid):
-                raise ApiError(
-                    409, f"service {body['metadata']['name']} exists and belongs to something else"
-                ) from None
-        self.shared.rendezvous_services.add(uid)
-
     def _terminate(self, action: TerminatePod) -> None:
         pod = self.shared.pods.get(self.namespace, action.pod)
         if pod is None:
@@ -407,11 +251,7 @@ class JobBackend:
         self._delete_pod(action.pod, pod["metadata"]["uid"], grace=0 if action.force else None)
 
     def _delete_pod(self, name: str, uid: str, grace: int | None) -> None:
-        try:
-            self.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{name}", grace=grace, uid=uid)
-        except ApiError as error:
-            if error.status not in (404, 409):  # gone already, or a newer pod of that name
-                raise
+        delete_pod(self.kube, self.namespace, name, uid, grace)
 
     def _restart_in_place(self, action: RestartInPlace) -> None:
         patch = {"metadata": {"annotations": {manifests.ANNOTATION_IN_PLACE: str(action.attempt)}}}
@@ -455,81 +295,9 @@ class JobBackend:
                     raise
 
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
-        digest = hashlib.sha256(action.key.encode()).hexdigest()[:16]
-        when = _rfc3339(action.at)
-        involved: Obj = {
-            "apiVersion": self.kind.api_version,
-            "kind": self.kind.kind,
-            "name": self.name,
-            "namespace": self.namespace,
-            "uid": job.metadata.uid or "",
-        }
-        if action.pod is not None:
-            involved = {"apiVersion": "v1", "kind": "Pod", "name": action.pod, "namespace": self.namespace}
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{self.name}.{digest}", "namespace": self.namespace},
-            "involvedObject": involved,
-            "type": action.type.value,
-            "reason": action.reason,
-            "message": action.message[:1024],
-            "firstTimestamp": when,
-            "lastTimestamp": when,
-            "count": 1,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.shared.identity,
-        }
+        body = event_body(self.kind, self.namespace, self.name, job, action, self.shared.identity)
         try:
             self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
         except ApiError as error:
             if error.status != 409:  # the same key: sent before
                 raise
-
-
-_ENDED = ("Succeeded", "Failed")
-
-
-def _generation(pod: Obj) -> int:
-    return int((pod["metadata"].get("labels") or {}).get(manifests.LABEL_GENERATION, 0))
-
-
-def _owned_by(pod: Obj, uid: str | None) -> bool:
-    """Pods of an earlier job of the same name (not yet collected) are not this job's."""
-    owners = pod["metadata"].get("ownerReferences") or []
-    return uid is None or any(owner.get("uid") == uid for owner in owners)
-
-
-#: Condition times are written as Kubernetes writes them (RFC 3339, UTC, whole seconds), as CCE's docs
-#: show them;
-#: the controller keeps epoch seconds. Every other time of the status stays in epoch seconds.
-_CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime")
-
-
-def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:
-    """The controller's status as stored, plus the label selector that the scale subresource reads."""
-    selector = f"{manifests.LABEL_JOB}={job.name},{manifests.LABEL_ROLE}={kind.scale_role}"
-    document = {**status.to_dict(), "selector": selector}
-    document["conditions"] = [
-        {**c, **{k: _rfc3339(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), (int, float))}}
-        for c in document.get("conditions") or []
-    ]
-    return document
-
-
-def read_status(obj: Obj) -> JobStatus:
-    data = dict(obj.get("status") or {})
-    data.pop("selector", None)
-    if not data:
-        return JobStatus()
-    data["conditions"] = [
-        {**c, **{k: parse_time(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), str)}}
-        for c in data.get("conditions") or []
-    ]
-    return JobStatus.from_dict(data)
-
-
-def _rfc3339(epoch: float) -> str:
-    # Whole seconds first: fromtimestamp rounds to the microsecond, which carries 1.9999995 over to 2.
-    return datetime.fromtimestamp(math.floor(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

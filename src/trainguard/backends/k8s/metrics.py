@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.process_collector import ProcessCollector
 
-from trainguard.backends.k8s.backend import read_status
+from trainguard.backends.k8s.status import read_status
 from trainguard.controller.metrics import ControllerStats, JobSnapshot
 from trainguard.controller.prometheus import JobsCollector
 

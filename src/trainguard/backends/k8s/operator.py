@@ -22,13 +22,15 @@ from typing import Any
 from trainguard.api import SpecError
 from trainguard.api.load import load_object
 from trainguard.backends.k8s import manifests, metrics
-from trainguard.backends.k8s.backend import JobBackend, Shared, StatusConflict, read_status
+from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
+from trainguard.backends.k8s.shared import Shared
+from trainguard.backends.k8s.status import StatusConflict, read_status
 from trainguard.controller import SettledSlots, reconcile
 from trainguard.controller.launchspec import check_runnable
 from trainguard.controller.metrics import ControllerStats

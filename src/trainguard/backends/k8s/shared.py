@@ -1,0 +1,118 @@
+"""What the operator keeps between reconciles (caches, node readiness, pending work), and the small facts about
+pods every part of it uses. All of it can be lost: it is rebuilt from the cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s.cache import Cache
+from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
+from trainguard.controller.backend import ActionError, ObservedNode, ObservedPhase, ObservedPod
+
+Obj = dict[str, Any]
+#: Requests one operator has in flight at once for the actions of its reconciles (pods, events): a job's
+#: 8 pods and their events are created side by side rather than one round trip after another.
+APPLY_CONCURRENCY = 16
+#: Pod phases after which nothing runs in the pod any more.
+ENDED = ("Succeeded", "Failed")
+
+
+@dataclass
+class Shared:
+    """What the operator keeps between reconciles (all of it can be lost: it is rebuilt from the cluster)."""
+
+    kube: Kube
+    pods: Cache
+    nodes: Cache
+    scheduler: str | None = None
+    clock: Callable[[], float] = time.time
+    #: This replica's name in the leader-election Lease, recorded on its Events (``reportingInstance``).
+    identity: str = ""
+    #: Pods that vanished after a disruption was seen on them, so that the fault keeps its cause
+    #: (evicted, preempted) instead of reading as a forced deletion: pod name -> last view.
+    tombstones: dict[tuple[str, str], ObservedPod] = field(default_factory=dict)
+    #: (namespace, job) -> action errors the controller should see.
+    errors: dict[tuple[str, str], list[ActionError]] = field(default_factory=dict)
+    #: Launches waiting for the previous incarnation of their pod to be gone: (namespace, pod) -> body.
+    pending_launches: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    #: Jobs whose Service exists (by uid).
+    services: set[str] = field(default_factory=set)
+    #: Jobs whose rendezvous Service exists (by uid).
+    rendezvous_services: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")
+    )
+    #: Node name -> Ready, and the controller's view of all nodes, rebuilt only when a readiness changes
+    #: (kwok and kubelets rewrite nodes every few seconds; a thousand of them per reconcile adds up).
+    _ready: dict[str, bool] = field(default_factory=dict)
+    _observed_nodes: tuple[ObservedNode, ...] | None = None
+
+    def node_changed(self, node: Obj, now: Obj | None) -> bool:
+        """Records a node's readiness (``now`` None: deleted); True when it changed."""
+        name = node["metadata"]["name"]
+        ready = now is not None and node_ready(now)
+        with self.lock:
+            if now is not None and self._ready.get(name) == ready:
+                return False
+            if now is None and name not in self._ready:
+                return False
+            if now is None:
+                del self._ready[name]
+            else:
+                self._ready[name] = ready
+            self._observed_nodes = None
+        return True
+
+    def observed_nodes(self) -> tuple[ObservedNode, ...]:
+        with self.lock:
+            if self._observed_nodes is None:
+                self._observed_nodes = tuple(ObservedNode(n, r, None) for n, r in sorted(self._ready.items()))
+            return self._observed_nodes
+
+    def node_is_ready(self, name: str) -> bool | None:
+        with self.lock:
+            return self._ready.get(name)
+
+    def remember_disruption(self, pod: Obj) -> None:
+        if not is_ours(pod):
+            return
+        seen = observed_pod(pod)
+        if seen.reason in ("Evicted", "Preempted", "DisruptionTarget"):
+            key = (pod["metadata"]["namespace"], seen.name)
+            with self.lock:
+                self.tombstones[key] = ObservedPod(
+                    name=seen.name,
+                    role=seen.role,
+                    index=seen.index,
+                    generation=seen.generation,
+                    phase=ObservedPhase.FAILED,
+                    node=seen.node,
+                    reason=seen.reason,
+                )
+
+
+def generation_of(pod: Obj) -> int:
+    return int((pod["metadata"].get("labels") or {}).get(manifests.LABEL_GENERATION, 0))
+
+
+def owned_by(pod: Obj, uid: str | None) -> bool:
+    """Pods of an earlier job of the same name (not yet collected) are not this job's."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return uid is None or any(owner.get("uid") == uid for owner in owners)
+
+
+def delete_pod(kube: Kube, namespace: str, name: str, uid: str, grace: int | None) -> None:
+    """Delete this pod (by uid: never a newer one of the same name); gone already is fine."""
+    try:
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/{name}", grace=grace, uid=uid)
+    except ApiError as error:
+        if error.status not in (404, 409):  # gone already, or a newer pod of that name
+            raise

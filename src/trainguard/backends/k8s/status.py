@@ -1,0 +1,54 @@
+"""The job's status as the custom resource stores it: the controller's ``JobStatus``, with the conditions'
+times as Kubernetes writes them, and the selector the scale subresource reads."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from trainguard.api import TrainingJob
+from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s.kinds import JobKind
+from trainguard.backends.k8s.observe import parse_time
+from trainguard.controller.status import JobStatus
+
+Obj = dict[str, Any]
+
+
+class StatusConflict(Exception):
+    """The job's status changed since it was read: read it again and decide again."""
+
+
+#: Condition times are written as Kubernetes writes them (RFC 3339, UTC, whole seconds), as CCE's docs
+#: show them;
+#: the controller keeps epoch seconds. Every other time of the status stays in epoch seconds.
+_CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime")
+
+
+def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:
+    """The controller's status as stored, plus the label selector that the scale subresource reads."""
+    selector = f"{manifests.LABEL_JOB}={job.name},{manifests.LABEL_ROLE}={kind.scale_role}"
+    document = {**status.to_dict(), "selector": selector}
+    document["conditions"] = [
+        {**c, **{k: rfc3339(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), (int, float))}}
+        for c in document.get("conditions") or []
+    ]
+    return document
+
+
+def read_status(obj: Obj) -> JobStatus:
+    data = dict(obj.get("status") or {})
+    data.pop("selector", None)
+    if not data:
+        return JobStatus()
+    data["conditions"] = [
+        {**c, **{k: parse_time(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), str)}}
+        for c in data.get("conditions") or []
+    ]
+    return JobStatus.from_dict(data)
+
+
+def rfc3339(epoch: float) -> str:
+    # Whole seconds first: fromtimestamp rounds to the microsecond, which carries 1.9999995 over to 2.
+    return datetime.fromtimestamp(math.floor(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
