@@ -31,7 +31,7 @@ LABEL_GENERATION = "trainguard.io/generation"
 #: On pods: the kind of the job that owns them (so one watch serves every kind).
 LABEL_KIND = "trainguard.io/kind"
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
-#: ``<token> <unix time>`` of the latest failure of a peer (``nudge.py``), projected into ``NUDGE_FILE``.
+#: ``<token> <unix time>`` of a failed peer (the controller's ``NudgeSurvivors``), projected into ``NUDGE_FILE``.
 ANNOTATION_NUDGE = "trainguard.io/nudge"
 NUDGE_DIR = "/etc/trainguard/nudge"
 NUDGE_FILE = f"{NUDGE_DIR}/token"
