@@ -28,7 +28,7 @@ from typing import Any
 
 ENV_PRELOAD = "TRAINGUARD_PRELOAD"
 #: How often the agent polls the rendezvous state while it waits (torch: every second). Set by trainguard from
-#: the job's size (``trainguard.controller.launch``), so that a small job re-forms in a fraction of a second and
+#: the job's size (``trainguard.controller.torchrun_command``), so that a small job re-forms in a fraction of a second and
 #: a large one does not flood the store.
 ENV_RDZV_POLL = "TRAINGUARD_RDZV_POLL_SECONDS"
 #: Imported once in the fork server: torch, what DDP and the elastic agent's worker wrapper load on first

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.api import TrainingJob
-from trainguard.controller.launch import render
+from trainguard.controller.torchrun_command import render
 from trainguard.demo.session import DIGITS_SCRIPT, Event, Recovery, Run, digits_job, recovery
 from trainguard.demo.tour import Display, Outcome, report
 

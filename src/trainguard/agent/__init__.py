@@ -3,7 +3,8 @@
 It runs CMD in its own session (CMD's pid is its process group), relays CMD's stdout and stderr unchanged,
 forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to CMD's process group, passes CMD's exit status
 through unchanged (killed by signal N: 128+N), and leaves no process of the tree behind (it is the tree's
-child subreaper). With a hang timeout it also restarts a hung CMD in place (seed 002, restart upon suspension).
+child subreaper). With a hang timeout it also restarts a hung CMD in place (restart upon suspension, as
+ModelArts calls it).
 
 Channels, the contract with the runtimes and the controller (see docs/agent.md):
 

@@ -6,7 +6,8 @@ the pod template and the status keep unknown fields, exit-code sets are int-or-s
 ``exceptionalEvent`` is the comma list the dialects write (``"nodeNotReady,PodForceDeleted"``).
 
 The scale subresource (``kubectl scale``, an HPA) moves one role, fixed per resource: ``worker`` for
-TrainingJobs (the role Kubeflow PyTorchJobs convert into) and ``trainer`` for AITrainingJobs (the seed's).
+TrainingJobs (the role Kubeflow PyTorchJobs convert into) and ``trainer`` for AITrainingJobs (the elastic
+role of CCE's example job).
 The operator keeps, in status, that role's current pod count at ``.status.replicas.<role>`` and the label
 selector of its pods at ``.status.selector``.
 """
@@ -45,7 +46,7 @@ def native_crd() -> dict[str, Any]:
 
 
 def aitrainingjob_crd(group: str = aitrainingjob.GROUPS[0]) -> dict[str, Any]:
-    """The CRD of CCE's ``AITrainingJob`` (either spelling of the group), which accepts the seed unchanged."""
+    """The CRD of CCE's ``AITrainingJob`` (either spelling of the group); CCE's example passes unchanged."""
     if group not in aitrainingjob.GROUPS:
         raise ValueError(f"group {group!r} is not one of {', '.join(aitrainingjob.GROUPS)}")
     return _crd(

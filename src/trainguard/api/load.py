@@ -63,7 +63,7 @@ def load_object(obj: Any, source: str, overlays: Sequence[Overlay] = ()) -> Load
 
 
 def load_overlay(path: str | Path) -> Overlay:
-    """An overlay file in seed 002's form: ``{"kind": "job", "metadata": {"annotations": {...}}}``."""
+    """An overlay file, as ModelArts' documentation writes one: ``{"kind": "job", "metadata": {...}}``."""
     source = str(path)
     documents = parse_documents(read_job_file(path), source)
     if len(documents) != 1:

@@ -21,10 +21,10 @@ from trainguard.controller.backend import (
     UpdateDiscovery,
     WriteStatus,
 )
-from trainguard.controller.faults import SettledSlots
 from trainguard.controller.loop import step
 from trainguard.controller.phases import JOB_TRANSITIONS, POD_TRANSITIONS, JobPhase, PodPhase
 from trainguard.controller.reconcile import ReconcileResult, reconcile
+from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import Condition, HistoryEntry, JobStatus, PhaseTransition, PodStatus
 
 __all__ = [

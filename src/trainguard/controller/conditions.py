@@ -1,8 +1,8 @@
-"""The job's phase as its pods show it, and the conditions list in seed 000's form.
+"""The job's phase as its pods show it, and the conditions list as CCE's operator writes it.
 
 One condition per phase type, the current one ``"True"`` and the others ``"False"``; entering a phase again
 moves its condition to the end with fresh times (as Kubeflow does), so the list reads oldest to newest.
-Reasons are ``TrainingJob<Phase>``; messages are the seed's: "all pods are waiting for scheduling",
+Reasons are ``TrainingJob<Phase>``; messages are CCE's: "all pods are waiting for scheduling",
 "pods [...] creating containers", "all pods are running", and the Scaling operation.
 """
 

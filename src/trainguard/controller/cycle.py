@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainguard.api import TrainingJob, pod_name
 from trainguard.controller import keys
@@ -29,6 +29,7 @@ from trainguard.controller.phases import (
     check_job_transition,
     check_pod_transition,
 )
+from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import (
     MAX_ISSUED_KEYS,
     HistoryEntry,
@@ -37,9 +38,6 @@ from trainguard.controller.status import (
     PodStatus,
 )
 from trainguard.policy.types import PodRef, PolicyState
-
-if TYPE_CHECKING:
-    from trainguard.controller.faults import SettledSlots
 
 _INDEX = attrgetter("index")
 

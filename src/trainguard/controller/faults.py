@@ -92,25 +92,6 @@ def _counts(cycle: Cycle) -> tuple[int, int]:
 # simply never skips. tests/unit/controller/test_settled.py checks skipping against not skipping.
 
 
-class SettledSlots:
-    """What one controller remembers between its reconciles about settled slots: job key -> slot name -> the
-    slot and the pod it was found settled with. The caller of ``reconcile`` owns it (the local control
-    plane, an operator, the simulator); without one, no slot is skipped."""
-
-    def __init__(self, max_jobs: int = 64) -> None:
-        #: Jobs remembered at most (those reconciled lately); past it, the table starts again.
-        self.max_jobs = max_jobs
-        self._jobs: dict[str, dict[str, tuple[PodStatus, ObservedPod]]] = {}
-
-    def of(self, job: str) -> dict[str, tuple[PodStatus, ObservedPod]]:
-        if job not in self._jobs and len(self._jobs) >= self.max_jobs:
-            self._jobs.clear()
-        return self._jobs.setdefault(job, {})
-
-    def clear(self) -> None:
-        self._jobs.clear()
-
-
 def _settled_slots(cycle: Cycle) -> dict[str, tuple[PodStatus, ObservedPod]]:
     memory = cycle.settled
     return memory.of(keys.job_key(cycle.job)) if memory is not None else {}

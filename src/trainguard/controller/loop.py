@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from trainguard.api import TrainingJob
 from trainguard.controller.backend import Backend
-from trainguard.controller.faults import SettledSlots
 from trainguard.controller.reconcile import ReconcileResult, reconcile
+from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import JobStatus
 
 

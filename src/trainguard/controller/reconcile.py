@@ -21,11 +21,12 @@ from trainguard.controller.actuate import actuate
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.faults import SettledSlots, act_on, observe_pods
+from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.nudges import nudge_survivors
 from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
+from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
 from trainguard.policy import Outcome, check_deadline, outcome
 

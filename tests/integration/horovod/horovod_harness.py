@@ -17,7 +17,7 @@ from trainguard.backends.local.home import ENV_HOME
 from trainguard.demo.session import EXAMPLES, Event, Session, events_file
 
 EXAMPLE = EXAMPLES / "horovod"
-JOB_FILE = EXAMPLE / "seed-000-horovod.yaml"
+JOB_FILE = EXAMPLE / "cce-horovod-local.yaml"
 SCRIPT = EXAMPLE / "train_horovod.py"
 BIN = Path(sys.executable).parent
 #: Generous bounds for a busy 2-core machine: horovodrun and each worker import torch (10-40 s under load).

@@ -1,4 +1,4 @@
-"""Example 3: seed 000's Horovod job on the local runtime, trained with Horovod's elastic API through a trainer
+"""Example 3: CCE's Horovod example job on the local runtime, trained with Horovod's elastic API through a trainer
 killed (the pod restarts and Horovod takes it back) and a scale-out (Horovod grows its world)."""
 
 from __future__ import annotations

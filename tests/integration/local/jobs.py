@@ -1,4 +1,5 @@
-"""Jobs for the local runtime's tests: seed 000's shape and policies, with small local commands."""
+"""Jobs for the local runtime's tests: the shape and policies of CCE's AITrainingJob
+example, with small local commands."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ def container(command: list[str]) -> dict[str, Any]:
     }
 
 
-def seed_job(
-    name: str = "seed", launcher: list[str] = SLEEPING, trainer: list[str] = SLEEPING
+def cce_job(
+    name: str = "cce", launcher: list[str] = SLEEPING, trainer: list[str] = SLEEPING
 ) -> dict[str, Any]:
-    """Seed 000 (test-horovod-elastic) in native form: a launcher and 3 trainers (1..5), the seed's rules."""
+    """CCE's example (test-horovod-elastic) in native form: a launcher and 3 trainers (1..5), its rules."""
     common = {
         "restartLimit": 100,
         "restartPolicy": "OnNodeFailWithExitCode",

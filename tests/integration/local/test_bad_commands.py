@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from .harness import LocalRuntime
-from .jobs import seed_job
+from .jobs import cce_job
 
 pytestmark = pytest.mark.integration
 
@@ -20,16 +20,16 @@ def _fingerprint(local: LocalRuntime, job: str) -> Any:
 
 
 BAD_COMMANDS = [
-    (["scale", "seed", "--role", "trainer", "--replicas", "7"], "replicas 7 outside [1, 5]"),
-    (["scale", "seed", "--role", "trainer", "--replicas", "0"], "replicas 0 outside [1, 5]"),
-    (["scale", "seed", "--role", "launcher", "--replicas", "2"], "replicas 2 outside [1, 1]"),
-    (["scale", "seed", "--role", "chef", "--replicas", "2"], "has no role 'chef'"),
+    (["scale", "cce", "--role", "trainer", "--replicas", "7"], "replicas 7 outside [1, 5]"),
+    (["scale", "cce", "--role", "trainer", "--replicas", "0"], "replicas 0 outside [1, 5]"),
+    (["scale", "cce", "--role", "launcher", "--replicas", "2"], "replicas 2 outside [1, 1]"),
+    (["scale", "cce", "--role", "chef", "--replicas", "2"], "has no role 'chef'"),
     (["scale", "nojob", "--role", "trainer", "--replicas", "2"], "no job 'nojob'"),
     (["get", "nojob"], "no job 'nojob'"),
     (["describe", "nojob"], "no job 'nojob'"),
     (["delete", "nojob"], "no job 'nojob'"),
-    (["logs", "seed", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
-    (["chaos", "force-delete", "seed-trainer-7"], "no pod 'seed-trainer-7'"),
+    (["logs", "cce", "cce-trainer-7"], "no pod 'cce-trainer-7'"),
+    (["chaos", "force-delete", "cce-trainer-7"], "no pod 'cce-trainer-7'"),
     (["chaos", "node-up", "rack-1"], "no node 'rack-1'"),
     (["apply", "missing.yaml"], "missing.yaml"),
     (["apply", "garbage.yaml"], "garbage.yaml"),
@@ -41,16 +41,16 @@ BAD_COMMANDS = [
 
 def test_bad_commands_are_refused_and_change_nothing(local: LocalRuntime) -> None:
     """One running job, every bad command in turn: each gets one clear line and exit 2, the job stays as it was."""
-    job = local.submit(seed_job())
+    job = local.submit(cce_job())
     local.wait_running(job, 4)
     (local.workdir / "garbage.yaml").write_text("apiVersion: [unclosed\n  - : :\n\t")
-    bad = seed_job()
+    bad = cce_job()
     bad["spec"]["replicaSpecs"]["trainer"]["minReplicas"] = 9
     local.write_job(bad, "invalid.yaml")
-    other_roles = seed_job()
+    other_roles = cce_job()
     other_roles["spec"]["replicaSpecs"]["worker"] = other_roles["spec"]["replicaSpecs"].pop("trainer")
     local.write_job(other_roles, "roles.yaml")
-    too_large = seed_job()
+    too_large = cce_job()
     too_large["spec"]["replicaSpecs"]["trainer"]["replicas"] = 7
     local.write_job(too_large, "toolarge.yaml")
     before = _fingerprint(local, job)
@@ -65,15 +65,15 @@ def test_bad_commands_are_refused_and_change_nothing(local: LocalRuntime) -> Non
 
 
 def test_a_second_run_of_the_same_job_is_refused(local: LocalRuntime) -> None:
-    spec = seed_job()
+    spec = cce_job()
     local.submit(spec)
     result = local.cli("run", str(local.write_job(spec)), "--detach")
     assert result.code == 2
-    assert "job 'seed' exists already" in result.err
+    assert "job 'cce' exists already" in result.err
 
 
 def test_a_job_without_a_command_is_refused_with_the_field_to_fix(local: LocalRuntime) -> None:
-    spec = seed_job()
+    spec = cce_job()
     spec["spec"]["replicaSpecs"]["trainer"]["template"] = {
         "spec": {"containers": [{"name": "c", "image": "x"}]}
     }

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from .harness import LocalRuntime
-from .jobs import seed_job, simple_job
+from .jobs import cce_job, simple_job
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +155,7 @@ def test_a_finished_job_is_removed_after_its_ttl(local: LocalRuntime) -> None:
 
 
 def test_run_nodes_packs_pods_onto_fewer_nodes_with_more_slots(local: LocalRuntime) -> None:
-    job = local.submit(seed_job(), "--nodes", "2")
+    job = local.submit(cce_job(), "--nodes", "2")
     view = local.wait_running(job, 4)
     assert {p["node"] for p in view["status"]["pods"]} == {"node-0", "node-1"}
     assert local.call("nodes") == [

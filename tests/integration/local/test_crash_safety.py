@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from .harness import LocalRuntime
-from .jobs import seed_job
+from .jobs import cce_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -37,7 +37,7 @@ def _running(view: dict[str, Any], name: str) -> bool:
 
 def test_the_control_plane_killed_at_random_moments_loses_and_duplicates_nothing(local: LocalRuntime) -> None:
     rng = random.Random(SEED)
-    job = local.submit(seed_job())
+    job = local.submit(cce_job())
     local.wait_running(job, 4)
     expected = {"launcher": 0, "trainer": 0}
     trainers = 3
@@ -56,7 +56,7 @@ def test_the_control_plane_killed_at_random_moments_loses_and_duplicates_nothing
             trainers = rng.choice([n for n in range(1, 6) if n != trainers])
             assert local.cli("scale", job, "--role", "trainer", "--replicas", str(trainers)).code == 0
         else:
-            target = "seed-launcher-0" if action == "launcher-129" else "seed-trainer-0"
+            target = "cce-launcher-0" if action == "launcher-129" else "cce-trainer-0"
             local.wait(job, lambda v, t=target: _running(v, t), what=f"{target} running")
             argv = {
                 "kill-trainer": ["kill", target, "--signal", "KILL"],
@@ -85,7 +85,7 @@ def test_the_control_plane_killed_at_random_moments_loses_and_duplicates_nothing
         return (
             view["status"]["restartCounts"] == expected
             and len(running) == trainers
-            and _running(view, "seed-launcher-0")
+            and _running(view, "cce-launcher-0")
         )
 
     view = local.wait(job, settled, timeout=60, what=f"{trainers} trainers running, counts {expected}")
@@ -95,13 +95,13 @@ def test_the_control_plane_killed_at_random_moments_loses_and_duplicates_nothing
     wanted = {p["name"] for p in view["status"]["pods"] if p["phase"] == "Running"}
     local.wait(job, lambda _: set(local.pod_processes()) == wanted, what=f"exactly the processes of {wanted}")
 
-    assert local.cli("chaos", "kill", "seed-launcher-0", "--exit-code", "0").code == 0
+    assert local.cli("chaos", "kill", "cce-launcher-0", "--exit-code", "0").code == 0
     view = local.wait_phase(job, "Succeeded")
     assert view["status"]["restartCounts"] == expected
 
 
 def test_a_delete_interrupted_by_a_kill_9_is_finished_by_the_next_control_plane(local: LocalRuntime) -> None:
-    job = local.submit(seed_job())
+    job = local.submit(cce_job())
     local.wait_running(job, 4)
     assert local.cli("delete", job, "--no-wait").code == 0
     local.kill_control_plane()

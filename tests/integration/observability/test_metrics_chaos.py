@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from local.harness import LocalRuntime
-from local.jobs import TICKING, seed_job, with_spec
+from local.jobs import TICKING, cce_job, with_spec
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
@@ -22,6 +22,7 @@ COUNTERS = (
     "trainguard_faults_total",
     "trainguard_restarts_total",
     "trainguard_hang_detections_total",
+    "trainguard_hang_restarts_total",
     "trainguard_scale_events_total",
     "trainguard_fault_recovery_seconds_count",
     "trainguard_fault_recovery_seconds_sum",
@@ -76,7 +77,9 @@ def expected_from_history(view: dict[str, Any]) -> Samples:
         add("trainguard_faults_total", role=role, kind=kind)
         if kind == "Hang":
             add("trainguard_hang_detections_total", role=role)
-        if entry["action"].startswith("restart"):
+        if entry["action"] == "restart-in-place":  # a hang restart, not a restart
+            add("trainguard_hang_restarts_total", role=role)
+        elif entry["action"] == "restart":
             counted = "true" if entry["counted"] else "false"
             add(
                 "trainguard_restarts_total",
@@ -96,6 +99,9 @@ def check(local: LocalRuntime, job: str, url: str) -> Samples:
     samples, view = settled_scrape(local, job, url)
     assert _counters(samples) == pytest.approx(expected_from_history(view))
     pods = Counter((pod["role"], pod["phase"]) for pod in view["status"]["pods"])
+    for role, count in view["status"]["hangRestartCounts"].items():  # what the hang restarts are read from
+        labels = {"namespace": "default", "trainingjob": job, "role": role}
+        assert samples[("trainguard_hang_restarts_total", tuple(sorted(labels.items())))] == count
     for (role, phase), count in pods.items():
         labels = {"namespace": "default", "trainingjob": job, "role": role, "phase": phase}
         assert samples[("trainguard_pods", tuple(sorted(labels.items())))] == count
@@ -110,7 +116,7 @@ def recovered(view: dict[str, Any], fault: str) -> bool:
 
 
 def test_counters_match_the_history_through_chaos_and_a_control_plane_crash(local: LocalRuntime) -> None:
-    spec = with_spec(seed_job("chaos", launcher=TICKING, trainer=TICKING), hang={"timeoutSeconds": 1.5})
+    spec = with_spec(cce_job("chaos", launcher=TICKING, trainer=TICKING), hang={"timeoutSeconds": 1.5})
     job = local.submit(spec)
     local.wait_running(job, 4)
     result = local.cli("metrics", "--url")
@@ -150,6 +156,13 @@ def test_counters_match_the_history_through_chaos_and_a_control_plane_crash(loca
         if name == "trainguard_faults_total":
             totals[dict(labels)["kind"]] += value
     assert totals == {"Exited": 1, "PodForceDeleted": 1, "Hang": 1}
+    # The hang was restarted in place: one hang restart, and the restarts are the two relaunches alone.
+    by_name = Counter()
+    for (name, labels), value in _counters(final).items():
+        by_name[(name, dict(labels).get("action"))] += value
+    assert by_name[("trainguard_hang_restarts_total", None)] == 1
+    assert by_name[("trainguard_restarts_total", "restart")] == 2
+    assert by_name[("trainguard_restarts_total", "restart-in-place")] == 0
     scale_ops = {
         dict(labels)["operation"]: value
         for (name, labels), value in _counters(final).items()

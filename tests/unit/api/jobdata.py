@@ -1,4 +1,5 @@
-"""Job documents for the api tests: the seed, a small native job and Kubeflow PyTorchJobs, as plain data."""
+"""Job documents for the api tests, as plain data: CCE's AITrainingJob example, a small native job and
+Kubeflow PyTorchJobs."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from trainguard.api.load import LoadedJob, load_bytes, load_overlay
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "jobs"
-SEED = EXAMPLES / "seed-000-aitrainingjob.yaml"
+CCE_JOB = EXAMPLES / "cce-horovod-elastic.yaml"
 OVERLAY = EXAMPLES / "modelarts-overlay.json"
 
 
-def seed() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(SEED.read_text())
+def cce_job() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(CCE_JOB.read_text())
     return data
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.api.jobdata import DELETE, edited, error_of, native, pytorchjob, seed
+from tests.unit.api.jobdata import DELETE, cce_job, edited, error_of, native, pytorchjob
 from trainguard.api import SpecError
 from trainguard.api.load import load_bytes
 
@@ -24,7 +24,7 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ),
     (
         "replicas outside bounds",
-        edited(edited(seed(), f"{TRAINER}.replicas", 7), f"{TRAINER}.maxReplicas", 5),
+        edited(edited(cce_job(), f"{TRAINER}.replicas", 7), f"{TRAINER}.maxReplicas", 5),
         f"{TRAINER}.replicas",
         r"replicas 7 outside \[1, 5\]",
     ),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.api.jobdata import EXAMPLES, seed
+from tests.unit.api.jobdata import EXAMPLES, cce_job
 from trainguard.api.crd import aitrainingjob_crd, native_crd
 from trainguard.api.load import load_jobs
 
@@ -133,8 +133,8 @@ def verdict(value: Any, crd: dict[str, Any]) -> tuple[list[str], list[str]]:
     return errors, pruned
 
 
-def test_the_seed_passes_the_aitrainingjob_crd_unchanged() -> None:
-    assert verdict(seed(), aitrainingjob_crd()) == ([], [])
+def test_the_cce_example_passes_the_aitrainingjob_crd_unchanged() -> None:
+    assert verdict(cce_job(), aitrainingjob_crd()) == ([], [])
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
@@ -144,7 +144,7 @@ def test_every_example_converted_passes_the_native_crd(name: str) -> None:
 
 
 def test_the_crd_rejects_what_the_model_rejects() -> None:
-    job = seed()
+    job = cce_job()
     job["spec"]["replicaSpecs"]["trainer"]["restartPolicy"] = "OnFailed"
     job["spec"]["replicaSpecs"]["trainer"]["replicas"] = -1
     errors, _ = verdict(job, aitrainingjob_crd())

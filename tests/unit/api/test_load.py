@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.api.jobdata import SEED, native, pytorchjob, seed
+from tests.unit.api.jobdata import CCE_JOB, cce_job, native, pytorchjob
 from trainguard.api import SpecError
 from trainguard.api.documents import MAX_FILE_BYTES
 from trainguard.api.load import load_bytes, load_jobs, load_object
@@ -25,7 +25,7 @@ def message_of(path: str | Path) -> str:
 
 def test_several_jobs_in_one_file_in_several_dialects(tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
-    path.write_text(yaml.safe_dump_all([native(), pytorchjob(), seed()]))
+    path.write_text(yaml.safe_dump_all([native(), pytorchjob(), cce_job()]))
     assert [(j.dialect, j.job.name) for j in load_jobs(path)] == [
         ("TrainingJob", "small"),
         ("PyTorchJob", "torch"),
@@ -35,8 +35,8 @@ def test_several_jobs_in_one_file_in_several_dialects(tmp_path: Path) -> None:
 
 def test_json_job_file(tmp_path: Path) -> None:
     path = tmp_path / "job.json"
-    path.write_text(json.dumps(seed()))
-    assert load_jobs(path)[0].job == load_jobs(SEED)[0].job
+    path.write_text(json.dumps(cce_job()))
+    assert load_jobs(path)[0].job == load_jobs(CCE_JOB)[0].job
 
 
 def test_missing_file() -> None:
@@ -89,9 +89,9 @@ def test_documents_that_are_not_mappings(text: str, kind: str) -> None:
 
 
 def test_an_object_from_the_kubernetes_api() -> None:
-    loaded = load_object(seed(), "aitrainingjobs/default/test-horovod-elastic")
+    loaded = load_object(cce_job(), "aitrainingjobs/default/test-horovod-elastic")
     assert loaded.dialect == "AITrainingJob"
-    assert loaded.job == load_jobs(SEED)[0].job
+    assert loaded.job == load_jobs(CCE_JOB)[0].job
 
 
 def test_an_object_that_is_not_plain_data() -> None:

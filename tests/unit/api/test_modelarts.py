@@ -1,4 +1,4 @@
-"""ModelArts-style annotations, on a job or in seed 002's overlay form."""
+"""ModelArts-style annotations, on a job or in an overlay file as ModelArts' documentation writes them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.api.jobdata import OVERLAY, SEED, edited, error_of, load_one, native, pytorchjob, seed
+from tests.unit.api.jobdata import CCE_JOB, OVERLAY, cce_job, edited, error_of, load_one, native, pytorchjob
 from trainguard.api import SpecError
 from trainguard.api.load import load_jobs, load_overlay
 
@@ -62,7 +62,7 @@ def test_hang_retry_false_turns_it_off() -> None:
 
 
 def test_annotations_work_on_every_dialect() -> None:
-    for job in (seed(), pytorchjob(), native()):
+    for job in (cce_job(), pytorchjob(), native()):
         spec = load_one(annotated(job, job_retry_num="128", hang_retry="true")).job.spec
         assert spec.job_retry is not None
         assert spec.job_retry.retry_num == 128
@@ -84,8 +84,8 @@ def test_unknown_fault_tolerance_annotation_warns() -> None:
     assert "(did you mean fault-tolerance/hang-retry?)" in warning
 
 
-def test_the_seed_002_overlay_on_the_seed_000_job() -> None:
-    (loaded,) = load_jobs(SEED, [OVERLAY])
+def test_the_modelarts_overlay_on_the_cce_job() -> None:
+    (loaded,) = load_jobs(CCE_JOB, [OVERLAY])
     spec = loaded.job.spec
     assert spec.job_retry is not None
     assert spec.job_retry.retry_num == 3
@@ -120,7 +120,7 @@ def test_a_bad_value_in_an_overlay_names_the_overlay(tmp_path: Path) -> None:
         {"kind": "job", "metadata": {"annotations": {"fault-tolerance/job-retry-num": "200"}}},
     )
     with pytest.raises(SpecError) as info:
-        load_jobs(SEED, [overlay])
+        load_jobs(CCE_JOB, [overlay])
     (problem,) = info.value.problems
     assert problem.file == str(overlay)
     assert str(problem) == (

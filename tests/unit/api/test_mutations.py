@@ -10,12 +10,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.api.jobdata import EXAMPLES, native, pytorchjob, seed
+from tests.unit.api.jobdata import EXAMPLES, cce_job, native, pytorchjob
 from trainguard.api import SpecError
 from trainguard.api.load import LoadedJob, load_bytes
 
 VALID = [
-    seed(),
+    cce_job(),
     native(),
     pytorchjob(),
     pytorchjob(master=False, workers=3, elasticPolicy={"minReplicas": 1, "maxReplicas": 4}, nprocPerNode="2"),
@@ -135,7 +135,7 @@ def test_a_mutated_job_is_valid_or_a_clean_error(job: dict[str, Any], as_json: b
 @settings(max_examples=100, deadline=None)
 @given(cut=st.integers(0, 4000), length=st.integers(0, 40), junk=st.binary(max_size=20))
 def test_a_damaged_file_is_valid_or_a_clean_error(cut: int, length: int, junk: bytes) -> None:
-    text = yaml.safe_dump(seed(), sort_keys=False).encode()
+    text = yaml.safe_dump(cce_job(), sort_keys=False).encode()
     damaged = text[:cut] + junk + text[cut + length :]
     assert_clean(lambda: load_bytes(damaged, "job.yaml"))
 

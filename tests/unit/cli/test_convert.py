@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from tests.unit.api.jobdata import EXAMPLES, OVERLAY, SEED
+from tests.unit.api.jobdata import CCE_JOB, EXAMPLES, OVERLAY
 from trainguard.api.load import load_bytes, load_jobs
 from trainguard.cli.main import main
 
@@ -26,19 +26,19 @@ def test_convert_every_example(capsys: pytest.CaptureFixture[str], name: str, ou
 
 
 def test_convert_with_an_overlay(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["convert", str(SEED), "--overlay", str(OVERLAY), "-o", "json"]) == 0
+    assert main(["convert", str(CCE_JOB), "--overlay", str(OVERLAY), "-o", "json"]) == 0
     spec = json.loads(capsys.readouterr().out)["spec"]
     assert spec["jobRetry"]["retryNum"] == 3
     assert spec["hang"]["enabled"] is True
     assert spec["hang"]["maxConsecutive"] == 3
 
 
-def test_convert_writes_exceptional_events_as_the_seed_does(capsys: pytest.CaptureFixture[str]) -> None:
-    main(["convert", str(SEED)])
+def test_convert_writes_exceptional_events_as_cce_does(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["convert", str(CCE_JOB)])
     trainer = yaml.safe_load(capsys.readouterr().out)["spec"]["replicaSpecs"]["trainer"]
     assert trainer["faultTolerantPolicy"][0]["exceptionalEvent"] == "nodeNotReady,PodForceDeleted"
 
 
 def test_convert_rejects_an_unknown_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["convert", str(SEED), "-o", "xml"]) == 2
+    assert main(["convert", str(CCE_JOB), "-o", "xml"]) == 2
     assert "invalid choice: 'xml'" in capsys.readouterr().err

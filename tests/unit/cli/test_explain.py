@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.policy.jobs import SEED_000
+from tests.unit.policy.jobs import CCE_JOB
 from trainguard.cli.main import main
 
-SEED = str(SEED_000)
+CCE_FILE = str(CCE_JOB)
 KEYS = {"action", "scope", "rule", "counted", "reason"}
 
 
@@ -48,7 +48,7 @@ def explain(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]
         (["--role", "Trainer", "--exit-code", "2", "--index", "4"], "shrink", None, "restartPolicy", False),
     ],
 )
-def test_seed_000(
+def test_the_cce_example(
     capsys: pytest.CaptureFixture[str],
     args: list[str],
     action: str,
@@ -56,7 +56,7 @@ def test_seed_000(
     rule: str,
     counted: bool,
 ) -> None:
-    answer = explain(capsys, SEED, *args)
+    answer = explain(capsys, CCE_FILE, *args)
     assert (answer["action"], answer["scope"], answer["rule"], answer["counted"]) == (
         action,
         scope,
@@ -69,7 +69,9 @@ def test_seed_000(
 
 @pytest.mark.parametrize(("restarts", "action"), [(99, "restart"), (100, "fail-job")])
 def test_restarts_spent(capsys: pytest.CaptureFixture[str], restarts: int, action: str) -> None:
-    answer = explain(capsys, SEED, "--role", "launcher", "--exit-code", "129", "--restarts", str(restarts))
+    answer = explain(
+        capsys, CCE_FILE, "--role", "launcher", "--exit-code", "129", "--restarts", str(restarts)
+    )
     assert answer["action"] == action
     if action == "fail-job":
         assert "restartLimit 100 of role launcher is spent" in str(answer["reason"])
@@ -80,14 +82,16 @@ def test_the_overlay_turns_hang_handling_on(capsys: pytest.CaptureFixture[str], 
     overlay.write_text(
         json.dumps({"kind": "job", "metadata": {"annotations": {"fault-tolerance/hang-retry": "true"}}})
     )
-    answer = explain(capsys, SEED, "--overlay", str(overlay), "--role", "trainer", "--hang")
+    answer = explain(capsys, CCE_FILE, "--overlay", str(overlay), "--role", "trainer", "--hang")
     assert (answer["action"], answer["rule"], answer["counted"]) == ("restart-in-place", "hang", False)
-    answer = explain(capsys, SEED, "--overlay", str(overlay), "--role", "launcher", "--hang", "--hangs", "3")
+    answer = explain(
+        capsys, CCE_FILE, "--overlay", str(overlay), "--role", "launcher", "--hang", "--hangs", "3"
+    )
     assert (answer["action"], answer["rule"]) == ("fail-job", "hang")
 
 
 def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", SEED, "--role", "launcher", "--exit-code", "1"]) == 0
+    assert main(["explain", CCE_FILE, "--role", "launcher", "--exit-code", "1"]) == 0
     out = capsys.readouterr().out
     assert "action:   fail-job" in out
     assert "scope:    -" in out
@@ -97,7 +101,7 @@ def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_role_lists_the_roles(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", SEED, "--role", "worker", "--hang"]) == 2
+    assert main(["explain", CCE_FILE, "--role", "worker", "--hang"]) == 2
     err = capsys.readouterr().err
     assert "no role 'worker'; its roles: launcher, trainer" in err
     assert "Traceback" not in err
@@ -116,7 +120,7 @@ def test_unknown_role_lists_the_roles(capsys: pytest.CaptureFixture[str]) -> Non
     ],
 )
 def test_bad_arguments(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
-    assert main(["explain", SEED, *args]) == 2
+    assert main(["explain", CCE_FILE, *args]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -126,10 +130,10 @@ def test_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
 
 
 def test_a_file_with_several_jobs_needs_job(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    seed = yaml.safe_load(Path(SEED).read_text())
-    other = {**seed, "metadata": {**seed["metadata"], "name": "other"}}
+    cce = yaml.safe_load(Path(CCE_FILE).read_text())
+    other = {**cce, "metadata": {**cce["metadata"], "name": "other"}}
     path = tmp_path / "two.yaml"
-    path.write_text(yaml.safe_dump_all([seed, other]))
+    path.write_text(yaml.safe_dump_all([cce, other]))
     assert main(["explain", str(path), "--role", "launcher", "--hang"]) == 2
     assert "choose one with --job NAME" in capsys.readouterr().err
     answer = explain(capsys, str(path), "--job", "other", "--role", "launcher", "--exit-code", "129")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.api.jobdata import EXAMPLES, OVERLAY, SEED, native, seed
+from tests.unit.api.jobdata import CCE_JOB, EXAMPLES, OVERLAY, cce_job, native
 from trainguard.cli.main import main
 
 
@@ -19,7 +19,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_one_line_per_job(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "validate", str(SEED), str(EXAMPLES / "pytorchjob-plain.yaml"))
+    code, out, err = run(capsys, "validate", str(CCE_JOB), str(EXAMPLES / "pytorchjob-plain.yaml"))
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         "test-horovod-elastic (AITrainingJob): launcher 1 [1-1], trainer 3 [1-5]",
@@ -35,7 +35,7 @@ def test_every_example_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_json_output_is_the_native_model(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "validate", str(SEED), "-o", "json")
+    code, out, _ = run(capsys, "validate", str(CCE_JOB), "-o", "json")
     assert code == 0
     job = json.loads(out)
     assert (job["apiVersion"], job["kind"]) == ("trainguard.io/v1", "TrainingJob")
@@ -43,13 +43,13 @@ def test_json_output_is_the_native_model(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_json_output_of_several_jobs_is_a_list(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(capsys, "validate", str(SEED), str(EXAMPLES / "pytorchjob-elastic.yaml"), "-o", "json")
+    _, out, _ = run(capsys, "validate", str(CCE_JOB), str(EXAMPLES / "pytorchjob-elastic.yaml"), "-o", "json")
     listing = json.loads(out)
     assert (listing["kind"], len(listing["items"])) == ("List", 2)
 
 
 def test_warnings_go_to_stderr(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    data = seed()
+    data = cce_job()
     data["spec"]["replicaSpecs"]["launcher"]["faultTolerantPolicy"][0]["exitCodes"] = "129,10001"
     path = tmp_path / "aitj.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -101,7 +101,7 @@ def test_bad_input_is_one_message_and_exit_2(
 
 
 def test_files_that_cannot_be_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out, err = run(capsys, "validate", str(SEED), str(tmp_path / "missing.yaml"), str(tmp_path))
+    code, out, err = run(capsys, "validate", str(CCE_JOB), str(tmp_path / "missing.yaml"), str(tmp_path))
     assert (code, out) == (2, "")  # all or nothing: a listing with holes would mislead
     assert err.splitlines() == [
         "error:",
@@ -115,7 +115,7 @@ def test_a_bad_overlay(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
     overlay.write_text(
         '{"kind": "job", "metadata": {"annotations": {"fault-tolerance/hang-retry": "maybe"}}}'
     )
-    code, _, err = run(capsys, "validate", str(SEED), "--overlay", str(overlay))
+    code, _, err = run(capsys, "validate", str(CCE_JOB), "--overlay", str(overlay))
     assert code == 2
     assert err == (
         f'error: {overlay}: metadata.annotations["fault-tolerance/hang-retry"]: '

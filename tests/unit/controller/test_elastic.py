@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.controller.harness import Harness, make_job, seed_spec, with_role
+from tests.unit.controller.harness import Harness, cce_spec, make_job, with_role
 from trainguard.controller import JobPhase, PodPhase
 
 JOB = "test-horovod-elastic"
@@ -10,8 +10,8 @@ TRAINER_1 = f"{JOB}-trainer-1"
 
 
 def tight(**trainer: object) -> Harness:
-    """The seed job on exactly as many nodes as it has pods, so a lost node leaves no room."""
-    return Harness.start(make_job(with_role(seed_spec(), "trainer", **trainer)), nodes=4)
+    """CCE's example job on exactly as many nodes as it has pods, so a lost node leaves no room."""
+    return Harness.start(make_job(with_role(cce_spec(), "trainer", **trainer)), nodes=4)
 
 
 def test_a_trainer_that_fails_for_good_shrinks_the_role_and_grows_back_when_its_node_returns() -> None:
@@ -63,7 +63,7 @@ def test_shrinking_below_min_replicas_fails_the_role_and_the_job() -> None:
 
 
 def test_a_program_failure_shrinks_but_does_not_grow_back() -> None:
-    h = Harness.start(make_job(with_role(seed_spec(), "trainer", restartLimit=0, restartPolicy="OnFailure")))
+    h = Harness.start(make_job(with_role(cce_spec(), "trainer", restartLimit=0, restartPolicy="OnFailure")))
     h.running()
     h.cluster.exit(TRAINER_1, 1)
     for _ in range(5):

@@ -1,4 +1,4 @@
-"""Random fault sequences against the seed job on a small fake cluster, checking after every step:
+"""Random fault sequences against CCE's example job on a small fake cluster, checking after every step:
 
 - no role ever has more pods on the cluster than its maxReplicas;
 - no counted restart goes past restartLimit (inside its window) or backoffLimit;
@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.controller.harness import Harness, make_job, seed_spec, with_role
+from tests.unit.controller.harness import Harness, cce_spec, make_job, with_role
 from trainguard.controller import JobPhase, JobStatus, LaunchPod, reconcile
 from trainguard.policy import PolicyState
 
@@ -38,7 +38,7 @@ faults = st.one_of(
 
 @st.composite
 def jobs(draw: st.DrawFn) -> Any:
-    spec = seed_spec(
+    spec = cce_spec(
         backoffLimit=draw(st.sampled_from([None, 3, 6])),
         backoff={"initialSeconds": draw(st.sampled_from([0, 1, 5])), "maxSeconds": 20},
     )

@@ -164,7 +164,12 @@ def test_a_hang_restarts_in_place_and_is_recovered_once_the_agent_reports_it() -
     assert (action.pod, action.generation, action.attempt) == (W0, 1, 1)
     h.run_until(lambda h: h.status.phase is JobPhase.RUNNING)
     assert h.pod(W0).generation == 1  # the same pod, not a replacement
-    assert h.pod(W0).restarts == 1
+    # No rescheduling, so no restart (RESTARTS, restartCounts): a hang restart, shown on its own.
+    assert (h.pod(W0).restarts, h.pod(W0).hang_restarts) == (0, 1)
+    assert (h.status.restart_counts, h.status.hang_restart_counts) == (
+        {"master": 0, "worker": 0},
+        {"master": 0, "worker": 1},
+    )
     assert h.status.history[0].recovered_at is not None
     for _ in range(3):
         h.tick()

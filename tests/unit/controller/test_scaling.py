@@ -1,14 +1,14 @@
-"""Scale requests and edits of the replicas: Scaling conditions in the seed's words, bounds, history."""
+"""Scale requests and edits of the replicas: Scaling conditions as CCE words them, bounds, history."""
 
 from __future__ import annotations
 
-from tests.unit.controller.harness import Harness, make_job, seed_spec, with_role
+from tests.unit.controller.harness import Harness, cce_spec, make_job, with_role
 from trainguard.controller import JobPhase, PodPhase, TerminatePod
 
 JOB = "test-horovod-elastic"
 
 
-def test_scale_out_adds_the_next_index_with_the_seeds_scaling_condition() -> None:
+def test_scale_out_adds_the_next_index_with_cces_scaling_condition() -> None:
     h = Harness.start()
     h.running()
     h.cluster.scale("trainer", 4)
@@ -83,7 +83,7 @@ def test_scale_of_an_unknown_role_is_rejected_with_the_roles_named() -> None:
 def test_an_edit_of_the_jobs_replicas_scales_like_a_request() -> None:
     h = Harness.start()
     h.running()
-    h.job = make_job(with_role(seed_spec(), "trainer", replicas=5))
+    h.job = make_job(with_role(cce_spec(), "trainer", replicas=5))
     h.step()
     assert h.status.phase is JobPhase.SCALING
     assert "scale num 2" in h.status.conditions[-1].message
@@ -116,7 +116,7 @@ def test_scaled_in_pods_are_terminated_once() -> None:
 
 def test_an_index_scaled_away_after_failing_comes_back_clean() -> None:
     job = make_job(
-        with_role(seed_spec(), "trainer", restartLimit=0, restartPolicy="OnFailure", failPolicy="All")
+        with_role(cce_spec(), "trainer", restartLimit=0, restartPolicy="OnFailure", failPolicy="All")
     )
     h = Harness.start(job)
     h.running()

@@ -3,7 +3,7 @@ are computed from in the unit tests."""
 
 from __future__ import annotations
 
-from tests.unit.controller.harness import Harness, make_job, seed_spec
+from tests.unit.controller.harness import Harness, cce_spec, make_job
 from trainguard.controller import JobPhase
 
 JOB = "test-horovod-elastic"
@@ -19,9 +19,9 @@ def _settled(h: Harness, pods: int) -> bool:
 
 
 def bad_night() -> Harness:
-    """Seed 000 with hang handling: a trainer killed (137), one hung, the trainers scaled to 5, one
-    force-deleted, then scaled in to 2. Each step is waited for; every tick is one second."""
-    h = Harness.start(make_job(seed_spec(hang={"timeoutSeconds": 30, "maxConsecutive": 3})))
+    """CCE's AITrainingJob example with hang handling: a trainer killed (137), one hung, the trainers scaled
+    to 5, one force-deleted, then scaled in to 2. Each step is waited for; every tick is one second."""
+    h = Harness.start(make_job(cce_spec(hang={"timeoutSeconds": 30, "maxConsecutive": 3})))
     h.running()
     h.tick()
     h.tick()

@@ -16,7 +16,7 @@ from tests.unit.observability.scenario import JOB, bad_night
 from trainguard.backends.local.metrics import ENV_PORT, serve, store_collector
 from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.store import Store
-from trainguard.controller.metrics import ControllerStats
+from trainguard.observability.metrics import ControllerStats
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from tests.unit.controller.harness import Harness, cce_spec, make_job
 from tests.unit.observability.scenario import JOB, bad_night, pod
 from trainguard.controller import HistoryEntry, JobStatus
-from trainguard.controller.metrics import (
+from trainguard.observability.metrics import (
     CONTROLLER_METRICS,
     JOB_METRICS,
     RECOVERY_BUCKETS,

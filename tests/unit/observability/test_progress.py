@@ -83,7 +83,7 @@ def view(phase: str = "Running", desired: int = 3, **pods: Any) -> dict[str, Any
     ]
     listed.append({"name": "launcher-0", "role": "launcher", "phase": "Pending"})
     return {
-        "metadata": {"name": "seed"},
+        "metadata": {"name": "cce"},
         "status": {"phase": phase, "desired": {"trainer": desired}, "pods": listed},
     }
 
@@ -107,9 +107,9 @@ def view(phase: str = "Running", desired: int = 3, **pods: Any) -> dict[str, Any
 def test_scale_has_settled_when_exactly_that_many_run_and_nothing_comes_or_goes(
     job: dict[str, Any], replicas: int, done: bool, words: str
 ) -> None:
-    assert settled(job, "trainer", replicas) == (done, f"job seed: role trainer {words}")
+    assert settled(job, "trainer", replicas) == (done, f"job cce: role trainer {words}")
 
 
 def test_scale_wait_stops_when_the_job_ends() -> None:
-    with pytest.raises(CliError, match="job seed ended \\(Failed\\) before role trainer settled"):
+    with pytest.raises(CliError, match="job cce ended \\(Failed\\) before role trainer settled"):
         settled(view("Failed"), "trainer", 3)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from tests.unit.controller.harness import Harness
 from tests.unit.controller.test_properties import faults, inject, jobs
 from trainguard.controller import JobStatus
-from trainguard.controller.metrics import JobSnapshot, MetricType, job_families
-from trainguard.controller.timeline import build
+from trainguard.observability.metrics import JobSnapshot, MetricType, job_families
+from trainguard.observability.timeline import build
 
 JOB = "test-horovod-elastic"
 

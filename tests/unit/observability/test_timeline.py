@@ -9,7 +9,7 @@ import pytest
 from tests.unit.controller.harness import Harness, worker_job
 from tests.unit.observability.scenario import JOB, bad_night, pod
 from trainguard.controller import JobPhase
-from trainguard.controller.timeline import Timeline, build, status_of
+from trainguard.observability.timeline import Timeline, build, status_of
 
 
 @pytest.fixture(scope="module")

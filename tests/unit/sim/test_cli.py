@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.policy.jobs import SEED_000
+from tests.unit.policy.jobs import CCE_JOB
 from trainguard.cli.main import main
 
 SMALL = ["--gpus", "64", "--mtbf-hours", "200", "--days", "5"]
@@ -56,7 +56,7 @@ def test_text_names_the_goodput_and_each_cause(capsys: pytest.CaptureFixture[str
 
 
 def test_a_job_file_is_sized_and_compared(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    data = simulate(capsys, str(SEED_000), *SMALL, "--compare", "--plot-dir", str(tmp_path))
+    data = simulate(capsys, str(CCE_JOB), *SMALL, "--compare", "--plot-dir", str(tmp_path))
     assert data["job"] == "test-horovod-elastic"
     policies = [row["policy"] for row in data["compare"]]
     assert policies[0] == "as written"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.policy.jobs import REPO, SEED_000
+from tests.unit.policy.jobs import CCE_JOB, REPO
 from trainguard.cli.main import main
 
 DOC = REPO / "docs" / "simulator.md"
@@ -55,7 +55,7 @@ def test_example(
     (trace,) = _blocks("csv")
     (tmp_path / "trace.csv").write_text(trace)
     (tmp_path / "examples" / "jobs").mkdir(parents=True)
-    shutil.copy(SEED_000, tmp_path / "examples" / "jobs")
+    shutil.copy(CCE_JOB, tmp_path / "examples" / "jobs")
     monkeypatch.chdir(tmp_path)
     argv = shlex.split(command)
     assert argv[0] == "trainguard"

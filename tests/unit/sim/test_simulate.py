@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.policy.jobs import SEED_000
+from tests.unit.policy.jobs import CCE_JOB
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_jobs
 from trainguard.backends.sim import FailureKind, SimConfig, simulate
@@ -16,12 +16,12 @@ from trainguard.backends.sim.jobs import default_job, sized, worker_role
 from .helpers import config
 
 
-def seed_000() -> TrainingJob:
-    return load_jobs(SEED_000)[0].job
+def cce_job() -> TrainingJob:
+    return load_jobs(CCE_JOB)[0].job
 
 
 def test_the_worker_role_gets_one_pod_per_node_and_keeps_its_share_of_elasticity() -> None:
-    job = sized(seed_000(), 64)
+    job = sized(cce_job(), 64)
     assert worker_role(job) == "trainer"
     trainer = job.spec.replica_specs["trainer"]
     assert (trainer.replicas, trainer.min_replicas, trainer.max_replicas) == (64, 13, 64)  # min 1 of max 5
@@ -80,7 +80,7 @@ def test_a_trace_is_replayed_at_its_times() -> None:
 
 
 def test_policies_are_compared_on_the_same_faults() -> None:
-    rows = compare(seed_000(), SimConfig(gpus=64, mtbf_hours=100.0, days=3.0, seed=3))
+    rows = compare(cce_job(), SimConfig(gpus=64, mtbf_hours=100.0, days=3.0, seed=3))
     assert [row.policy for row in rows] == [
         "as written",
         "Pod-scope restart",

@@ -7,9 +7,10 @@
 - ``fault-tolerance/hang-retry: "true"`` -> ``spec.hang`` enabled (restart upon suspension, at most 3
   consecutive times unless ``spec.hang.maxConsecutive`` says otherwise); ``"false"`` turns it off.
 
-An overlay is seed 002's JSON, ``{"kind": "job", "metadata": {"annotations": {...}}}``, applied with
-``--overlay FILE`` on top of another job: its annotations are added to the job's, replacing those with the
-same key. Values out of range are errors that name the annotation and the file it came from.
+An overlay is the JSON that ModelArts' documentation gives, ``{"kind": "job", "metadata": {"annotations":
+{...}}}``, applied with ``--overlay FILE`` on top of another job: its annotations are added to the job's,
+replacing those with the same key. Values out of range are errors that name the annotation and the file it
+came from.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ Origin = tuple[Document, FieldPath]
 
 
 def is_overlay(data: Any) -> bool:
-    """A document in seed 002's form rather than a job."""
+    """A document in the overlay form of ModelArts' documentation rather than a job."""
     return isinstance(data, dict) and "apiVersion" not in data and str(data.get("kind", "")).lower() == "job"
 
 

@@ -1,7 +1,7 @@
 """The operator's Prometheus endpoint: the same metrics as the local control plane's, from the job resources.
 
 A scrape reads the operator's watch cache of every job resource and recomputes the job metrics from their
-``status`` (``trainguard.controller.prometheus``), so restarting the operator, or a new leader taking over,
+``status`` (``trainguard.observability.prometheus``), so restarting the operator, or a new leader taking over,
 neither resets nor doubles a counter. Every replica serves it (a follower reports the same jobs and its own
 idle reconcile loop). In the cluster it listens on all interfaces of the pod (``--metrics-port``, 8080 in the
 Deployment) for Prometheus to scrape; run by hand it defaults to loopback.
@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.process_collector import ProcessCollector
 
 from trainguard.backends.k8s.status import read_status
-from trainguard.controller.metrics import ControllerStats, JobSnapshot
-from trainguard.controller.prometheus import JobsCollector
+from trainguard.observability.metrics import ControllerStats, JobSnapshot
+from trainguard.observability.prometheus import JobsCollector
 
 log = logging.getLogger("trainguard.k8s")
 

@@ -33,7 +33,7 @@ from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.status import StatusConflict, read_status
 from trainguard.controller import SettledSlots, reconcile
 from trainguard.controller.launchspec import check_runnable
-from trainguard.controller.metrics import ControllerStats
+from trainguard.observability.metrics import ControllerStats
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str, str]  # kind, namespace, name

@@ -3,7 +3,7 @@
 It listens on the loopback interface only, on an ephemeral port unless ``TRAINGUARD_METRICS_PORT`` names
 one (``off`` serves nothing); ``TRAINGUARD_METRICS_ADDRESS`` binds elsewhere for whoever wants that.
 ``trainguard metrics --url`` asks the control plane where it listens. A scrape reads every job's stored
-status at that moment (``trainguard.controller.metrics``), so counters survive control-plane restarts.
+status at that moment (``trainguard.observability.metrics``), so counters survive control-plane restarts.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from prometheus_client.process_collector import ProcessCollector
 
 from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.store import Store
-from trainguard.controller.metrics import ControllerStats, JobSnapshot
-from trainguard.controller.prometheus import JobsCollector
 from trainguard.controller.status import JobStatus
+from trainguard.observability.metrics import ControllerStats, JobSnapshot
+from trainguard.observability.prometheus import JobsCollector
 
 log = logging.getLogger("trainguard.local")
 

@@ -26,7 +26,7 @@ from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
 from trainguard.controller import SettledSlots
 from trainguard.controller.loop import step
-from trainguard.controller.metrics import ControllerStats
+from trainguard.observability.metrics import ControllerStats
 
 log = logging.getLogger("trainguard.local")
 

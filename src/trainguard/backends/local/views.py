@@ -1,7 +1,11 @@
 """What users see of a job: the JSON of ``get -o json`` and the text of ``get``, ``describe`` and ``run``.
 
 ``job_view`` is the one shape every view starts from: the job as a resource with ``metadata``, ``spec`` and a
-``status`` holding phase, conditions, restart counts, replicas, pods and history (POLICY.md §7).
+``status`` holding phase, conditions, restart counts, replicas, pods and history (the fields docs/operator.md
+lists under Status, scale and restart safety).
+
+Restarts are relaunches. A hang restart in place (the hung command run again in its pod, nothing rescheduled)
+is not among them: it is shown on its own, as hang restarts (``hangRestartCounts``, a pod's ``hangRestarts``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ def job_view(record: JobRecord, rows: Sequence[PodRecord]) -> dict[str, Any]:
     status.setdefault("phase", "Pending")
     status.setdefault("conditions", [])
     status.setdefault("restartCounts", {})
+    status.setdefault("hangRestartCounts", {})
     status.setdefault("replicas", {})
     status.setdefault("history", [])
     by_name = {row.name: row for row in rows}
@@ -59,6 +64,7 @@ def _pod_view(slot: dict[str, Any], row: PodRecord | None) -> dict[str, Any]:
         "node": slot.get("node") or (row.node if row and row.node else None),
         "phase": slot["phase"],
         "restarts": slot.get("restarts", 0),
+        "hangRestarts": slot.get("hangRestarts", 0),
         "generation": slot.get("generation", 1),
     }
     if row is not None and row.launch == view["generation"]:
@@ -106,14 +112,17 @@ def table(rows: Iterable[Sequence[object]], header: Sequence[str]) -> str:
 
 
 def jobs_table(views: Sequence[dict[str, Any]], now: float, wide: bool = False) -> str:
-    header = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "AGE"] + (["PODS", "MESSAGE"] if wide else [])
+    header = ["NAME", "PHASE", "REPLICAS", "RESTARTS", "HANG-RESTARTS", "AGE"]
+    header += ["PODS", "MESSAGE"] if wide else []
     rows = []
     for view in views:
         status = view["status"]
         replicas = ",".join(f"{role}={n}" for role, n in status.get("replicas", {}).items()) or "-"
         restarts = sum(status.get("restartCounts", {}).values())
+        hangs = sum(status.get("hangRestartCounts", {}).values())
         created = _epoch(view["metadata"].get("creationTimestamp"))
-        row: list[object] = [view["metadata"]["name"], status["phase"], replicas, restarts, age(created, now)]
+        row: list[object] = [view["metadata"]["name"], status["phase"], replicas, restarts, hangs]
+        row.append(age(created, now))
         if wide:
             row += [len(status.get("pods", [])), status.get("message", "")]
         rows.append(row)
@@ -121,10 +130,12 @@ def jobs_table(views: Sequence[dict[str, Any]], now: float, wide: bool = False) 
 
 
 def pods_table(view: dict[str, Any], wide: bool = False) -> str:
-    header = ["POD", "ROLE", "NODE", "PHASE", "RESTARTS"] + (["PID", "EXIT", "REASON"] if wide else [])
+    header = ["POD", "ROLE", "NODE", "PHASE", "RESTARTS", "HANG-RESTARTS"]
+    header += ["PID", "EXIT", "REASON"] if wide else []
     rows = []
     for pod in view["status"]["pods"]:
         row: list[object] = [pod["name"], pod["role"], pod.get("node") or "-", pod["phase"], pod["restarts"]]
+        row.append(pod.get("hangRestarts", 0))
         if wide:
             row += [pod.get("pid", "-"), pod.get("exitCode", "-"), pod.get("reason", "-")]
         rows.append(row)
@@ -168,7 +179,8 @@ def _epoch(text: str | None) -> float | None:
 
 
 def summary_line(view: dict[str, Any], now: float) -> str:
-    """``job NAME: Running (42s) - launcher 1/1, trainer 3/3 [1-5] - restarts launcher=0 trainer=1``."""
+    """``job NAME: Running (42s) - launcher 1/1, trainer 3/3 [1-5] - restarts launcher=0 trainer=1``, then
+    `` - hang restarts launcher=0 trainer=2`` once a pod was restarted in place for a hang."""
     status = view["status"]
     spec_roles = view["spec"].get("replicaSpecs", {})
     roles = []
@@ -179,9 +191,12 @@ def summary_line(view: dict[str, Any], now: float) -> str:
         bounds = f" [{low}-{high}]" if low is not None and high is not None and low != high else ""
         roles.append(f"{role} {running}/{want}{bounds}")
     restarts = " ".join(f"{role}={n}" for role, n in status.get("restartCounts", {}).items())
+    hang_counts = status.get("hangRestartCounts", {})
+    hangs = " ".join(f"{role}={n}" for role, n in hang_counts.items()) if any(hang_counts.values()) else ""
     created = _epoch(view["metadata"].get("creationTimestamp"))
     text = f"job {view['metadata']['name']}: {status['phase']} ({age(created, now)}) - {', '.join(roles)}"
-    return text + (f" - restarts {restarts}" if restarts else "")
+    text += f" - restarts {restarts}" if restarts else ""
+    return text + (f" - hang restarts {hangs}" if hangs else "")
 
 
 def live_view(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float) -> str:
@@ -199,7 +214,8 @@ def live_view(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float
 
 
 def describe(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float) -> str:
-    """``trainguard describe``: spec summary, conditions, restart counts, pods, history, events."""
+    """``trainguard describe``: spec summary, conditions, restart and hang restart counts, pods, history,
+    events."""
     meta, spec, status = view["metadata"], view["spec"], view["status"]
     lines = [
         f"Name:         {meta['name']}",
@@ -224,7 +240,8 @@ def describe(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float)
             + (f", min {low}, max {high}" if low is not None or high is not None else "")
             + f"), restartPolicy {role_spec.get('restartPolicy', 'OnFailure')}"
             f"/{role_spec.get('restartScope', 'Pod')}, restartLimit {role_spec.get('restartLimit', '-')},"
-            f" {rules} faultTolerantPolicy rule(s), restarts {status.get('restartCounts', {}).get(role, 0)}"
+            f" {rules} faultTolerantPolicy rule(s), restarts {status.get('restartCounts', {}).get(role, 0)},"
+            f" hang restarts {status.get('hangRestartCounts', {}).get(role, 0)}"
         )
     lines += ["", "Conditions:"]
     conditions = status.get("conditions", [])

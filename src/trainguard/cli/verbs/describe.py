@@ -1,7 +1,8 @@
 """``trainguard describe JOB``: what happened to a job and why.
 
-The spec in short, the conditions, per-role restart counts, every pod, the fault-recovery history (each
-fault with the rule that matched, the action, whether it counted and how long recovery took) and events.
+The spec in short, the conditions, per-role restart and hang restart counts, every pod, the fault-recovery
+history (each fault with the rule that matched, the action, whether it counted and how long recovery took)
+and events.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """``trainguard get [JOB] [-o json|yaml|wide]``: jobs of the local runtime and their pods.
 
 ``get JOB -o json`` prints the job as a resource: ``status.phase``, ``status.conditions``,
-``status.restartCounts`` (per role), ``status.replicas`` (per role, now), ``status.pods`` (name, role,
-index, node, phase, restarts) and ``status.history``.
+``status.restartCounts`` (per role: relaunches), ``status.hangRestartCounts`` (per role: hang restarts in
+place, which are not restarts), ``status.replicas`` (per role, now), ``status.pods`` (name, role, index, node,
+phase, restarts, hangRestarts) and ``status.history``. The tables show both counts in columns of their own,
+RESTARTS and HANG-RESTARTS.
 """
 
 from __future__ import annotations

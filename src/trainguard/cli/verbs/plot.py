@@ -3,7 +3,7 @@
 One lane per pod: when it started, ran, failed, was lost with its node, hung, or was restarted with others;
 a marker at each fault with what was done (restarted in place, as a new pod, on another node) and how long
 recovery took; a dashed line at each scaling step of a role; the job's phases on top. The data is the
-job's status (``trainguard.controller.timeline``): from the local runtime, or from a JSON file with
+job's status (``trainguard.observability.timeline``): from the local runtime, or from a JSON file with
 ``--from-json`` (what ``trainguard get JOB -o json`` prints, or a bare status, e.g. from the operator or the
 simulator). ``--data FILE`` also writes the plotted intervals and events as JSON.
 """
@@ -20,7 +20,7 @@ import yaml
 
 from trainguard.cli.errors import CliError
 from trainguard.cli.verbs._local import call
-from trainguard.controller.timeline import Timeline, build, status_of
+from trainguard.observability.timeline import Timeline, build, status_of
 
 #: Colours of pod states and job phases (colour-blind-safe where it matters: ran vs. failed vs. hung).
 STATE_COLOURS = {

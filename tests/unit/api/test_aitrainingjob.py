@@ -1,4 +1,4 @@
-"""The seed 000 AITrainingJob loads unchanged, every field kept; both spellings of its group are read."""
+"""CCE's AITrainingJob example loads unchanged, every field kept; both spellings of its group are read."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.api.jobdata import SEED, edited, error_of, load_one, seed
+from tests.unit.api.jobdata import CCE_JOB, cce_job, edited, error_of, load_one
 from trainguard.api import ExceptionalEvent, ExitCodeSet, RestartPolicy, RestartScope
 from trainguard.api.load import load_jobs
 
@@ -21,23 +21,23 @@ def leaves(data: Any, path: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], Any]:
     return {path: data}
 
 
-def test_the_seed_file_loads_as_an_aitrainingjob() -> None:
-    (loaded,) = load_jobs(SEED)
+def test_the_cce_example_file_loads_as_an_aitrainingjob() -> None:
+    (loaded,) = load_jobs(CCE_JOB)
     assert loaded.dialect == "AITrainingJob"
     assert loaded.warnings == ()
-    assert loaded.source == str(SEED)
+    assert loaded.source == str(CCE_JOB)
 
 
-def test_every_field_of_the_seed_is_kept() -> None:
-    (loaded,) = load_jobs(SEED)
-    raw = leaves({key: value for key, value in seed().items() if key not in ("apiVersion", "kind")})
+def test_every_field_of_the_cce_example_is_kept() -> None:
+    (loaded,) = load_jobs(CCE_JOB)
+    raw = leaves({key: value for key, value in cce_job().items() if key not in ("apiVersion", "kind")})
     kept = leaves(loaded.job.to_dict())
     missing = {path: value for path, value in raw.items() if kept.get(path, "<absent>") != value}
     assert missing == {}
 
 
-def test_the_seed_as_the_model_reads_it() -> None:
-    job = load_one(seed()).job
+def test_the_cce_example_as_the_model_reads_it() -> None:
+    job = load_one(cce_job()).job
     launcher, trainer = job.role("launcher"), job.role("trainer")
     assert (launcher.replicas, launcher.min_count, launcher.max_count) == (1, 1, 1)
     assert (trainer.replicas, trainer.min_count, trainer.max_count, trainer.is_elastic) == (3, 1, 5, True)
@@ -56,21 +56,21 @@ def test_the_seed_as_the_model_reads_it() -> None:
 
 
 def test_the_baidubce_spelling_is_read_too() -> None:
-    loaded = load_one(edited(seed(), "apiVersion", "kongming.cce.baidubce.com/v1"))
+    loaded = load_one(edited(cce_job(), "apiVersion", "kongming.cce.baidubce.com/v1"))
     assert loaded.dialect == "AITrainingJob"
-    assert loaded.job == load_one(seed()).job
+    assert loaded.job == load_one(cce_job()).job
 
 
 def test_a_cluster_copy_with_status_and_server_fields_loads() -> None:
-    data = seed()
+    data = cce_job()
     data["metadata"].update(uid="0b5c", resourceVersion="42", creationTimestamp="2022-01-14T09:01:50Z")
     data["status"] = {"RestartCount": {"trainer": 0}, "conditions": [{"type": "Running", "status": "True"}]}
-    assert load_one(data).job.spec == load_one(seed()).job.spec
+    assert load_one(data).job.spec == load_one(cce_job()).job.spec
 
 
 def test_codes_no_process_can_report_are_accepted_with_a_warning() -> None:
     path = "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes"
-    loaded = load_one(edited(seed(), path, "129,10001"))
+    loaded = load_one(edited(cce_job(), path, "129,10001"))
     (warning,) = loaded.warnings
     assert re.fullmatch(
         r"job.yaml:\d+: spec.replicaSpecs.launcher.faultTolerantPolicy\[0\].exitCodes: "
@@ -81,7 +81,7 @@ def test_codes_no_process_can_report_are_accepted_with_a_warning() -> None:
 
 
 def test_a_rule_of_impossible_codes_only_is_left_out() -> None:
-    data = edited(seed(), "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes", "10001")
+    data = edited(cce_job(), "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes", "10001")
     loaded = load_one(data)
     assert "this rule can never match and is left out" in loaded.warnings[0]
     (rule,) = loaded.job.role("launcher").fault_tolerant_policy
@@ -89,7 +89,7 @@ def test_a_rule_of_impossible_codes_only_is_left_out() -> None:
 
 
 def test_errors_after_a_left_out_rule_point_at_the_rule_as_written() -> None:
-    data = edited(seed(), "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes", "10001")
+    data = edited(cce_job(), "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes", "10001")
     data = edited(data, "spec.replicaSpecs.launcher.faultTolerantPolicy.1.restartScope", "Everywhere")
     (problem,) = error_of(data).problems
     assert problem.path == "spec.replicaSpecs.launcher.faultTolerantPolicy[1].restartScope"
@@ -97,13 +97,13 @@ def test_errors_after_a_left_out_rule_point_at_the_rule_as_written() -> None:
 
 @pytest.mark.parametrize("codes", ["1-300", "250-10001,7"])
 def test_ranges_are_cut_at_255(codes: str) -> None:
-    loaded = load_one(edited(seed(), "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes", codes))
+    loaded = load_one(edited(cce_job(), "spec.replicaSpecs.launcher.faultTolerantPolicy.0.exitCodes", codes))
     assert loaded.job.role("launcher").fault_tolerant_policy[0].exit_codes is not None
     assert loaded.job.role("launcher").fault_tolerant_policy[0].exit_codes.highest == 255
 
 
-def test_the_seed_converted_to_native_form_loads_back_the_same() -> None:
-    job = load_one(seed()).job
+def test_the_cce_example_converted_to_native_form_loads_back_the_same() -> None:
+    job = load_one(cce_job()).job
     again = load_one(job.to_dict())
     assert again.dialect == "TrainingJob"
     assert again.job == job

@@ -1,4 +1,4 @@
-"""The controller's metric families (``trainguard.controller.metrics``) as a Prometheus collector.
+"""The controller's metric families (``trainguard.observability.metrics``) as a Prometheus collector.
 
 Shared by every backend that serves ``/metrics``: the local control plane reads its SQLite store at each
 scrape, the operator its watch cache of the job resources. Either way the job metrics are recomputed from
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from trainguard.controller.metrics import ControllerStats, Family, JobSnapshot, MetricType, job_families
+from trainguard.observability.metrics import ControllerStats, Family, JobSnapshot, MetricType, job_families
 
 
 class JobsCollector(Collector):

@@ -1,4 +1,4 @@
-"""Example 2: seed 000's job shape as an elastic PyTorch job, through the faults its rules name."""
+"""Example 2: the job shape of CCE's AITrainingJob example as an elastic PyTorch job, through the faults its rules name."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from trainguard.demo.session import EXAMPLES, Session
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
-EXAMPLE = EXAMPLES / "seed-pytorch"
+EXAMPLE = EXAMPLES / "cce-pytorch"
 
 
-def test_the_seed_shape_trains_through_a_force_delete_and_a_kill_by_the_seeds_rules(session: Session) -> None:
-    [loaded] = load_jobs(EXAMPLE / "seed-000-pytorch.yaml")
+def test_the_cce_shape_trains_through_a_force_delete_and_a_kill_by_its_rules(session: Session) -> None:
+    [loaded] = load_jobs(EXAMPLE / "cce-pytorch-elastic.yaml")
     spec = loaded.job.to_dict()
     checkpoints = session.root / "checkpoints"
     container = spec["spec"]["replicaSpecs"]["trainer"]["template"]["spec"]["containers"][0]

@@ -1,8 +1,8 @@
-"""Seed 000 (test-horovod-elastic) end to end: reconcile against the fake cluster."""
+"""CCE's AITrainingJob example (test-horovod-elastic) end to end: reconcile against the fake cluster."""
 
 from __future__ import annotations
 
-from tests.unit.controller.harness import Harness, make_job, seed_spec
+from tests.unit.controller.harness import Harness, cce_spec, make_job
 from trainguard.controller import JobPhase, LaunchPod, PodPhase, TerminatePod
 from trainguard.controller.backend import ObservedPhase
 
@@ -10,7 +10,7 @@ LAUNCHER = "test-horovod-elastic-launcher-0"
 TRAINER_1 = "test-horovod-elastic-trainer-1"
 
 
-def test_starts_pending_then_creating_then_running_with_the_seeds_conditions() -> None:
+def test_starts_pending_then_creating_then_running_with_cces_conditions() -> None:
     h = Harness.start(start_seconds=2)
     h.step()
     assert h.status.phase is JobPhase.PENDING
@@ -120,7 +120,7 @@ def test_launcher_success_ends_the_job_while_trainers_still_run_and_clean_pod_po
 
 
 def test_launcher_success_with_clean_pod_policy_running_stops_the_trainers_and_keeps_the_launcher() -> None:
-    h = Harness.start(make_job(seed_spec(cleanPodPolicy="Running")))
+    h = Harness.start(make_job(cce_spec(cleanPodPolicy="Running")))
     h.running()
     h.cluster.exit(LAUNCHER, 0)
     h.run_until(lambda h: not h.cluster.running())
@@ -130,7 +130,7 @@ def test_launcher_success_with_clean_pod_policy_running_stops_the_trainers_and_k
 
 
 def test_launcher_success_with_clean_pod_policy_all_removes_every_pod() -> None:
-    h = Harness.start(make_job(seed_spec(cleanPodPolicy="All")))
+    h = Harness.start(make_job(cce_spec(cleanPodPolicy="All")))
     h.running()
     h.cluster.exit(LAUNCHER, 0)
     h.run_until(lambda h: not h.cluster.pods)
