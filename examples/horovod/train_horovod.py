@@ -1,4 +1,5 @@
-"""Example 3: seed 000's Horovod job, trained with Horovod's elastic PyTorch API on scikit-learn's digits.
+"""Example 3: CCE's AITrainingJob example (a Horovod job), trained with Horovod's elastic PyTorch API on
+scikit-learn's digits.
 
 horovodrun (in the launcher pod) starts this script once per slot that host discovery offers, in the trainer
 pods. It trains a small MLP with ``hvd.DistributedOptimizer`` on Gloo and lets Horovod's elastic mode carry it

@@ -1,5 +1,5 @@
 """Example 2's script: a synthetic data-parallel benchmark, the PyTorch counterpart of the Horovod benchmark
-that seed 000 runs (``pytorch_synthetic_benchmark_elastic.py --num-iters=1000``).
+that CCE's AITrainingJob example runs (``pytorch_synthetic_benchmark_elastic.py --num-iters=1000``).
 
 Each iteration trains a small convolutional network on a batch of random images with DistributedDataParallel
 and counts images per second. The iteration count survives restarts and resizes: it is checkpointed every
