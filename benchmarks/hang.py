@@ -1,7 +1,7 @@
 """Hang detection latency per signal at two timeouts, and the agent's overhead on a healthy training run.
 
 Latency: a job makes progress (heartbeats, output or CPU use, each alone), then stalls at a moment it
-records; the latency is the agent's ``hang`` report time minus that moment. The issue's bound is the timeout
+records; the latency is the agent's ``hang`` report time minus that moment. trainguard's bound is the timeout
 plus 2 s. Overhead: the same small torch training loop, alternately bare and under the agent (relaying its
 output, watching heartbeats, log and CPU), in one run; steps per second of each.
 

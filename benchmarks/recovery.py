@@ -12,7 +12,7 @@ done, then measures from rank 0's progress log:
 
 Set-ups, each ``--trials`` times:
 
-- ``torchrun``: plain ``torchrun --nnodes 1 --nproc-per-node N --max-restarts 3`` (c10d, as the issue measured);
+- ``torchrun``: plain ``torchrun --nnodes 1 --nproc-per-node N --max-restarts 3`` (c10d, as torchrun's docs run it);
 - ``torchrun_fixed``: the same with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, the fix trainguard applies;
 - ``trainguard``: the job on the local runtime, N pods of one worker each, the worker of pod 1 killed.
 

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 1.0
-#: The issue's bound: a hang is acted on within the timeout plus 2 seconds.
+#: trainguard's bound: a hang is acted on within the timeout plus 2 seconds.
 LATENCY = TIMEOUT + 2.0
 HANG_OPTIONS = ["--hang-timeout", str(TIMEOUT), "--grace", "1"]
 

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 3.0
-#: The issue's bound: a hang is acted on within the timeout plus 2 seconds.
+#: trainguard's bound: a hang is acted on within the timeout plus 2 seconds.
 LATENCY = TIMEOUT + 2.0
 SCRIPT = Path(__file__).with_name("allreduce_hang.py")
 

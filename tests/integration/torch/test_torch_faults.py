@@ -21,7 +21,7 @@ from torch_harness import (
     workers_of,
 )
 
-from trainguard.backends.local.nudge import NUDGE_AFTER_SECONDS
+from trainguard.controller.nudges import NUDGE_AFTER_SECONDS
 from trainguard.demo.session import Session, digits_job, recovery
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
