@@ -135,6 +135,8 @@ def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def _field_schema(info: FieldInfo) -> dict[str, Any]:
     schema = _type_schema(info.annotation)
+    if info.description:
+        schema["description"] = info.description
     for constraint in info.metadata:
         for attribute, keyword, exclusive in (
             ("ge", "minimum", False),

@@ -152,13 +152,36 @@ class FaultTolerantRule(_Model):
         return RestartPolicy.EXIT_CODE if self.exit_codes is not None else RestartPolicy.ON_NODE_FAIL
 
 
+#: The most pods one role may have: ``replicas``, ``minReplicas`` and ``maxReplicas`` are at most this, in every
+#: dialect (they all convert into ``ReplicaSpec``) and in the CRDs. Six times the largest jobs trained so far
+#: even at one pod per GPU (16,384 GPUs), below what one Kubernetes cluster holds (150,000 pods); past it, a
+#: typo (a few extra zeros) would have every backend plan pods that no cluster can run (docs/policy.md,
+#: "Size limits").
+MAX_REPLICAS = 100_000
+#: Why, and what to do, when a count is above ``MAX_REPLICAS`` (``trainguard.api.problems`` says it).
+REPLICAS_LIMIT = (
+    f"at most {MAX_REPLICAS:,} pods per role, trainguard's limit (docs/policy.md, Size limits): "
+    "lower it, or split the work into several jobs"
+)
+
+
+def _count_field(default: int | None, what: str) -> Any:
+    return Field(
+        default=default,
+        ge=0,
+        le=MAX_REPLICAS,
+        description=f"{what}: 0 to {MAX_REPLICAS}, trainguard's limit of pods per role (docs/policy.md).",
+        json_schema_extra={"limit": REPLICAS_LIMIT},
+    )
+
+
 class ReplicaSpec(_Model):
     """A role of the job (launcher/master, trainer/worker, ...)."""
 
     replica_type: str | None = None
-    replicas: int = Field(default=1, ge=0)
-    min_replicas: int | None = Field(default=None, ge=0)
-    max_replicas: int | None = Field(default=None, ge=0)
+    replicas: int = _count_field(1, "Pods of this role")
+    min_replicas: int | None = _count_field(None, "Fewest pods an elastic role runs with")
+    max_replicas: int | None = _count_field(None, "Most pods an elastic role grows to")
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     restart_scope: RestartScope = RestartScope.POD
     #: Counted restarts of this role allowed inside the ``restart_timeout`` window (None: no limit).

@@ -72,11 +72,15 @@ def translate(error: ValidationError, root: type[BaseModel], report: Reporter) -
 class _Where:
     """Where an error points: the path without pydantic's union tags, and what the model says is there."""
 
-    def __init__(self, path: FieldPath, annotation: Any, parent: type[BaseModel] | None) -> None:
+    def __init__(
+        self, path: FieldPath, annotation: Any, parent: type[BaseModel] | None, info: FieldInfo | None = None
+    ) -> None:
         self.path = path
         self.annotation = annotation
         #: The model that holds the last field of the path (None for dict entries and list items).
         self.parent = parent
+        #: The model's field the path ends at (None for dict entries and list items).
+        self.info = info
 
     @property
     def name(self) -> str:
@@ -93,26 +97,27 @@ class _Where:
 def _walk(root: type[BaseModel], loc: tuple[int | str, ...]) -> _Where:
     annotation: Any = root
     parent: type[BaseModel] | None = None
+    info: FieldInfo | None = None
     path: list[str | int] = []
     for segment in loc:
         annotation = _without_none(annotation)
         if _is_model(annotation):
             parent = annotation
-            found = field_for_key(annotation, str(segment))
-            annotation = found.annotation if found is not None else None
+            info = field_for_key(annotation, str(segment))
+            annotation = info.annotation if info is not None else None
         elif get_origin(annotation) is dict:
-            parent = None
+            parent, info = None, None
             annotation = get_args(annotation)[1]
         elif get_origin(annotation) in (tuple, list) and isinstance(segment, int):
-            parent = None
+            parent, info = None, None
             annotation = get_args(annotation)[0]
         elif _is_union(annotation) and isinstance(segment, str):
             continue  # pydantic names the union member it tried; users never wrote that
         else:
-            parent = None
+            parent, info = None, None
             annotation = None
         path.append(segment)
-    return _Where(tuple(path), _without_none(annotation), parent)
+    return _Where(tuple(path), _without_none(annotation), parent, info)
 
 
 def field_for_key(model: type[BaseModel], key: str) -> FieldInfo | None:
@@ -157,6 +162,9 @@ def _message(detail: ErrorDetails, where: _Where) -> tuple[FieldPath, str]:
         return (), f"{name} must be {_KIND_OF_TYPE[kind]}, not {show(value)}{_quote_hint(kind, value)}"
     if kind in _BOUNDS:
         key, words = _BOUNDS[kind]
+        limit = _limit(where.info) if key in ("le", "lt") else None
+        if limit:  # a limit of trainguard's own: say why, and what to do
+            return (), f"{name} {show(value)} is too large: {limit}"
         return (), f"{name} {show(value)} must be {words} {ctx.get(key)}"
     if kind in ("value_error", "assertion_error"):
         return _validator_message(str(ctx.get("error", detail["msg"])), where)
@@ -175,6 +183,13 @@ def _validator_message(text: str, where: _Where) -> tuple[FieldPath, str]:
     if text[:1] in "\"'0123456789[":
         return (), f"{name} {text}"
     return (), f"{name}: {text}"
+
+
+def _limit(info: FieldInfo | None) -> str | None:
+    """The words a field gives for its upper bound (``json_schema_extra={"limit": ...}``), if any."""
+    extra = info.json_schema_extra if info is not None else None
+    limit = extra.get("limit") if isinstance(extra, dict) else None
+    return limit if isinstance(limit, str) else None
 
 
 def _unknown_field(name: str, where: _Where) -> str:

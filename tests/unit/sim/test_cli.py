@@ -88,6 +88,10 @@ def test_a_trace_replaces_drawn_failures(capsys: pytest.CaptureFixture[str], tmp
     ("args", "message"),
     [
         (["--gpus", "100"], "--gpus 100 is not a multiple of --gpus-per-node 8"),
+        (
+            ["--gpus", "1000000", "--gpus-per-node", "1"],
+            "makes 1,000,000 worker pods (one per node); at most 100,000 pods per role",
+        ),
         (["--days", "0"], "argument --days: 0 must be above 0"),
         (["--mtbf-hours", "soon"], "argument --mtbf-hours: 'soon' is not a number"),
         (["--checkpoint-cost-s", "-1"], "argument --checkpoint-cost-s: -1 must be 0 or more"),

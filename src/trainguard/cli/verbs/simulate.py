@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainguard.api import TrainingJob
+from trainguard.api.model import MAX_REPLICAS, REPLICAS_LIMIT
 from trainguard.backends.sim import plots
 from trainguard.backends.sim.compare import MemoryCheckpoints, compare
 from trainguard.backends.sim.failures import DEFAULT_MIX, FailureKind, TraceError, parse_mix, read_trace
@@ -149,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         rows = compare(job, config, _memory(args, config), _progress) if args.compare else []
     except ValidationError as error:
         raise CliError(
-            f"{args.file}: cannot size the job to {config.nodes} worker pods: {_first(error)}"
+            f"{args.file or 'the default job'}: cannot size the job to {config.nodes} worker pods: "
+            f"{_first(error)}"
         ) from None
     paths: list[str] = []
     if args.plot_dir:
@@ -166,6 +168,12 @@ def _config(args: argparse.Namespace) -> SimConfig:
         raise CliError(
             f"--gpus {args.gpus} is not a multiple of --gpus-per-node {args.gpus_per_node}: "
             "a worker pod takes a whole node"
+        )
+    if args.gpus // args.gpus_per_node > MAX_REPLICAS:
+        raise CliError(
+            f"--gpus {args.gpus} at --gpus-per-node {args.gpus_per_node} makes "
+            f"{args.gpus // args.gpus_per_node:,} worker pods (one per node); {REPLICAS_LIMIT}, "
+            "or give each node more GPUs (--gpus-per-node)"
         )
     config = SimConfig(
         gpus=args.gpus,
