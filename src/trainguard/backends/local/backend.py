@@ -16,9 +16,10 @@ from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.nudge import restart_workers
-from trainguard.backends.local.placement import free_slots
+from trainguard.backends.local.placement import free_of
 from trainguard.backends.local.podenv import network
 from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
+from trainguard.backends.local.reports import Report
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Conflict, Store
 from trainguard.controller.backend import (
@@ -68,9 +69,8 @@ class LocalBackend:
 
     def observe(self, job: TrainingJob) -> Observed:
         rows = self.runtime.refresh(job.name)
-        all_pods = self.store.list_pods()
         nodes = self.store.list_nodes()
-        free = free_slots(nodes, all_pods)
+        free = free_of(nodes, self.store.slots_in_use())
         return Observed(
             pods=tuple(self._pod(row) for row in rows if _visible(row)),
             nodes=tuple(ObservedNode(node.name, node.ready, max(free[node.name], 0)) for node in nodes),
@@ -90,7 +90,8 @@ class LocalBackend:
         return port
 
     def _pod(self, row: PodRecord) -> ObservedPod:
-        report = self.runtime.report(row)
+        # A pod still waiting for a slot has never started, so it has no report yet (nothing to read).
+        report = Report() if row.state is PodState.PENDING else self.runtime.report(row)
         # The agent restarts a hung command by itself, at once. The controller decides about each hang too
         # (it counts and records them): a hang stays "hung" until the controller has answered it with a
         # RestartInPlace, and only answered restarts are shown as done.
@@ -127,12 +128,13 @@ class LocalBackend:
         record = self.store.get_job(job.name)
         if record is None:
             return
-        for action in actions:
-            try:
-                self._apply_one(record, job, action)
-            except (OSError, ValueError) as error:
-                errors = self._errors.setdefault(job.name, deque(maxlen=_MAX_ERRORS))
-                errors.append(ActionError(action.key, str(error), self.clock()))
+        with self.runtime.placing():  # one look at the nodes for all of this reconcile's launches
+            for action in actions:
+                try:
+                    self._apply_one(record, job, action)
+                except (OSError, ValueError) as error:
+                    errors = self._errors.setdefault(job.name, deque(maxlen=_MAX_ERRORS))
+                    errors.append(ActionError(action.key, str(error), self.clock()))
 
     def _apply_one(self, record: JobRecord, job: TrainingJob, action: Action) -> None:
         if isinstance(action, LaunchPod):

@@ -7,6 +7,7 @@ of them run, the others exit, and every command then talks to the one that runs.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from trainguard.backends.local.home import ENV_HOME, Home
 READ_ONLY = frozenset({"ping", "get", "events", "logs", "nodes", "exists", "metrics"})
 #: How long a command waits for a control plane it started to answer.
 START_TIMEOUT_SECONDS = 30.0
+#: The control plane's exit status when it cannot use its state file (``daemon.UNUSABLE_STATE``).
+UNUSABLE_STATE = 2
 #: After this long without a control plane process holding the lock, starting it failed.
 _STARTUP_GRACE_SECONDS = 10.0
 
@@ -118,10 +121,14 @@ class Client:
 
 
 def start_control_plane(home: Home) -> None:
-    """Start ``python -m trainguard.backends.local.daemon``, detached from this process and its terminal."""
+    """Start ``python -m trainguard.backends.local.daemon``, detached from this process and its terminal.
+
+    A control plane that refuses to start (its state file is damaged, say) exits at once, before detaching,
+    having said why in its log: that is raised as a ClientError, in its own words."""
     home.ensure()
     env = {**os.environ, ENV_HOME: str(home.root)}
     with open(home.control_log, "ab") as log:
+        said_from = log.seek(0, os.SEEK_END)
         starter = subprocess.Popen(
             [sys.executable, "-m", "trainguard.backends.local.daemon"],
             stdin=subprocess.DEVNULL,
@@ -131,7 +138,11 @@ def start_control_plane(home: Home) -> None:
             cwd=str(home.root),
             start_new_session=True,
         )
-    starter.wait()  # it forks the control plane off and exits at once
+    code = starter.wait()  # it forks the control plane off and exits at once
+    if code == UNUSABLE_STATE:  # it said why, for the user
+        raise ClientError(_said_since(home, said_from) or _tail(home), code)
+    if code != 0:
+        raise ClientError(f"the control plane did not start (exit {code}): {_tail(home)}", 1)
 
 
 def control_plane_pid(home: Home) -> int | None:
@@ -151,9 +162,27 @@ def control_plane_pid(home: Home) -> int | None:
     return int(text) if "trainguard.backends.local.daemon" in cmdline else None
 
 
+def _said_since(home: Home, offset: int) -> str:
+    """What the log got from ``offset`` on (a starter's last words), without the "error: " it starts with."""
+    try:
+        with open(home.control_log, "rb") as log:
+            log.seek(offset)
+            text = log.read(64 * 1024).decode(errors="replace").strip()
+    except OSError:
+        return ""
+    return text.removeprefix("error: ")
+
+
 def _tail(home: Home) -> str:
+    """The log's last words for a user: its last line that is not part of a traceback, and where the log is
+    (TRAINGUARD_DEBUG=1 and the log have the rest)."""
     try:
         lines = home.control_log.read_text(errors="replace").strip().splitlines()
     except OSError:
         return f"no log at {home.control_log}"
-    return "; ".join(lines[-3:]) or f"nothing in {home.control_log}"
+    said = [line for line in lines[-40:] if line.strip() and not _TRACEBACK.match(line)]
+    return f"{said[-1]} (see {home.control_log})" if said else f"nothing in {home.control_log}"
+
+
+#: Lines of a Python traceback: its header, and its indented frames and source lines.
+_TRACEBACK = re.compile(r'^(Traceback \(most recent call last\):|\s|.*File ".*", line \d+)')

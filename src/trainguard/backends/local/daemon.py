@@ -15,24 +15,28 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import threading
 from types import FrameType
 from typing import Any
 
-from trainguard.backends.local import metrics, wire
+from trainguard.backends.local import client, metrics, wire
 from trainguard.backends.local.clock import Clock
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.plane import ControlPlane
 from trainguard.backends.local.podenv import inherited_environment
-from trainguard.backends.local.service import RequestError, Service
-from trainguard.backends.local.store import Store
+from trainguard.backends.local.service import USAGE, RequestError, Service
+from trainguard.backends.local.store import StateError, Store, check, damaged_message, is_damage
 
 log = logging.getLogger("trainguard.local")
 
 ENV_IDLE_EXIT = "TRAINGUARD_IDLE_EXIT"
 #: Exit status of a control plane that found another one running (not an error).
 ALREADY_RUNNING = 0
+#: Exit status of a control plane that cannot use the state file (damaged, unreadable); it says why on
+#: stderr (the log), which the command that started it shows (``client.UNUSABLE_STATE``).
+UNUSABLE_STATE = client.UNUSABLE_STATE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return ALREADY_RUNNING
+    try:  # before detaching: a state file that cannot be used is reported to the command that waits
+        check(home.state_db)
+        Store(home.state_db).close()  # brought to this version's tables; closed before forking
+    except StateError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return UNUSABLE_STATE
     if "--foreground" not in (sys.argv[1:] if argv is None else argv) and os.fork() > 0:
         # The starter waits for this first process only; the control plane lives on in the child, whose
         # parent is then init (or a subreaper), so no command is left with a zombie to reap.
@@ -56,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     lock.write(f"{os.getpid()}\n")
     lock.flush()
     log.info("control plane %d starting in %s", os.getpid(), home.root)
-    store = Store(home.state_db)
+    try:
+        store = Store(home.state_db)
+    except StateError as error:  # damaged since the check a moment ago
+        log.error("%s", error)
+        return UNUSABLE_STATE
     plane = ControlPlane(home, store, Clock(), inherited_environment())
     stop = threading.Event()
     stop_pods = threading.Event()
@@ -85,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_accept_loop, args=(server, service, stop), daemon=True, name="api").start()
     try:
         plane.run(stop, _idle_exit())
+    except sqlite3.DatabaseError as error:  # the state file was damaged under us: nothing more can be done
+        log.error("%s; this control plane stops", damaged_message(home.state_db, str(error)))
     finally:
         server.close()
         endpoint.close()
@@ -158,6 +174,11 @@ def _answer(service: Service, request: Any) -> dict[str, Any]:
         return {"ok": True, "result": service.handle(request["op"], dict(args))}
     except RequestError as error:
         return {"ok": False, "error": str(error), "exit_code": error.exit_code}
+    except sqlite3.DatabaseError as error:  # the state file was damaged under us
+        if not is_damage(error):
+            return {"ok": False, "error": f"the state file is busy ({error}); try again", "exit_code": 1}
+        path = service.plane.store.path
+        return {"ok": False, "error": damaged_message(path, str(error), os.getpid()), "exit_code": USAGE}
     except Exception as error:  # a bug of ours: keep serving, tell the caller where to look
         log.exception("request %s failed", request.get("op"))
         return {"ok": False, "error": f"internal error: {type(error).__name__}: {error}", "exit_code": 70}

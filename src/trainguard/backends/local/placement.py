@@ -7,27 +7,40 @@ costs as few pods as possible. A pod that lost its node avoids it when placed ag
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from trainguard.backends.local.records import NodeRecord, PodRecord
 
 
 def free_slots(nodes: Iterable[NodeRecord], pods: Iterable[PodRecord]) -> dict[str, int]:
     """node -> slots not taken by a pod whose process is (or is about to be) running."""
-    used = Counter(pod.node for pod in pods if pod.holds_slot)
-    return {node.name: node.slots - used[node.name] for node in nodes}
+    return free_of(nodes, Counter(pod.node for pod in pods if pod.holds_slot))
+
+
+def free_of(nodes: Iterable[NodeRecord], used: Mapping[str, int]) -> dict[str, int]:
+    """node -> slots free, from how many each node has in use (``Store.slots_in_use``)."""
+    return {node.name: node.slots - used.get(node.name, 0) for node in nodes}
 
 
 def choose_node(
     nodes: Sequence[NodeRecord], pods: Iterable[PodRecord], avoid: Iterable[str] = ()
 ) -> str | None:
     """The node for a new pod, or None when no Ready node has a free slot (the pod waits)."""
-    free = free_slots(nodes, pods)
+    return pick(nodes, free_slots(nodes, pods), avoid)
+
+
+def pick(nodes: Sequence[NodeRecord], free: Mapping[str, int], avoid: Iterable[str] = ()) -> str | None:
+    """``choose_node`` from the nodes' free slots (node -> free slots)."""
     avoided = set(avoid)
-    candidates = [n for n in nodes if n.ready and free[n.name] > 0 and n.name not in avoided]
+    candidates = [n for n in nodes if n.ready and free.get(n.name, 0) > 0 and n.name not in avoided]
     if not candidates:
         return None
     return min(candidates, key=lambda node: (-free[node.name], _name_order(node.name))).name
+
+
+def room(nodes: Iterable[NodeRecord], free: Mapping[str, int]) -> int:
+    """Free slots on Ready nodes."""
+    return sum(max(free.get(node.name, 0), 0) for node in nodes if node.ready)
 
 
 def _name_order(name: str) -> tuple[int, str]:

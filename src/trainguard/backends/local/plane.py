@@ -1,9 +1,11 @@
 """The control plane's loop: reconcile every job against its processes, on events and on a short tick.
 
-One lock serialises everything that changes pods (a reconcile pass, a request from the CLI), so the store's
-compare-and-swap only ever meets writers from other processes. Each pass reads the stored status, observes,
-reconciles (``trainguard.controller.reconcile``) and applies; the status is written last, so a control plane
-killed at any moment starts again from a status that never claims more than was done.
+One lock serialises everything that changes pods (the reconcile of one job, a request from the CLI), so the
+store's compare-and-swap only ever meets writers from other processes. A pass takes it job by job, so a
+request waits for at most one job's reconcile, never for a pass over all of them. Each job's reconcile reads
+the stored status, observes, reconciles (``trainguard.controller.reconcile``) and applies; the status is
+written last, so a control plane killed at any moment starts again from a status that never claims more than
+was done. A job too large for this machine is held (``capacity``): not reconciled until it fits.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from pydantic import ValidationError
 
 from trainguard.api import TrainingJob
+from trainguard.backends.local import capacity
 from trainguard.backends.local.backend import LocalBackend
 from trainguard.backends.local.home import Home
-from trainguard.backends.local.records import JobRecord, PodState
+from trainguard.backends.local.records import EventRecord, JobRecord, PodState
 from trainguard.backends.local.rendezvous import StoreHosts
 from trainguard.backends.local.runtime import Runtime
-from trainguard.backends.local.store import Store
+from trainguard.backends.local.store import Conflict, Store
 from trainguard.backends.local.waker import Waker
 from trainguard.controller import SettledSlots
 from trainguard.controller.loop import step
@@ -38,9 +42,16 @@ FINISHED_TICK_SECONDS = 2.0
 
 class ControlPlane:
     def __init__(
-        self, home: Home, store: Store, clock: Callable[[], float], base_env: dict[str, str]
+        self,
+        home: Home,
+        store: Store,
+        clock: Callable[[], float],
+        base_env: dict[str, str],
+        max_pods: int | None = None,
     ) -> None:
         self.home = home
+        #: The most pods of one job this control plane runs (``TRAINGUARD_MAX_PODS``).
+        self.max_pods = max_pods if max_pods is not None else capacity.max_pods()
         self.store = store
         self.clock = clock
         self.lock = threading.RLock()
@@ -94,23 +105,31 @@ class ControlPlane:
             self.waker.wait(TICK_SECONDS)
 
     def step(self) -> bool:
-        """One pass over every job; True while any job is live or any pod process remains."""
+        """One pass over every job; True while any job is live or any pod process remains.
+
+        The lock is taken for one job at a time, and each job is read again under it: a request in between
+        (a delete, a scale) is seen by the job's own reconcile, and waits for no other job's."""
         busy = False
-        with self.lock:
-            records = self.store.list_jobs(include_deleted=True)
-            now = self.clock()
-            due = {r.name for r in records if r.deleted or self._next_look.get(r.name, 0.0) <= now}
-            self.stats.set_queue_depth(len(due))
-            for record in records:
-                started = time.monotonic()
-                try:
+        names = self.store.job_names(include_deleted=True)
+        now = self.clock()
+        self.stats.set_queue_depth(sum(1 for name in names if self._next_look.get(name, 0.0) <= now))
+        for name in names:
+            started = time.monotonic()
+            due = False
+            try:
+                with self.lock:
+                    record = self.store.get_job(name, include_deleted=True)
+                    if record is None:  # forgotten meanwhile
+                        self._next_look.pop(name, None)
+                        continue
+                    due = record.deleted or self._next_look.get(name, 0.0) <= self.clock()
                     busy |= self._step_job(record)
-                except Exception:  # one broken job must not stop the others
-                    log.exception("job %s: reconcile failed", record.name)
-                    self.stats.failed()
-                    busy = True
-                if record.name in due:
-                    self.stats.observe(time.monotonic() - started)
+            except Exception:  # one broken job must not stop the others
+                log.exception("job %s: reconcile failed", name)
+                self.stats.failed()
+                busy = True
+            if due:
+                self.stats.observe(time.monotonic() - started)
         return busy
 
     def _step_job(self, record: JobRecord) -> bool:
@@ -122,6 +141,11 @@ class ControlPlane:
         job = self.job_model(record)
         if job is None:
             return False
+        if not capacity.started(record):
+            admitted = self._admit(record, job)
+            if admitted is None:
+                return True  # held: waits until it fits, and keeps the control plane up meanwhile
+            record = admitted
         status = self.backend.read_status(record)
         if not status.phase.is_terminal and self.stores.needed(job, record.port):
             self.stores.ensure(job, record.uid, record.port)  # before any pod's agent looks for it
@@ -137,7 +161,7 @@ class ControlPlane:
             log.info("job %s: ttlSecondsAfterFinished (%d s) has passed; deleting it", record.name, ttl)
             self.delete(record)
             return True
-        alive = any(row.alive for row in self.store.list_pods(record.name))
+        alive = self.store.has_live_pods(record.name)
         finished = result.status.phase.is_terminal
         if finished and not alive:
             self.stores.stop(record.name, record.uid)
@@ -145,6 +169,30 @@ class ControlPlane:
         # result.wake_at is always met); an ended one without processes only now and then.
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0
         return alive or not finished
+
+    def _admit(self, record: JobRecord, job: TrainingJob) -> JobRecord | None:
+        """A job not taken up yet: None while it is too large to run here (its status says why, an event
+        says so once per size); else the record to reconcile (a job that was held gets its nodes now)."""
+        why = capacity.too_big(job, self.max_pods)
+        if why is not None:
+            status = capacity.held_status(job, why)
+            if record.status != status:
+                try:
+                    self.store.update_status(record.name, status, record.status_version)
+                except Conflict:  # written meanwhile: the next pass decides again
+                    return None
+                event = EventRecord(
+                    record.name, self.clock(), "Warning", "FailedScheduling", record.name, why
+                )
+                self.store.append_event_once(f"{record.uid}/held/{capacity.size(job)}", event)
+                log.info("job %s held: %s", record.name, why)
+            return None
+        if capacity.is_held(record):  # it fits now: its nodes, and a status the controller starts from
+            capacity.ensure_nodes(self.store, job, record.nodes_wanted, self.max_pods)
+            version = self.store.update_status(record.name, {}, record.status_version)
+            log.info("job %s fits now (%d pods); starting it", record.name, capacity.size(job))
+            return replace(record, status={}, status_version=version)
+        return record
 
     # ---- deleting ----------------------------------------------------------------------------------
 

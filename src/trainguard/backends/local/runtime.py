@@ -14,18 +14,17 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
 
 from trainguard.api import TrainingJob
-from trainguard.backends.local import processes
+from trainguard.backends.local import placement, processes
 from trainguard.backends.local.agentcmd import agent_argv, grace_seconds
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.hosts.setup import pod_environment as horovod_environment
-from trainguard.backends.local.placement import choose_node
 from trainguard.backends.local.podenv import argv_and_cwd, pod_environment
 from trainguard.backends.local.records import EventRecord, JobRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.reports import Report, ReportReader
@@ -42,6 +41,14 @@ _STOP_MARGIN_SECONDS = 2.0
 _KILL_WAIT_SECONDS = 5.0
 
 
+@dataclass
+class FreeSlots:
+    """The nodes as one look found them, and their free slots (node -> slots), counted down as pods go."""
+
+    nodes: list[NodeRecord]
+    slots: dict[str, int]
+
+
 class Runtime:
     def __init__(
         self, home: Home, store: Store, clock: Callable[[], float], base_env: dict[str, str]
@@ -53,6 +60,8 @@ class Runtime:
         self.reports = ReportReader()
         #: The agents this process started, so that their exits are reaped (pid -> process).
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        #: The nodes' free slots while a batch of placements runs (``placing``).
+        self._free: FreeSlots | None = None
 
     # ---- launching ---------------------------------------------------------------------------------
 
@@ -74,6 +83,7 @@ class Runtime:
             return  # this launch (or a later one) happened already
         if row is not None and row.alive:
             self.kill_now(row)  # the previous incarnation must be gone first: never two of one pod
+            self._released(row)
         fresh = PodRecord(
             name=pod,
             job=record.name,
@@ -95,14 +105,40 @@ class Runtime:
 
     def place_pending(self, record: JobRecord, job: TrainingJob) -> None:
         """Start the job's pods that were waiting for a free slot, if one is free now."""
-        for row in self.store.list_pods(record.name):
-            if row.state is PodState.PENDING:
+        with self.placing() as free:
+            if placement.room(free.nodes, free.slots) <= 0:
+                return  # the usual case of a job whose pods wait: nothing to read, nothing to try
+            for row in self.store.list_pods(record.name, state=PodState.PENDING):
+                if placement.room(free.nodes, free.slots) <= 0:
+                    return
                 self._place(record, job, row)
 
-    def _place(self, record: JobRecord, job: TrainingJob, row: PodRecord) -> None:
-        node = choose_node(self.store.list_nodes(), self.store.list_pods(), row.avoid)
-        if node is None:
+    @contextlib.contextmanager
+    def placing(self) -> Iterator[FreeSlots]:
+        """Place pods from one look at the nodes and their free slots, counted down as pods are placed,
+        instead of one look at every pod per placement: a batch of launches costs what its pods cost, not
+        that times all the pods there are. Slots freed meanwhile are seen by the next batch."""
+        if self._free is not None:
+            yield self._free  # nested: the outer batch's look still holds
             return
+        nodes = self.store.list_nodes()
+        self._free = FreeSlots(nodes, placement.free_of(nodes, self.store.slots_in_use()))
+        try:
+            yield self._free
+        finally:
+            self._free = None
+
+    def _released(self, row: PodRecord) -> None:
+        """``row``'s pod no longer holds its slot: a batch of placements under way may use it."""
+        if self._free is not None and row.holds_slot and row.node in self._free.slots:
+            self._free.slots[row.node] += 1
+
+    def _place(self, record: JobRecord, job: TrainingJob, row: PodRecord) -> None:
+        with self.placing() as free:
+            node = placement.pick(free.nodes, free.slots, row.avoid)
+            if node is None:
+                return
+            free.slots[node] -= 1
         row = self.store.update_pod(replace(row, node=node, state=PodState.LAUNCHING))
         self._event(row, "Normal", "Scheduled", f"assigned {row.name} to {node}")
         self._spawn(record, job, row)
@@ -226,6 +262,7 @@ class Runtime:
         if force:
             self.kill_now(row)
             self.store.update_pod(replace(self._fresh(row), state=PodState.DELETED, deleted_by_us=True))
+            self._released(row)
             return
         if row.state is PodState.TERMINATING:
             return

@@ -5,22 +5,20 @@ A request that cannot be carried out raises ``RequestError`` with a message for 
 
 from __future__ import annotations
 
-import math
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from trainguard.api import SpecError, TrainingJob
-from trainguard.backends.local import chaos
+from trainguard.backends.local import capacity, chaos
 from trainguard.backends.local.agentcmd import grace_seconds
 from trainguard.backends.local.plane import ControlPlane
 from trainguard.backends.local.podenv import command
 from trainguard.backends.local.processes import signal_number
-from trainguard.backends.local.records import JobRecord, NodeRecord
+from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.store import AlreadyExists, Conflict
 from trainguard.backends.local.views import job_view
 from trainguard.controller.launchspec import check_runnable
@@ -61,6 +59,12 @@ class Service:
         self, spec: dict[str, Any], workdir: str, nodes: int | None = None, source: str = ""
     ) -> dict[str, Any]:
         job = _validated(spec, source)
+        limit = self.plane.max_pods
+        if nodes is not None and not 1 <= nodes <= limit:
+            raise RequestError(
+                f"--nodes {nodes}: at most {limit} nodes: a job runs at most {limit} pods here "
+                f"({capacity.ENV_MAX_PODS}), so more nodes would stay empty"
+            )
         with self.plane.lock:
             self._check_runnable(job, source)
             name = job.name
@@ -88,9 +92,11 @@ class Service:
                     f"job {name!r} exists already; 'trainguard apply' updates it, 'trainguard delete {name}' "
                     "removes it"
                 ) from None
-            self._ensure_nodes(job, nodes)
+            held = capacity.too_big(job, limit)
+            if held is None:
+                capacity.ensure_nodes(self.store, job, nodes, limit)  # a held job gets its nodes when it fits
         self.plane.waker.wake()
-        return {"name": name, "uid": uid}
+        return {"name": name, "uid": uid, **({"held": f"job {name} waits: {held}"} if held else {})}
 
     def op_apply(self, spec: dict[str, Any], workdir: str, source: str = "") -> dict[str, Any]:
         """Update a submitted job (e.g. its replicas), or submit it when there is none of that name."""
@@ -106,6 +112,7 @@ class Service:
                     f"({', '.join(current.spec.replica_specs)}); delete the job and run it again"
                 )
             self._check_runnable(job, source)
+            self._check_size(record, current, job, source or "apply")
             keep = current.metadata.model_copy(
                 update={"labels": job.metadata.labels, "annotations": job.metadata.annotations}
             )
@@ -154,11 +161,27 @@ class Service:
             phase = record.status.get("phase", "Pending")
             if phase in ("Succeeded", "Failed", "Timeout"):
                 raise RequestError(f"job {job} has ended ({phase}); it cannot be scaled")
+            if not capacity.started(record):
+                # Not taken up yet (maybe held for its size): the new size is its spec's, as if applied.
+                return self._resize_unstarted(record, model, role_name, replicas)
+            self._check_size(record, model, model, f"job {job}: role {role_name}", {role_name: replicas})
             request_id = f"cli-{uuid.uuid4().hex[:12]}"
             self.store.add_scale_request(job, request_id, role_name, replicas, self.plane.clock())
             self._ensure_capacity(model, role_name, replicas)
         self.plane.waker.wake()
         return {"name": job, "role": role_name, "replicas": replicas, "request": request_id}
+
+    def _resize_unstarted(
+        self, record: JobRecord, model: TrainingJob, role: str, replicas: int
+    ) -> dict[str, Any]:
+        data = model.to_dict()
+        data["spec"]["replicaSpecs"][role]["replicas"] = replicas
+        try:
+            self.store.update_spec(record.name, data, record.spec_version)
+        except Conflict:
+            raise RequestError(f"job {record.name!r} changed meanwhile; scale again", exit_code=1) from None
+        self.plane.waker.wake()
+        return {"name": record.name, "role": role, "replicas": replicas, "request": None}
 
     def op_delete(self, job: str) -> dict[str, Any]:
         self.plane.delete(self._record(job))
@@ -247,41 +270,40 @@ class Service:
                 return port
         raise RequestError("no free loopback port for the job's rendezvous", exit_code=1)
 
-    def _ensure_nodes(self, job: TrainingJob, nodes: int | None) -> None:
-        """``--nodes N``: at least N nodes with room for the job at its largest; default: one node per pod
-        at the job's largest, plus a spare one to move to when a node goes down."""
-        largest = sum(spec.max_count for spec in job.spec.replica_specs.values())
-        if nodes is not None:
-            slots = max(1, math.ceil(largest / nodes))
-            existing = self.store.list_nodes()
-            for index in range(len(existing), nodes):
-                self.store.add_node(NodeRecord(f"node-{index}", slots))
-            for node in existing[:nodes]:
-                if node.slots < slots:
-                    self.store.update_node(replace(node, slots=slots))
+    def _check_size(
+        self,
+        record: JobRecord,
+        current: TrainingJob,
+        job: TrainingJob,
+        what: str,
+        scaled: dict[str, int] | None = None,
+    ) -> None:
+        """A started job is never made larger than the local runtime runs (a job not started yet may be: it
+        waits until it fits). ``job``: the job as it would be; ``scaled``: role -> its new size."""
+        if not capacity.started(record):
             return
-        self._ensure_free(largest + 1)
+        desired = capacity.desired(record, current)
+        sizes = {
+            role: spec.replicas
+            if spec.replicas != current.spec.replica_specs[role].replicas
+            else desired[role]
+            for role, spec in job.spec.replica_specs.items()
+        }
+        sizes.update(scaled or {})
+        why = capacity.too_big(job, self.plane.max_pods, sizes)
+        if why is not None:
+            pods = capacity.size(job, sizes)
+            raise RequestError(
+                f"{what}: the job would have {pods:,} pods; the local runtime runs at most "
+                f"{self.plane.max_pods:,} pods of a job ({capacity.ENV_MAX_PODS}): choose fewer; "
+                "the job is unchanged"
+            )
 
     def _ensure_capacity(self, job: TrainingJob, role: str, replicas: int) -> None:
         record = self.store.get_job(job.name)
         if record is not None and record.nodes_wanted is None:
             current = sum(1 for row in self.store.list_pods(job.name) if row.role == role and row.alive)
-            self._ensure_free(max(0, replicas - current))
-
-    def _ensure_free(self, wanted: int) -> None:
-        from trainguard.backends.local.placement import free_slots
-
-        nodes = self.store.list_nodes()
-        free = sum(n for name, n in free_slots(nodes, self.store.list_pods()).items() if _ready(nodes, name))
-        index = len(nodes)
-        while free < wanted:
-            self.store.add_node(NodeRecord(f"node-{index}", 1))
-            index += 1
-            free += 1
-
-
-def _ready(nodes: list[NodeRecord], name: str) -> bool:
-    return any(node.name == name and node.ready for node in nodes)
+            capacity.ensure_free(self.store, max(0, replicas - current))
 
 
 def _validated(spec: dict[str, Any], source: str) -> TrainingJob:

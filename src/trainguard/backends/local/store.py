@@ -7,9 +7,13 @@ Several processes (the control plane, CLI commands, tests) may open the same fil
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -92,6 +96,10 @@ CREATE TABLE IF NOT EXISTS applied (
 SCHEMA_VERSION = 1
 #: Columns of ``pods`` newer than the files of earlier releases: name -> declaration (with a default).
 _ADDED_POD_COLUMNS = {"launch_spec": "TEXT NOT NULL DEFAULT '{}'"}
+#: Pod states whose pod holds a slot of its node (``PodRecord.holds_slot``), and those of a pod with a
+#: process (``PodRecord.alive``).
+_HOLDING = tuple(state.value for state in PodState if PodRecord(".", ".", ".", 0, ".", state).holds_slot)
+_ALIVE = tuple(state.value for state in PodState if PodRecord(".", ".", ".", 0, ".", state).alive)
 _POD_COLUMNS = (
     "name, job, role, idx, node, state, launch, restarts, pid, create_time, exit_code, signal, reason,"
     " started_at, finished_at, deleted_by_us, in_place_acked, stop_deadline, avoid, injected, launch_spec,"
@@ -100,7 +108,12 @@ _POD_COLUMNS = (
 
 
 class StateError(Exception):
-    """The state file cannot be used (written by an incompatible version)."""
+    """The state file cannot be used (written by an incompatible version, damaged, not ours to read); the
+    message says which file, what it means for the jobs, and what to do."""
+
+
+class DamagedStore(StateError):
+    """The state file is not a readable SQLite database: garbage, cut short, a directory in its place."""
 
 
 class Conflict(Exception):
@@ -117,6 +130,17 @@ class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.RLock()
+        _check_access(path)
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError as error:
+            if not is_damage(error):
+                raise
+            with contextlib.suppress(sqlite3.Error, AttributeError):
+                self._db.close()
+            raise DamagedStore(damaged_message(path, str(error))) from None
+
+    def _open(self, path: Path) -> None:
         self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -194,6 +218,11 @@ class Store:
         rows = self._query("SELECT * FROM jobs ORDER BY created_at, name")
         return [_job(row) for row in rows if include_deleted or not row["deleted"]]
 
+    def job_names(self, *, include_deleted: bool = False) -> list[str]:
+        """The jobs' names in ``list_jobs`` order, without reading their specs and statuses."""
+        rows = self._query("SELECT name, deleted FROM jobs ORDER BY created_at, name")
+        return [row["name"] for row in rows if include_deleted or not row["deleted"]]
+
     def update_spec(self, name: str, spec: dict[str, Any], expected_version: int) -> int:
         return self._cas(
             "UPDATE jobs SET spec = ?, spec_version = spec_version + 1 WHERE name = ? AND spec_version = ?"
@@ -234,12 +263,35 @@ class Store:
         rows = self._query("SELECT * FROM pods WHERE name = ?", (name,))
         return _pod(rows[0]) if rows else None
 
-    def list_pods(self, job: str | None = None) -> list[PodRecord]:
-        if job is None:
-            rows = self._query("SELECT * FROM pods ORDER BY job, role, idx")
-        else:
-            rows = self._query("SELECT * FROM pods WHERE job = ? ORDER BY role, idx", (job,))
+    def list_pods(self, job: str | None = None, *, state: PodState | None = None) -> list[PodRecord]:
+        """The pods (of ``job``; in ``state``)."""
+        where, params = ["1"], []
+        if job is not None:
+            where.append("job = ?")
+            params.append(job)
+        if state is not None:
+            where.append("state = ?")
+            params.append(state.value)
+        rows = self._query(
+            f"SELECT * FROM pods WHERE {' AND '.join(where)} ORDER BY job, role, idx", tuple(params)
+        )
         return [_pod(row) for row in rows]
+
+    def has_live_pods(self, job: str) -> bool:
+        """Whether a pod of ``job`` has a process (``PodRecord.alive``), without reading the pods."""
+        marks = ", ".join("?" * len(_ALIVE))
+        return bool(
+            self._query(f"SELECT 1 FROM pods WHERE job = ? AND state IN ({marks}) LIMIT 1", (job, *_ALIVE))
+        )
+
+    def slots_in_use(self) -> dict[str, int]:
+        """node -> pods that hold one of its slots (``PodRecord.holds_slot``), counted without reading them."""
+        rows = self._query(
+            f"SELECT node, COUNT(*) AS used FROM pods WHERE state IN ({', '.join('?' * len(_HOLDING))})"
+            " GROUP BY node",
+            _HOLDING,
+        )
+        return {row["node"]: row["used"] for row in rows}
 
     def insert_pod(self, pod: PodRecord) -> PodRecord:
         """A new pod slot. Raises ``Conflict`` when one of that name exists: never two of one pod."""
@@ -281,9 +333,14 @@ class Store:
         return next((node for node in self.list_nodes() if node.name == name), None)
 
     def add_node(self, node: NodeRecord) -> None:
+        self.add_nodes([node])
+
+    def add_nodes(self, nodes: list[NodeRecord]) -> None:
+        """Add nodes (in one transaction); a name that exists already is left as it is."""
         with self.transaction() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, 1)", (node.name, node.slots, int(node.ready))
+            db.executemany(
+                "INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, 1)",
+                [(node.name, node.slots, int(node.ready)) for node in nodes],
             )
 
     def update_node(self, node: NodeRecord) -> NodeRecord:
@@ -368,6 +425,75 @@ class Store:
             if db.execute(sql, params).rowcount != 1:
                 raise Conflict(f"version {expected} is stale")
         return expected + 1
+
+
+# ---- a damaged state file ----------------------------------------------------------------------------------
+
+
+def check(path: Path) -> None:
+    """Raise ``StateError`` unless ``path`` is a usable state file, or none at all (a new one is made).
+
+    Reads every page (``PRAGMA quick_check``), so it finds damage that opening alone does not (a page
+    overwritten in the middle): for the start of a control plane, not for every open. An empty file is a
+    usable one: SQLite reads it as a database with nothing in it (as a new state file is for a moment), so
+    nothing can have been lost from it.
+    """
+    if not os.path.lexists(path):
+        return
+    _check_access(path)
+    try:
+        db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        try:
+            db.execute("SELECT name FROM sqlite_master").fetchall()
+            found = [str(row[0]) for row in db.execute("PRAGMA quick_check").fetchall()]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as error:
+        if not is_damage(error):
+            raise StateError(f"cannot read the local runtime's state file {path}: {error}") from None
+        raise DamagedStore(damaged_message(path, str(error))) from None
+    problems = [line for line in found if line != "ok"]
+    if problems:
+        raise DamagedStore(damaged_message(path, f"{problems[0]}" + (" ..." if len(problems) > 1 else "")))
+
+
+def is_damage(error: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite's error says the file is damaged, not that it is busy for a moment."""
+    text = str(error).lower()
+    return not ("locked" in text or "busy" in text)
+
+
+def damaged_message(path: Path, why: str, control_plane: int | None = None) -> str:
+    """Which file is damaged, what that means for the jobs, and the command that starts afresh.
+
+    ``control_plane``: the pid of a control plane that has the file open (it has to stop first)."""
+    aside = path.parent / f"damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+    companions = [Path(f"{path}{suffix}") for suffix in ("-wal", "-shm")]  # SQLite's own, moved with it
+    moved = [path, *(file for file in companions if os.path.lexists(file))]
+    command = f"mkdir {shlex.quote(str(aside))} && mv {' '.join(shlex.quote(str(f)) for f in moved)} " + (
+        shlex.quote(f"{aside}/")
+    )
+    logs = path.parent / "logs"
+    kept = f" The pods' logs are kept in {logs}." if logs.is_dir() else ""
+    stop = f"stop the control plane (kill {control_plane}), then " if control_plane else ""
+    return (
+        f"the local runtime's state file {path} is damaged ({why}): the jobs recorded in it (their specs, "
+        "status, restart counts, history and events) cannot be read, and pods it started that still run "
+        f"are no longer watched.{kept} To start afresh with no jobs, {stop}move it aside (it is kept there "
+        f"for a closer look; the next trainguard command makes a new one):\n    {command}"
+    )
+
+
+def _check_access(path: Path) -> None:
+    """A directory where the file should be, or a file this user may not read and write: said plainly."""
+    if path.is_dir():
+        raise DamagedStore(damaged_message(path, "a directory is where the state file should be"))
+    if os.path.lexists(path) and not os.access(path, os.R_OK | os.W_OK):
+        raise StateError(
+            f"cannot read and write the local runtime's state file {path} (permission denied); its jobs "
+            f"are intact. Let its owner read and write it: chmod u+rw {shlex.quote(str(path))} (or run "
+            "trainguard as the user who owns it)"
+        )
 
 
 def _job(row: sqlite3.Row) -> JobRecord:

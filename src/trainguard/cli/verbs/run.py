@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         )
         names.append(result["name"])
         print(f"job {result['name']} submitted")
+        if result.get("held"):  # too large for this machine: it waits (docs/local.md)
+            print(f"warning: {result['held']}", file=sys.stderr)
     if args.detach:
         print(f"follow with: trainguard get {names[0]}   (logs: trainguard logs {names[0]})")
         return 0
