@@ -245,8 +245,8 @@ def test_too_many_nodes_are_refused(planes: Callable[..., _Plane]) -> None:
 
 
 def test_a_request_waits_for_one_job_not_a_whole_pass(planes: Callable[..., _Plane]) -> None:
-    """The loop takes its lock job by job: a request sent while one job is reconciled is answered before the
-    next job's reconcile begins."""
+    """The loop takes its lock job by job, and a waiting request goes first: a request sent while one job is
+    reconciled is answered before the next job's reconcile begins."""
     local = planes(limit=10_000)
     for name in ("a", "b", "c"):
         local.submit(name, 400)
@@ -256,9 +256,11 @@ def test_a_request_waits_for_one_job_not_a_whole_pass(planes: Callable[..., _Pla
 
     def traced(record: JobRecord) -> bool:
         order.append(record.name)
-        if record.name == "a":
+        if record.name == "a":  # the request comes while job a is reconciled, and has to wait for it
             slow.set()
-            time.sleep(0.5)
+            deadline = time.monotonic() + 10
+            while local.plane.lock.waiting == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
         return step_job(record)
 
     local.plane._step_job = traced  # type: ignore[method-assign]

@@ -10,11 +10,12 @@ was done. A job too large for this machine is held (``capacity``): not reconcile
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from pydantic import ValidationError
@@ -40,6 +41,47 @@ TICK_SECONDS = 0.25
 FINISHED_TICK_SECONDS = 2.0
 
 
+class RequestsFirst:
+    """The control plane's lock (re-entrant), fair to requests: one waiting for it (a ``with`` from a CLI
+    request) goes in before the loop's next job (``loop_turn``), so a request waits for at most the job being
+    reconciled. A flood of requests holds the loop back for ``LOOP_PATIENCE_SECONDS`` at most."""
+
+    LOOP_PATIENCE_SECONDS = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the lock now."""
+        with self._changed:
+            return self._waiting
+
+    def __enter__(self) -> RequestsFirst:
+        with self._changed:
+            self._waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._changed:
+                self._waiting -= 1
+                self._changed.notify_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def loop_turn(self) -> Iterator[None]:
+        """The loop's turn: after the requests waiting now."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._waiting == 0, timeout=self.LOOP_PATIENCE_SECONDS)
+        with self._lock:
+            yield
+
+
 class ControlPlane:
     def __init__(
         self,
@@ -54,7 +96,7 @@ class ControlPlane:
         self.max_pods = max_pods if max_pods is not None else capacity.max_pods()
         self.store = store
         self.clock = clock
-        self.lock = threading.RLock()
+        self.lock = RequestsFirst()
         #: Slots found settled, skipped by the next reconciles (the controller's memory, owned here).
         self.settled = SettledSlots()
         #: Reconcile now (a request changed something, a child exited).
@@ -117,7 +159,7 @@ class ControlPlane:
             started = time.monotonic()
             due = False
             try:
-                with self.lock:
+                with self.lock.loop_turn():
                     record = self.store.get_job(name, include_deleted=True)
                     if record is None:  # forgotten meanwhile
                         self._next_look.pop(name, None)
