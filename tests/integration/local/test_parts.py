@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ from trainguard.backends.local import discovery
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.placement import choose_node
 from trainguard.backends.local.podenv import argv_and_cwd, expand, network, pod_environment
-from trainguard.backends.local.records import NodeRecord, PodRecord, PodState
+from trainguard.backends.local.records import JobRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.rendezvous import JobPods
 from trainguard.backends.local.reports import parse
+from trainguard.backends.local.runtime import START_ERROR_EXIT, Runtime
+from trainguard.backends.local.store import Store
 from trainguard.controller.launchspec import LaunchSpec, launch_spec
 
 from .jobs import cce_job, simple_job
@@ -150,3 +153,21 @@ def test_the_rendezvous_store_says_when_it_cannot_read_the_state_and_keeps_servi
         "job job-a: could not list its pods (database is locked); the round completes by its own timeout",
         "job job-a: could not read the job's state (database is locked); the store keeps serving",
     ]
+
+
+def test_a_launch_queued_without_a_launch_spec_fails_to_start_and_says_why(tmp_path: Path) -> None:
+    """A pod row written by a trainguard older than launch specs: no crash of the loop, a StartError."""
+    home = Home(tmp_path / "home").ensure()
+    store = Store(home.state_db)
+    spec = simple_job("old", ["python", "-c", "pass"])
+    job = TrainingJob.model_validate(spec)
+    record = store.insert_job(JobRecord("old", "uid-old", spec, 1, {}, 1, 0.0, 41000, workdir=str(tmp_path)))
+    store.add_nodes([NodeRecord("node-0", 1)])
+    store.insert_pod(PodRecord("old-worker-0", "old", "worker", 0, "", PodState.PENDING))
+    runtime = Runtime(home, store, time.time, base_env={})
+    runtime.place_pending(record, job)
+    row = store.get_pod("old-worker-0")
+    assert row is not None
+    assert (row.state, row.reason, row.exit_code) == (PodState.EXITED, "StartError", START_ERROR_EXIT)
+    (event,) = [e for e in store.list_events("old") if e.reason == "FailedStart"]
+    assert "no launch spec" in event.message

@@ -163,14 +163,18 @@ class Runtime:
                     self.base_env,
                 )
             )
-        spec = LaunchSpec.from_dict(row.launch_spec)
-        env = pod_environment(job, row.role, spec, self.base_env, extra)
-        argv, cwd = argv_and_cwd(job, row.role, spec, env, record.workdir)
         log = self.home.pod_log(record.name, row.name)
+        cwd: Path | str = record.workdir
         try:
+            # A launch queued by a trainguard older than launch specs has none: it fails to start, and the
+            # controller relaunches it (with a spec) by the job's policy.
+            spec = LaunchSpec.from_dict(row.launch_spec)
+            env = pod_environment(job, row.role, spec, self.base_env, extra)
+            argv, cwd = argv_and_cwd(job, row.role, spec, env, record.workdir)
             started = processes.start(agent_argv(job, row.role, report, argv, control), env, cwd, log)
-        except OSError as error:
-            message = f"cannot start {row.name}: {error.strerror or error} ({cwd})"
+        except (OSError, KeyError) as error:
+            why = error.strerror or error if isinstance(error, OSError) else f"no launch spec ({error})"
+            message = f"cannot start {row.name}: {why} ({cwd})"
             self._event(row, "Warning", "FailedStart", message)
             return self.store.update_pod(
                 replace(
