@@ -127,6 +127,7 @@ class Cluster:
     # ---- up
     def up(self, count: int) -> None:
         started = time.monotonic()
+        _install_packages()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.bridge_up()
         self.start_registry()
@@ -200,6 +201,16 @@ class Cluster:
         )
         _wait(lambda: (d / "containerd.sock").exists(), 30, f"node {i}'s containerd")
         self.write_kubelet(i)
+        self.start_kubelet(i)
+        self.write_proxy(i)
+        self.start(
+            f"kube-proxy-{i}",
+            [str(self.node_bin / "kube-proxy"), f"--config={d / 'kube-proxy.yaml'}"],
+            netns=ns,
+        )
+
+    def start_kubelet(self, i: int) -> None:
+        d = self.node_dir(i)
         self.start(
             f"kubelet-{i}",
             [
@@ -213,13 +224,7 @@ class Cluster:
                 f"--node-labels={LABEL_REAL}=true",
                 "--v=1",
             ],
-            netns=ns,
-        )
-        self.write_proxy(i)
-        self.start(
-            f"kube-proxy-{i}",
-            [str(self.node_bin / "kube-proxy"), f"--config={d / 'kube-proxy.yaml'}"],
-            netns=ns,
+            netns=self.netns(i),
         )
 
     def node_certs(self, i: int) -> None:
@@ -540,6 +545,30 @@ state = "{d / "containerd" / "state"}"
                 run("umount", "-l", mount, check=False)
 
 
+#: What real nodes take from Debian's packages: a command (or file) each, and the package that has it.
+PACKAGES = {
+    "runc": "runc",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+    "openssl": "openssl",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+}
+
+
+def _install_packages() -> None:
+    missing = [pkg for tool, pkg in PACKAGES.items() if not (Path(tool).exists() or shutil.which(tool))]
+    if not missing:
+        return
+    say(f"installing Debian's {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", *missing]
+    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True)
+        done = subprocess.run(install, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"k8s-testcluster: error: cannot install {' '.join(missing)}: {done.stderr.strip()}")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -589,7 +618,8 @@ def _wait(condition, seconds: float, what: str) -> None:  # type: ignore[no-unty
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("verb", choices=["up", "down", "hub"])
+    parser.add_argument("verb", choices=["up", "down", "hub", "stop-kubelet", "start-kubelet"])
+    parser.add_argument("--node", type=int, default=0, help="stop-kubelet, start-kubelet: which node (1..N)")
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--state", required=True)
     parser.add_argument("--kube-bin", required=True)
@@ -605,8 +635,15 @@ def main() -> None:
     cluster = Cluster(args)
     if args.verb == "up":
         cluster.up(args.count)
-    else:
+    elif args.verb == "down":
         cluster.down()
+    elif args.node not in cluster.nodes():
+        raise SystemExit(f"k8s-testcluster: error: no real node {args.node}; the nodes are {cluster.nodes()}")
+    elif args.verb == "stop-kubelet":
+        # As when a node's kubelet dies: its containers keep running, the node stops reporting.
+        cluster.stop(f"kubelet-{args.node}")
+    else:
+        cluster.start_kubelet(args.node)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""A handle on the real-node cluster of tests/realk8s/conftest.py: kubectl, its nodes, waiting on pods."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s.cluster import KubeCluster
+from tests.k8s.conftest import run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "scripts" / "k8s-images"
+#: Where the cluster's registry listens (scripts/lib/realnodes.py): the nodes pull every image from it.
+REGISTRY = "10.201.0.254:5000"
+STOCK_PYTORCH = "pytorch/pytorch:latest"
+NO_PYTHON = "debian:bookworm-slim"
+REAL_NODE_LABEL = "trainguard.io/real-node"
+
+
+@dataclass(frozen=True)
+class RealCluster(KubeCluster):
+    node_bin: Path = Path()
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def real_nodes(self) -> list[str]:
+        nodes = self.json("get", "nodes", "-l", f"{REAL_NODE_LABEL}=true")["items"]
+        return sorted(n["metadata"]["name"] for n in nodes)
+
+    def node_ready(self, node: str) -> bool:
+        conditions = self.json("get", "node", node)["status"].get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def stop_kubelet(self, node: str) -> None:
+        run_script("stop-kubelet", node.rsplit("-", 1)[1], cluster=self.name)
+
+    def start_kubelet(self, node: str) -> None:
+        run_script("start-kubelet", node.rsplit("-", 1)[1], cluster=self.name)
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.json("get", "pod", name, "-n", namespace)  # type: ignore[no-any-return]
+
+    def logs(self, pod: str, namespace: str = "default", container: str | None = None) -> str:
+        return self.kubectl("logs", pod, "-n", namespace, *(["-c", container] if container else []))
+
+
+def wait_for(what: str, condition: Callable[[], Any], seconds: float, every: float = 1.0) -> Any:
+    """Polls condition until it returns something truthy, which it returns; fails the test past the deadline."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {seconds:.0f}s waiting for {what}")
+        time.sleep(every)
