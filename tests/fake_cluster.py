@@ -59,6 +59,7 @@ class FakePod:
     reason: str | None = None
     terminating: bool = False
     agent: AgentReport | None = None
+    agent_missing: str | None = None
 
 
 @dataclass
@@ -118,6 +119,7 @@ class FakeCluster:
                 started_at=pod.started_at,
                 terminating=pod.terminating,
                 agent=pod.agent,
+                agent_missing=pod.agent_missing,
             )
             for pod in sorted(self.pods.values(), key=lambda p: p.name)
         )
@@ -214,6 +216,10 @@ class FakeCluster:
 
     def add_node(self, name: str, slots: int = 1) -> None:
         self.nodes[name] = FakeNode(name, slots)
+
+    def without_agent(self, pod: str, why: str) -> None:
+        """The pod's image cannot run the agent (its probe said ``why``)."""
+        self.pods[pod].agent_missing = why
 
     def force_delete(self, pod: str) -> None:
         del self.pods[pod]

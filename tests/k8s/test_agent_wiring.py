@@ -23,7 +23,9 @@ CCE_JOB = EXAMPLES / "cce-horovod-elastic.yaml"
 
 def _command(overlays: list[Path]) -> list[str]:
     job = load_jobs(CCE_JOB, overlays)[0].job
-    pod = manifests.pod(AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), None)
+    pod = manifests.pod(
+        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), manifests.PodSettings()
+    )
     container = pod["spec"]["containers"][0]
     assert container["terminationMessagePath"] == "/dev/termination-log"
     return list(container["command"])
@@ -32,8 +34,11 @@ def _command(overlays: list[Path]) -> list[str]:
 def test_without_hang_handling_the_agent_gets_the_pods_grace_period(tmp_path: Path) -> None:
     command = _command([])
     agent_end = command.index("--")
-    assert command[1:3] == ["-m", "trainguard.agent"]
-    assert command[3:agent_end] == ["--grace", "300"]  # the trainer's terminationGracePeriodSeconds
+    assert command[:2] == [
+        "/trainguard/bin/trainguard-entry",
+        "run",
+    ]  # the agent, delivered: the image needs only python3
+    assert command[2:agent_end] == ["--grace", "300"]  # the trainer's terminationGracePeriodSeconds
     assert command[agent_end + 1 :] == ["/bin/bash", "-c", "/usr/sbin/sshd && sleep infinity"]
 
 
@@ -43,7 +48,7 @@ def test_hang_retry_turns_on_detection_and_restart_in_place_in_the_pod(tmp_path:
         json.dumps({"kind": "job", "metadata": {"annotations": {"fault-tolerance/hang-retry": "true"}}})
     )
     command = _command([overlay])
-    options = command[3 : command.index("--")]
+    options = command[2 : command.index("--")]
     assert options[options.index("--hang-timeout") + 1] == "1800"
     assert options[options.index("--max-consecutive") + 1] == "3"
 

@@ -41,7 +41,7 @@ TORCH = _job()
 
 
 def test_torchrun_pods_read_their_nudge_annotation_through_a_downward_api_file() -> None:
-    pod = manifests.pod(NATIVE, TORCH, launch(TORCH, "worker", 0, {"worker": 3}), None)
+    pod = manifests.pod(NATIVE, TORCH, launch(TORCH, "worker", 0, {"worker": 3}), manifests.PodSettings())
     container = pod["spec"]["containers"][0]
     command = container["command"]
     assert command[command.index("--nudge-file") + 1] == manifests.NUDGE_FILE
@@ -53,6 +53,6 @@ def test_torchrun_pods_read_their_nudge_annotation_through_a_downward_api_file()
     assert f"{mount['mountPath']}/{item['path']}" == manifests.NUDGE_FILE
 
     plain = launch(TORCH, "sidecar", 0, {"worker": 3, "sidecar": 1})
-    sidecar = manifests.pod(NATIVE, TORCH, plain, None)
-    assert "volumes" not in sidecar["spec"]
+    sidecar = manifests.pod(NATIVE, TORCH, plain, manifests.PodSettings())
+    assert not [v for v in sidecar["spec"]["volumes"] if "downwardAPI" in v]
     assert "--nudge-file" not in sidecar["spec"]["containers"][0]["command"]

@@ -51,7 +51,10 @@ def test_cce_yaml_runs_scales_out_and_in(kube_cluster: KubeCluster, tmp_path: Pa
         pods = {p["metadata"]["name"]: p for p in s.pods()}
         owner = pods[LAUNCHER]["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["uid"]) == ("AITrainingJob", JOB, job["metadata"]["uid"])
-        assert pods[LAUNCHER]["spec"]["containers"][0]["command"][:3] == ["python", "-m", "trainguard.agent"]
+        assert pods[LAUNCHER]["spec"]["containers"][0]["command"][:2] == [
+            "/trainguard/bin/trainguard-entry",
+            "run",
+        ]
         assert pods[TRAINERS[1]]["metadata"]["labels"]["trainguard.io/index"] == "1"
         assert json.loads(s.kubectl("get", "service", JOB, "-o", "json"))["spec"]["clusterIP"] == "None"
 

@@ -154,7 +154,7 @@ def test_pytorchjob_workers_run_torchrun_against_the_operators_rendezvous_store(
         pods = _pods(s)
         for name in WORKERS:
             command = pods[name]["spec"]["containers"][0]["command"]
-            assert command[:3] == ["python", "-m", "trainguard.agent"]
+            assert command[:2] == ["/trainguard/bin/trainguard-entry", "run"]
             torchrun = command[command.index("--") + 1 :]
             assert torchrun[:3] == ["python", "-m", "trainguard.torchrun"]
             assert _value(torchrun, "--rdzv-backend") == "c10d"

@@ -84,7 +84,7 @@ def _job(obj: Obj) -> TrainingJob:
 
 
 def _pod(kind: JobKind, job: TrainingJob) -> Obj:
-    return manifests.pod(kind, job, launch(job, "worker", 0, {"worker": 2}), None)
+    return manifests.pod(kind, job, launch(job, "worker", 0, {"worker": 2}), manifests.PodSettings())
 
 
 def _value(command: list[str], flag: str) -> str:
@@ -137,7 +137,7 @@ def test_a_worker_pod_runs_the_agent_around_torchrun_in_the_jobs_rendezvous() ->
     job = _job(_pytorchjob())
     container = _pod(PYTORCHJOB, job)["spec"]["containers"][0]
     command = container["command"]
-    assert command[:3] == ["python", "-m", "trainguard.agent"]
+    assert command[:2] == ["/trainguard/bin/trainguard-entry", "run"]
     torchrun = command[command.index("--") + 1 :]
     assert torchrun[:3] == ["python", "-m", "trainguard.torchrun"]
     expected = {
@@ -185,7 +185,7 @@ def test_a_torchrun_command_without_a_script_is_refused_naming_the_field() -> No
 
 def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replica() -> None:
     job = _job(_pytorchjob())
-    store = manifests.rendezvous_pod(PYTORCHJOB, job, "default-scheduler")
+    store = manifests.rendezvous_pod(PYTORCHJOB, job, manifests.PodSettings(scheduler="default-scheduler"))
     meta, spec = store["metadata"], store["spec"]
     assert meta["name"] == "elastic-rendezvous"
     assert meta["ownerReferences"][0]["uid"] == UID
@@ -197,7 +197,17 @@ def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replic
     (container,) = spec["containers"]
     assert container["image"] == "registry.example/train:1"
     assert container["imagePullPolicy"] == "IfNotPresent"
-    assert container["command"] == ["python", "-m", "trainguard.rendezvous_store", "--port", "29400"]
+    # The store module is delivered like the agent: the image's python3 runs it, the image needs only torch.
+    assert container["command"] == [
+        manifests.ENTRY,
+        "python",
+        "-m",
+        "trainguard.rendezvous_store",
+        "--port",
+        "29400",
+    ]
+    (install,) = spec["initContainers"]
+    assert install["image"] == manifests.DEFAULT_AGENT_IMAGE
     assert "limits" not in container["resources"]  # no GPUs
     assert spec["nodeSelector"] == {"pool": "gpu"}
     assert spec["imagePullSecrets"] == [{"name": "registry"}]
@@ -218,7 +228,7 @@ def test_the_store_service_selects_the_store_pod_and_no_replica() -> None:
         labels = pod["metadata"]["labels"]
         return all(labels.get(key) == value for key, value in selector.items())
 
-    assert selected(manifests.rendezvous_pod(PYTORCHJOB, job, None))
+    assert selected(manifests.rendezvous_pod(PYTORCHJOB, job, manifests.PodSettings()))
     assert not selected(_pod(PYTORCHJOB, job))
     # Not even a replica of a role that happens to be called "rendezvous".
     replica = copy.deepcopy(_pod(PYTORCHJOB, job))

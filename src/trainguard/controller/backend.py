@@ -80,6 +80,9 @@ class ObservedPod:
     #: Deletion was asked for and is under way.
     terminating: bool = False
     agent: AgentReport | None = None
+    #: The agent cannot run in this pod's image (why, e.g. "the image has no python3"): its command runs as
+    #: written, without hang detection or restart in place.
+    agent_missing: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Reasons are ``TrainingJob<Phase>``; messages are CCE's: "all pods are waiting fo
 
 from __future__ import annotations
 
+from trainguard.controller.agentless import agent_condition
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import LEFT_OUT_PHASES, LIVE_PHASES, JobPhase, PodPhase
 from trainguard.controller.status import Condition
@@ -63,8 +64,14 @@ def settle_phase(cycle: Cycle) -> None:
 
 
 def next_conditions(cycle: Cycle) -> tuple[Condition, ...]:
-    """The conditions after this cycle: unchanged unless the phase or its words changed."""
-    conditions = list(cycle.before.conditions)
+    """The conditions after this cycle: the phases' (unchanged unless the phase or its words changed), then
+    ``AgentUnavailable`` where pods run without the agent."""
+    agent = agent_condition(cycle)
+    return (*_phase_conditions(cycle), *((agent,) if agent is not None else ()))
+
+
+def _phase_conditions(cycle: Cycle) -> tuple[Condition, ...]:
+    conditions = [c for c in cycle.before.conditions if isinstance(c.type, JobPhase)]
     if cycle.phase_words is None:
         return tuple(conditions)
     reason, message = cycle.phase_words

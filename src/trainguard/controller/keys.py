@@ -25,6 +25,11 @@ def restart_in_place(job: TrainingJob, pod: str, generation: int, attempt: int) 
     return f"{job_key(job)}/{pod}/g{generation}/in-place{attempt}"
 
 
+def agent_missing(job: TrainingJob, pod: str, generation: int) -> str:
+    """The warning that one incarnation of a pod runs without the agent."""
+    return f"{job_key(job)}/{pod}/g{generation}/agent-missing"
+
+
 def discovery(job: TrainingJob, version: int) -> str:
     return f"{job_key(job)}/discovery/v{version}"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from trainguard.api import TrainingJob
 from trainguard.controller import keys
 from trainguard.controller.actuate import actuate
+from trainguard.controller.agentless import warn_pods_without_agent
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
@@ -67,6 +68,7 @@ def reconcile(
         if cycle.phase is JobPhase.SUSPENDED:
             resume(cycle)
         _run(cycle)
+        warn_pods_without_agent(cycle)
     actuate(cycle)
     nudge_at = nudge_survivors(cycle)
     update_discovery(cycle)

@@ -9,7 +9,7 @@ are seconds on the controller's clock.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -23,10 +23,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
 
 
-class Condition(_Model):
-    """One condition per phase type, as CCE's operator writes them; only the current phase's is ``"True"``."""
+#: The condition of a job some of whose pods run without the agent (their images have no python3).
+AGENT_UNAVAILABLE = "AgentUnavailable"
 
-    type: JobPhase
+
+class Condition(_Model):
+    """One condition per phase type, as CCE's operator writes them; only the current phase's is ``"True"``.
+    Beside them, ``AgentUnavailable`` while pods run without the agent."""
+
+    type: JobPhase | Literal["AgentUnavailable"]
     status: str
     reason: str
     message: str

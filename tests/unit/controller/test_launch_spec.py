@@ -74,7 +74,7 @@ def _local_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
 
 
 def _kubernetes_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
-    container = manifests.pod(NATIVE, job, launch, None)["spec"]["containers"][0]
+    container = manifests.pod(NATIVE, job, launch, manifests.PodSettings())["spec"]["containers"][0]
     return {item["name"]: item["value"] for item in container["env"]}  # the last of equal names wins
 
 

@@ -208,7 +208,7 @@ class JobBackend:
         self._ensure_service(job)
         with self.shared.lock:
             self.shared.tombstones.pop((self.namespace, action.pod), None)
-        body = manifests.pod(self.kind, job, action, self.shared.scheduler)
+        body = manifests.pod(self.kind, job, action, self.shared.settings)
         try:
             created = self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body)
             self.shared.pods.put(created)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
+from trainguard._version import __version__
 from trainguard.agent.options_for_job import agent_options
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
@@ -37,8 +39,21 @@ NUDGE_DIR = "/etc/trainguard/nudge"
 NUDGE_FILE = f"{NUDGE_DIR}/token"
 DISCOVERY_KEY = "discover_hosts.sh"
 DISCOVERY_DIR = "/etc/edl"
-#: The Python the agent runs with inside the pod's image.
-AGENT_PYTHON = "python"
+#: Where the operator's image keeps what pods need (``deploy/Dockerfile``): ``bin/trainguard-entry`` and
+#: ``lib/`` (the agent's modules, standard library only).
+IMAGE_AGENT_ROOT = "/opt/trainguard"
+#: Where every pod finds its copy: an emptyDir the install init container fills.
+AGENT_ROOT = "/trainguard"
+AGENT_VOLUME = "trainguard-agent"
+#: The static program the pod's commands run through (``entry/``): it needs nothing of the image.
+ENTRY = f"{AGENT_ROOT}/bin/trainguard-entry"
+#: Init containers: the first copies the agent in (the operator's image), the second looks for python3 in the
+#: pod's own image and says what it found in its termination message (``trainguard-entry probe``).
+INSTALL_CONTAINER = "trainguard-install"
+PROBE_CONTAINER = "trainguard-probe"
+#: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the operator's own (the Helm chart's default).
+DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
+_INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
 #: On the rendezvous store's pod and Service (replica pods have none): what they are.
 LABEL_COMPONENT = "trainguard.io/component"
 RENDEZVOUS = "rendezvous"
@@ -46,6 +61,16 @@ RENDEZVOUS_PORT = 29400
 RENDEZVOUS_MODULE = "trainguard.rendezvous_store"
 #: Services are DNS-1035 labels.
 _MAX_SERVICE_NAME = 63
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """How the operator dresses every pod it creates."""
+
+    #: Replaces the templates' schedulerName (e.g. when they name a scheduler the cluster lacks).
+    scheduler: str | None = None
+    #: The image the agent is copied from into each pod (``IMAGE_AGENT_ROOT``): the operator's own.
+    agent_image: str = DEFAULT_AGENT_IMAGE
 
 
 def job_selector(job_name: str) -> str:
@@ -119,10 +144,14 @@ def network(job: TrainingJob) -> Network:
     )
 
 
-def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, scheduler: str | None) -> Obj:
+def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:
     """The pod of one launch: the role's template with the launch's spec (command under the agent, the
     environment before the container's own), Kubernetes restarts off (trainguard decides restarts), spread
-    away from the nodes the launch avoids."""
+    away from the nodes the launch avoids.
+
+    The agent is delivered, not expected in the image: init containers copy it in and look for python3 there,
+    and the command runs through ``trainguard-entry run``, which starts the agent with the image's python, or
+    the command as written where the image has none (the probe's message says so, and the operator warns)."""
     spec_of_role = job.role(launch.role)
     template = copy.deepcopy(spec_of_role.template)
     meta = template.get("metadata") or {}
@@ -138,8 +167,8 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, scheduler: str | Non
     spec["restartPolicy"] = "Never"
     spec["hostname"] = launch.pod
     spec["subdomain"] = service_name(job)
-    if scheduler:
-        spec["schedulerName"] = scheduler
+    if settings.scheduler:
+        spec["schedulerName"] = settings.scheduler
     containers = spec.get("containers") or [{"name": "main"}]
     spec["containers"] = containers
     first = containers[0]
@@ -151,17 +180,10 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, scheduler: str | Non
     nudge = ["--nudge-file", NUDGE_FILE] if launch.spec.in_rendezvous else []
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
-        first["command"] = [
-            AGENT_PYTHON,
-            "-m",
-            "trainguard.agent",
-            *agent_options(job, launch.role),
-            *nudge,
-            "--",
-            *argv,
-        ]
+        first["command"] = [ENTRY, "run", *agent_options(job, launch.role), *nudge, "--", *argv]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
+        _deliver_agent(spec, first, settings, probe=True)
         if nudge:
             _mount_nudge(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
@@ -169,6 +191,42 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, scheduler: str | Non
     if launch.avoid_nodes:
         _avoid(spec, launch.avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool) -> None:
+    """An emptyDir at ``AGENT_ROOT`` for ``container``, filled by an init container from the operator's image
+    before the pod's own init containers run; with ``probe``, a second one in the container's image records
+    whether it has a python3 the agent can use."""
+    mount = {"name": AGENT_VOLUME, "mountPath": AGENT_ROOT}
+    spec["volumes"] = [*(spec.get("volumes") or []), {"name": AGENT_VOLUME, "emptyDir": {}}]
+    ours: list[Obj] = [
+        {
+            "name": INSTALL_CONTAINER,
+            "image": settings.agent_image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": [f"{IMAGE_AGENT_ROOT}/bin/trainguard-entry", "install", AGENT_ROOT],
+            "volumeMounts": [mount],
+            "resources": _INIT_RESOURCES,
+        }
+    ]
+    if probe:
+        checker: Obj = {
+            "name": PROBE_CONTAINER,
+            "image": container.get("image", ""),
+            "command": [ENTRY, "probe"],
+            "volumeMounts": [mount],
+            "resources": _INIT_RESOURCES,
+        }
+        # The same image as the container sees it: its pull policy, user, and a PATH of its own if it sets one.
+        for key in ("imagePullPolicy", "securityContext", "workingDir"):
+            if key in container:
+                checker[key] = copy.deepcopy(container[key])
+        path = [item for item in container.get("env") or [] if item.get("name") == "PATH"]
+        if path:
+            checker["env"] = copy.deepcopy(path[-1:])
+        ours.append(checker)
+    spec["initContainers"] = [*ours, *(spec.get("initContainers") or [])]
+    container["volumeMounts"] = [*(container.get("volumeMounts") or []), {**mount, "readOnly": True}]
 
 
 def _mount_discovery(job: TrainingJob, spec: Obj, container: Obj) -> None:
@@ -262,7 +320,7 @@ def rendezvous_service(kind: JobKind, job: TrainingJob) -> Obj:
 _PLACEMENT_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName")
 
 
-def rendezvous_pod(kind: JobKind, job: TrainingJob, scheduler: str | None) -> Obj:
+def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Obj:
     """The pod that serves the job's rendezvous store: the first torchrun role's image (it has torch, as the
     agent needs), no GPUs, kept away from the job's replicas where the cluster allows (losing a worker's node
     should not lose the store too). Its labels make it no replica: the controller never sees it."""
@@ -272,7 +330,7 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, scheduler: str | None) -> Ob
     container: Obj = {
         "name": "store",
         "image": source.get("image", ""),
-        "command": [AGENT_PYTHON, "-m", RENDEZVOUS_MODULE, "--port", str(RENDEZVOUS_PORT)],
+        "command": [ENTRY, "python", "-m", RENDEZVOUS_MODULE, "--port", str(RENDEZVOUS_PORT)],
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "ports": [{"name": RENDEZVOUS, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": RENDEZVOUS_PORT}, "periodSeconds": 2},
@@ -303,8 +361,9 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, scheduler: str | None) -> Ob
             }
         },
     }
-    if scheduler:
-        spec["schedulerName"] = scheduler
+    _deliver_agent(spec, container, settings, probe=False)
+    if settings.scheduler:
+        spec["schedulerName"] = settings.scheduler
     labels = {LABEL_ROLE: RENDEZVOUS, LABEL_COMPONENT: RENDEZVOUS}
     return {
         "apiVersion": "v1",

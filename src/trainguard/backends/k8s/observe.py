@@ -19,6 +19,7 @@ from trainguard.backends.k8s.manifests import (
     LABEL_GENERATION,
     LABEL_INDEX,
     LABEL_ROLE,
+    PROBE_CONTAINER,
 )
 from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
 
@@ -68,7 +69,28 @@ def observed_pod(pod: Obj) -> ObservedPod:
         started_at=started,
         terminating=bool(meta.get("deletionTimestamp")),
         agent=agent,
+        agent_missing=_agent_missing(status),
     )
+
+
+def _agent_missing(status: Obj) -> str | None:
+    """Why the agent cannot run in this pod's image, as its probe init container said it (its termination
+    message is ``trainguard-entry probe``'s JSON); None while the probe has not ended, or found a python3."""
+    for container in status.get("initContainerStatuses") or []:
+        if container.get("name") != PROBE_CONTAINER:
+            continue
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        message = terminated.get("message")
+        if not isinstance(message, str) or not message.startswith("{"):
+            return None
+        try:
+            probe = json.loads(message)
+        except ValueError:
+            return None
+        if not isinstance(probe, dict) or probe.get("usable") is not False:
+            return None
+        return str(probe.get("reason") or "the image has no python3 the agent can run with")
+    return None
 
 
 def _phase(value: Any) -> ObservedPhase:

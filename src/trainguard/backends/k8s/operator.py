@@ -46,6 +46,8 @@ class Options:
     kinds: Sequence[JobKind] = DEFAULT_KINDS
     #: Replaces every pod's schedulerName (e.g. when the templates name a scheduler the cluster lacks).
     scheduler: str | None = None
+    #: The image whose agent every pod gets (the operator's own).
+    agent_image: str = manifests.DEFAULT_AGENT_IMAGE
     workers: int = 4
     lease_namespace: str = "default"
     lease_name: str = "trainguard-operator"
@@ -78,9 +80,8 @@ class Operator:
         )
         self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed)
         identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.shared = Shared(
-            kube, self.pods, self.nodes, scheduler=options.scheduler, clock=clock, identity=identity
-        )
+        settings = manifests.PodSettings(scheduler=options.scheduler, agent_image=options.agent_image)
+        self.shared = Shared(kube, self.pods, self.nodes, settings=settings, clock=clock, identity=identity)
         self.leader = LeaderElection(kube, options.lease_namespace, options.lease_name, identity)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

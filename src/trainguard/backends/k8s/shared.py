@@ -31,7 +31,7 @@ class Shared:
     kube: Kube
     pods: Cache
     nodes: Cache
-    scheduler: str | None = None
+    settings: manifests.PodSettings = field(default_factory=manifests.PodSettings)
     clock: Callable[[], float] = time.time
     #: This replica's name in the leader-election Lease, recorded on its Events (``reportingInstance``).
     identity: str = ""

@@ -68,7 +68,7 @@ class StorePod:
             self.shared.pods.put(
                 self.kube.create(
                     f"/api/v1/namespaces/{self.namespace}/pods",
-                    manifests.rendezvous_pod(self.kind, job, self.shared.scheduler),
+                    manifests.rendezvous_pod(self.kind, job, self.shared.settings),
                 )
             )
         except ApiError as error:

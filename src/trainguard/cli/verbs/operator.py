@@ -33,6 +33,13 @@ def register(subparsers: Any) -> None:
         help="schedulerName for every pod, replacing the templates' (e.g. default-scheduler when the "
         "templates name volcano and the cluster has none)",
     )
+    parser.add_argument(
+        "--agent-image",
+        metavar="IMAGE",
+        default=None,
+        help="the image every pod's init container copies the agent from: the operator's own (default: "
+        "ghcr.io/trainguard/operator:VERSION); the pods' own images need only python3",
+    )
     parser.add_argument("--pytorchjobs", action="store_true", help="also serve pytorchjobs.kubeflow.org")
     parser.add_argument("--workers", type=int, default=4, help="jobs reconciled at once (4)")
     parser.add_argument(
@@ -60,6 +67,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        from trainguard.backends.k8s import manifests
         from trainguard.backends.k8s.client import Kube
         from trainguard.backends.k8s.kinds import DEFAULT_KINDS, PYTORCHJOB
         from trainguard.backends.k8s.operator import Operator, Options
@@ -81,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         kinds=kinds,
         scheduler=args.scheduler_name,
+        agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE,
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
         identity=args.id,

@@ -1,0 +1,348 @@
+// trainguard-entry delivers trainguard's in-pod agent into a pod whose image knows nothing of trainguard.
+//
+// The operator's image holds an installation: ROOT/bin/trainguard-entry (this program, static, so it runs in
+// any image) and ROOT/lib (the agent's pure-Python modules, standard library only). The operator gives each
+// pod an emptyDir at /trainguard and two init containers: the first, in the operator's image, copies the
+// installation into it ("install"); the second, in the user's image, looks for a python3 there ("probe").
+// The container's command then runs through "run", which starts the agent with the image's python, or, where
+// the image has none, the command as written.
+//
+//	trainguard-entry install DEST             copy this installation (bin/, lib/) into DEST
+//	trainguard-entry probe                    find python3 >= 3.8 in this image; record it (ROOT/probe.json and
+//	                                          the container's termination message); exit 0 either way
+//	trainguard-entry run [AGENT OPTIONS] -- CMD...
+//	                                          run CMD under the agent, or as written where there is no python3
+//	trainguard-entry python ARGS...           the image's python with the agent's modules on its path
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The oldest Python the agent's modules run on.
+const minMajor, minMinor = 3, 8
+
+// Probe is what "probe" found, as the operator reads it from the init container's termination message.
+type Probe struct {
+	// Python is the interpreter's path in the image ("" when none was usable).
+	Python string `json:"python"`
+	// Version is its version, "3.11.2" ("" when none answered).
+	Version string `json:"version"`
+	// Usable says whether the agent can run with it.
+	Usable bool `json:"usable"`
+	// Reason says why not, for people: what is missing and what it costs.
+	Reason string `json:"reason,omitempty"`
+}
+
+const usage = `usage:
+  trainguard-entry install DEST
+  trainguard-entry probe
+  trainguard-entry run [AGENT OPTIONS] -- CMD...
+  trainguard-entry python ARGS...`
+
+func main() {
+	os.Exit(dispatch(os.Args[1:]))
+}
+
+func dispatch(args []string) int {
+	if len(args) == 0 {
+		return fail(2, "no command\n%s", usage)
+	}
+	root, err := installation()
+	if err != nil {
+		return fail(1, "cannot find this installation: %v", err)
+	}
+	switch args[0] {
+	case "install":
+		if len(args) != 2 {
+			return fail(2, "install takes one argument, the directory to copy into\n%s", usage)
+		}
+		return install(root, args[1])
+	case "probe":
+		if len(args) != 1 {
+			return fail(2, "probe takes no arguments\n%s", usage)
+		}
+		return probeCommand(root)
+	case "run":
+		return run(root, args[1:])
+	case "python":
+		return python(root, args[1:])
+	case "-h", "--help", "help":
+		fmt.Println(usage)
+		return 0
+	default:
+		return fail(2, "unknown command %q\n%s", args[0], usage)
+	}
+}
+
+func fail(code int, format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "trainguard-entry: "+format+"\n", args...)
+	return code
+}
+
+// installation is ROOT: the directory above the one this program lies in.
+func installation() (string, error) {
+	if root := os.Getenv("TRAINGUARD_ENTRY_ROOT"); root != "" {
+		return root, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	self, err = filepath.EvalSymlinks(self)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(filepath.Dir(self)), nil
+}
+
+// install copies ROOT's bin/ and lib/ into dest, keeping modes.
+func install(root, dest string) int {
+	count := 0
+	for _, part := range []string{"bin", "lib"} {
+		source := filepath.Join(root, part)
+		err := filepath.WalkDir(source, func(path string, entry fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			relative, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			target := filepath.Join(dest, relative)
+			info, err := entry.Info()
+			if err != nil {
+				return err
+			}
+			if entry.IsDir() {
+				return os.MkdirAll(target, 0o755)
+			}
+			if !info.Mode().IsRegular() {
+				return nil
+			}
+			count++
+			return copyFile(path, target, info.Mode().Perm())
+		})
+		if err != nil {
+			return fail(1, "cannot copy %s into %s: %v", source, dest, err)
+		}
+	}
+	fmt.Printf("trainguard-entry: installed %d files into %s\n", count, dest)
+	return 0
+}
+
+func copyFile(source, target string, mode fs.FileMode) error {
+	in, err := os.Open(source)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func probeFile(root string) string { return filepath.Join(root, "probe.json") }
+
+// A directory put last on PATH holding "python", for images that have only python3.
+func pythonDir(root string) string { return filepath.Join(root, "python") }
+
+func probeCommand(root string) int {
+	found := probe()
+	data, _ := json.Marshal(found)
+	if err := os.WriteFile(probeFile(root), data, 0o644); err != nil {
+		return fail(1, "cannot record the probe: %v", err)
+	}
+	if found.Usable {
+		if _, err := exec.LookPath("python"); err != nil {
+			_ = os.MkdirAll(pythonDir(root), 0o755)
+			_ = os.Symlink(found.Python, filepath.Join(pythonDir(root), "python"))
+		}
+	}
+	message := os.Getenv("TRAINGUARD_MESSAGE_FILE")
+	if message == "" {
+		message = "/dev/termination-log"
+	}
+	// Kubernetes shows it as the init container's termination message, where the operator reads it.
+	_ = os.WriteFile(message, data, 0o644)
+	fmt.Println(string(data))
+	return 0
+}
+
+// probe looks for python3, then python, on PATH, and asks it its version.
+func probe() Probe {
+	var answered *Probe
+	for _, name := range []string{"python3", "python"} {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		version, err := versionOf(path)
+		if err != nil {
+			continue
+		}
+		if atLeast(version, minMajor, minMinor) {
+			return Probe{Python: path, Version: version, Usable: true}
+		}
+		if answered == nil {
+			answered = &Probe{Version: version, Reason: fmt.Sprintf(
+				"%s is Python %s; trainguard's agent needs %d.%d or later", path, version, minMajor, minMinor)}
+		}
+	}
+	if answered != nil {
+		return *answered
+	}
+	return Probe{Reason: fmt.Sprintf(
+		"the image has no python3 (PATH=%s); trainguard's agent needs Python %d.%d or later",
+		os.Getenv("PATH"), minMajor, minMinor)}
+}
+
+func versionOf(python string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "-c",
+		"import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))").Output()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func atLeast(version string, major, minor int) bool {
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	have, err1 := strconv.Atoi(parts[0])
+	haveMinor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return have > major || (have == major && haveMinor >= minor)
+}
+
+// recorded is the init container's probe, or a probe now where there was none.
+func recorded(root string) Probe {
+	data, err := os.ReadFile(probeFile(root))
+	if err == nil {
+		var found Probe
+		if json.Unmarshal(data, &found) == nil {
+			return found
+		}
+	}
+	return probe()
+}
+
+// environment is this process's, with the agent's modules on PYTHONPATH and, last on PATH, a "python"
+// where the image has only python3.
+func environment(root string) []string {
+	env := []string{}
+	path, pythonPath := os.Getenv("PATH"), os.Getenv("PYTHONPATH")
+	for _, item := range os.Environ() {
+		if !strings.HasPrefix(item, "PATH=") && !strings.HasPrefix(item, "PYTHONPATH=") {
+			env = append(env, item)
+		}
+	}
+	lib := filepath.Join(root, "lib")
+	if pythonPath != "" {
+		lib += string(os.PathListSeparator) + pythonPath
+	}
+	if info, err := os.Stat(pythonDir(root)); err == nil && info.IsDir() {
+		if path != "" {
+			path += string(os.PathListSeparator)
+		}
+		path += pythonDir(root)
+	}
+	if path != "" {
+		env = append(env, "PATH="+path)
+	}
+	return append(env, "PYTHONPATH="+lib)
+}
+
+func run(root string, args []string) int {
+	split := -1
+	for i, arg := range args {
+		if arg == "--" {
+			split = i
+			break
+		}
+	}
+	if split < 0 || split == len(args)-1 {
+		return fail(2, "run needs -- and a command after it\n%s", usage)
+	}
+	options, command := args[:split], args[split+1:]
+	found := recorded(root)
+	if !found.Usable {
+		fmt.Fprintf(os.Stderr, "trainguard-entry: %s: running the command as written, without trainguard's agent "+
+			"(no hang detection, no restart in place)\n", found.Reason)
+		return execute(command, os.Environ())
+	}
+	argv := append([]string{found.Python, "-m", "trainguard.agent"}, options...)
+	argv = append(argv, "--")
+	argv = append(argv, command...)
+	return execute(argv, environment(root))
+}
+
+func python(root string, args []string) int {
+	found := recorded(root)
+	if !found.Usable {
+		return fail(127, "%s", found.Reason)
+	}
+	return execute(append([]string{found.Python}, args...), environment(root))
+}
+
+// execute replaces this process with argv, as a shell's exec does: 127 when it is not found, 126 when it
+// cannot be run.
+func execute(argv []string, env []string) int {
+	program := argv[0]
+	if !strings.Contains(program, "/") {
+		found, err := lookPath(program, env)
+		if err != nil {
+			return fail(127, "%s: not found on PATH", program)
+		}
+		program = found
+	}
+	err := syscall.Exec(program, argv, env)
+	if errors.Is(err, syscall.ENOENT) {
+		return fail(127, "%s: no such file", program)
+	}
+	return fail(126, "cannot run %s: %v", program, err)
+}
+
+// lookPath finds name on the PATH of env (which may differ from this process's).
+func lookPath(name string, env []string) (string, error) {
+	path := ""
+	for _, item := range env {
+		if strings.HasPrefix(item, "PATH=") {
+			path = strings.TrimPrefix(item, "PATH=")
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		candidate := filepath.Join(dir, name)
+		if info, err := os.Stat(candidate); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return candidate, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
