@@ -25,7 +25,7 @@ from pathlib import Path
 from trainguard.agent.control import ENV_CONTROL
 from trainguard.agent.nudge import ENV_NUDGE
 from trainguard.agent.report import default_termination_log
-from trainguard.api import HangSignal
+from trainguard.hangsignal import HangSignal
 
 ENV_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"
 ENV_MAX_CONSECUTIVE = "TRAINGUARD_HANG_MAX_CONSECUTIVE"

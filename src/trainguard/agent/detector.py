@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainguard.api import HangSignal
+from trainguard.hangsignal import HangSignal
 
 #: The tree is busy when it used at least this share of one core since it was last busy...
 CPU_BUSY_FRACTION = 0.01

@@ -26,7 +26,7 @@ from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observatio
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
 from trainguard.agent.report import Reporter
-from trainguard.api import HangSignal
+from trainguard.hangsignal import HangSignal
 
 #: The agent's exit status when it gave up on a hang: the command was killed (128 + SIGKILL); the report
 #: and the termination log say why (``gave-up``, reason ``Hang``).

@@ -13,7 +13,6 @@ from trainguard.api.model import (
     FaultTolerantRule,
     FrameworkType,
     HangPolicy,
-    HangSignal,
     JobRetryPolicy,
     ObjectMeta,
     ReplicaSpec,
@@ -23,6 +22,7 @@ from trainguard.api.model import (
     TrainingJobSpec,
     pod_name,
 )
+from trainguard.hangsignal import HangSignal
 
 __all__ = [
     "API_VERSION",

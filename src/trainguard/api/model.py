@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from trainguard.api.exitcodes import DEFAULT_RETRYABLE, MAX_EXIT_CODE, ExitCodeSet
+from trainguard.hangsignal import HangSignal
 
 API_VERSION: Literal["trainguard.io/v1"] = "trainguard.io/v1"
 KIND: Literal["TrainingJob"] = "TrainingJob"
@@ -74,14 +75,6 @@ class ExceptionalEvent(str, Enum):
     POD_FORCE_DELETED = "PodForceDeleted"
     POD_EVICTED = "PodEvicted"
     HANG = "hang"
-
-
-class HangSignal(str, Enum):
-    """What counts as progress, in order of trust."""
-
-    HEARTBEAT = "heartbeat"
-    LOG = "log"
-    CPU = "cpu"
 
 
 def _parse_events(value: object) -> object:
