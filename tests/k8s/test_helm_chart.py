@@ -1,0 +1,55 @@
+"""The Helm chart renders what docs/operator.md says it installs: the operator's Deployment handing its own
+image to the pods (--agent-image), a Service in front of the metrics port, and Kubeflow's PyTorchJob CRD only
+with pytorchjobs=true. Rendered by the helm the test cluster builds (``helm template``, no cluster needed)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.k8s.conftest import k8s_skipped, run_script
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "trainguard"
+
+
+def _render(*sets: str) -> dict[tuple[str, str], Any]:
+    if k8s_skipped():
+        pytest.skip("TRAINGUARD_SKIP_K8S=1: helm is built with the test cluster's binaries")
+    node_bin = Path(run_script("build", "--real-nodes").split()[0])
+    argv = [str(node_bin / "helm"), "template", "trainguard", str(CHART), "-n", "trainguard-system"]
+    for value in sets:
+        argv += ["--set", value]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
+
+
+def test_the_operator_hands_its_own_image_to_the_pods_and_serves_metrics_through_a_service() -> None:
+    objects = _render()
+    deployment = objects[("Deployment", "trainguard-operator")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "ghcr.io/trainguard/operator:0.1.0"
+    assert f"--agent-image={container['image']}" in container["args"]
+    assert deployment["spec"]["replicas"] == 2
+    service = objects[("Service", "trainguard-operator-metrics")]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "metrics"
+    assert {"name": "metrics", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    assert ("CustomResourceDefinition", "pytorchjobs.kubeflow.org") not in objects
+
+
+def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:
+    objects = _render("pytorchjobs=true", "image.tag=dev")
+    crd = objects[("CustomResourceDefinition", "pytorchjobs.kubeflow.org")]
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    (version,) = crd["spec"]["versions"]
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.pytorchReplicaSpecs.Worker.replicas"
+    (container,) = objects[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
+    assert "--pytorchjobs" in container["args"]
+    assert "--agent-image=ghcr.io/trainguard/operator:dev" in container["args"]
