@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard._version import __version__
-from trainguard.agent.options_for_job import agent_options
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.controller import torchrun_command
+from trainguard.controller.agent_options import agent_options
 from trainguard.controller.backend import LaunchPod
 from trainguard.controller.launchspec import DEFAULT_MASTER_PORT, Network
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainguard.agent.options_for_job import agent_options, grace_seconds
 from trainguard.api import TrainingJob
+from trainguard.controller.agent_options import agent_options, grace_seconds
 
 __all__ = ["agent_argv", "grace_seconds"]
 

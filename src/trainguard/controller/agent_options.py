@@ -1,4 +1,6 @@
-"""The agent's options for a pod of a job: the same on every backend (local processes, Kubernetes pods).
+"""The agent's options for a pod of a job: the same on every backend (local processes, Kubernetes pods), which
+render them into the pod's ``python -m trainguard.agent [options] -- CMD``. (Here, not in ``trainguard.agent``:
+the agent itself runs from a stdlib-only bundle and knows nothing of the job model.)
 
 Hang handling (the job's ``hang:`` block, or ModelArts' ``hang-retry``) turns on detection and restart in
 place; the agent has one grace period, for stopping a hung command and for a SIGTERM: the hang block's when
