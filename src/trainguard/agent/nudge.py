@@ -17,13 +17,13 @@ before.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+from trainguard.agent import proc
 
 ENV_NUDGE = "TRAINGUARD_NUDGE_FILE"
 #: The processes ``multiprocessing`` adds beside the workers (trainguard's warm torchrun starts its workers
@@ -91,21 +91,19 @@ class NudgeWatch:
             return None
 
 
-def workers(command: int) -> list[psutil.Process]:
+def workers(command: int) -> list[proc.Process]:
     """The worker processes under the command (torchrun's agent): its children, or the fork server's
     children (warm start), without multiprocessing's helper processes."""
-    try:
-        children = psutil.Process(command).children()
-    except psutil.Error:
-        return []
     found = []
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            cmdline = " ".join(child.cmdline())
-            if _FORKSERVER in cmdline:
-                found.extend(child.children())
-            elif not any(helper in cmdline for helper in _HELPERS):
-                found.append(child)
+    for child in proc.children(command):
+        argv = proc.cmdline(child.pid)
+        if argv is None:  # gone meanwhile, or a zombie: not a worker to kill
+            continue
+        cmdline = " ".join(argv)
+        if _FORKSERVER in cmdline:
+            found.extend(proc.children(child.pid))
+        elif not any(helper in cmdline for helper in _HELPERS):
+            found.append(child)
     return found
 
 
@@ -113,8 +111,6 @@ def kill_workers_older_than(command: int, failed_at: float) -> list[int]:
     """SIGKILL the command's workers that were started before ``failed_at``; their pids, ascending."""
     killed = []
     for worker in workers(command):
-        with contextlib.suppress(psutil.Error):
-            if worker.create_time() < failed_at:
-                worker.kill()
-                killed.append(worker.pid)
+        if worker.create_time < failed_at and proc.send_signal(worker, signal.SIGKILL):
+            killed.append(worker.pid)
     return sorted(killed)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import psutil
+from trainguard.agent import proc
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -53,31 +53,23 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def descendants() -> list[psutil.Process]:
+def descendants() -> list[proc.Process]:
     """Every live or unreaped process under the agent."""
-    with contextlib.suppress(psutil.Error):
-        return psutil.Process().children(recursive=True)
-    return []
+    return proc.children(os.getpid(), recursive=True)
 
 
-def cpu_seconds(processes: Iterable[psutil.Process]) -> float:
+def cpu_seconds(processes: Iterable[proc.Process]) -> float:
     """CPU time of the processes, including what their reaped children used."""
-    total = 0.0
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            times = process.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-    return total
+    return sum(process.cpu_seconds for process in processes)
 
 
-def signal_tree(group: int | None, processes: Iterable[psutil.Process], signum: int) -> None:
+def signal_tree(group: int | None, processes: Iterable[proc.Process], signum: int) -> None:
     """Signal the command's process group and every descendant, wherever its group is."""
     if group is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signum)
     for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.send_signal(signum)
+        proc.send_signal(process, signum)
 
 
 def reap() -> dict[int, int]:
@@ -95,14 +87,16 @@ def reap() -> dict[int, int]:
 
 def exit_code(status: int) -> tuple[int, str | None]:
     """A wait status as the shell reports it (a signal N gives 128+N) and the signal's name."""
-    code = os.waitstatus_to_exitcode(status)
-    if code >= 0:
-        return code, None
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    if not os.WIFSIGNALED(status):
+        raise ValueError(f"not the status of an ended process: {status}")
+    signum = os.WTERMSIG(status)
     try:
-        name = signal.Signals(-code).name
+        name = signal.Signals(signum).name
     except ValueError:
-        name = f"SIG{-code}"
-    return 128 - code, name
+        name = f"SIG{signum}"
+    return 128 + signum, name
 
 
 def oom_kills() -> int | None:
