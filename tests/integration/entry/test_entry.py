@@ -72,7 +72,11 @@ Entry = Callable[..., subprocess.CompletedProcess[str]]
 @pytest.fixture
 def entry(pod: Path, tmp_path: Path) -> Entry:
     def call(*args: str, path: str) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": path, "TRAINGUARD_MESSAGE_FILE": str(tmp_path / "termination-log"), "HOME": str(tmp_path)}
+        env = {
+            "PATH": path,
+            "TRAINGUARD_MESSAGE_FILE": str(tmp_path / "termination-log"),
+            "HOME": str(tmp_path),
+        }
         return subprocess.run(
             [str(pod / "bin" / "trainguard-entry"), *args],
             capture_output=True,
@@ -100,7 +104,7 @@ def test_probe_finds_python3_and_says_so_in_the_termination_message(
     found = json.loads((pod / "probe.json").read_text())
     assert found["usable"] is True
     assert found["python"].endswith("/python3")
-    assert found["version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert found["version"] == ".".join(map(str, sys.version_info[:3]))
     assert json.loads((tmp_path / "termination-log").read_text()) == found
     # An image with python3 and no "python" gets one, last on the command's PATH.
     assert (pod / "python" / "python").resolve() == Path(sys.executable).resolve()
