@@ -32,10 +32,12 @@ from pathlib import Path
 
 from trainguard._version import __version__
 
-#: What pods run from the bundle: ``python -m`` each of these.
-ENTRIES = ("trainguard.agent.__main__", "trainguard.torchrun", "trainguard.rendezvous_store")
-#: Modules that may import torch (the image's), and only inside functions.
-LAZY_TORCH = frozenset({"trainguard.torchrun", "trainguard.rendezvous_store"})
+#: What pods run from the bundle: ``python -m`` each of these; and the SDK, which training scripts import (the
+#: bundle is first on their ``PYTHONPATH``, so ``import trainguard`` finds it even where the image has its own).
+RUNNABLE = ("trainguard.agent.__main__", "trainguard.torchrun", "trainguard.rendezvous_store")
+ENTRIES = (*RUNNABLE, "trainguard.sdk")
+#: Modules (and, for a package, its modules) that may import torch (the image's), and only inside functions.
+LAZY_TORCH = frozenset({"trainguard.torchrun", "trainguard.rendezvous_store", "trainguard.sdk"})
 #: The oldest Python the bundle runs on.
 MIN_PYTHON = (3, 8)
 #: Standard-library modules that Python 3.8 does not have yet.
@@ -153,7 +155,7 @@ def _manifest(modules: dict[str, Path]) -> str:
     lines = [
         f"trainguard {__version__}: the in-pod agent, standard library only",
         f"python: >= {'.'.join(map(str, MIN_PYTHON))}",
-        f"run: {', '.join('python -m ' + entry.removesuffix('.__main__') for entry in ENTRIES)}",
+        f"run: {', '.join('python -m ' + entry.removesuffix('.__main__') for entry in RUNNABLE)}",
         "modules:",
         *(f"  {module}" for module in modules),
     ]
@@ -167,10 +169,14 @@ def _check_dest(dest: Path, target: Path) -> None:
         raise BundleError(f"{target} exists and is not a trainguard bundle; not replacing it")
 
 
+def _may_import_torch(module: str) -> bool:
+    return any(module == lazy or module.startswith(lazy + ".") for lazy in LAZY_TORCH)
+
+
 def _check_external(item: _Import, module: str, path: Path, why: dict[str, str | None]) -> None:
     top = item.module.split(".")[0]
     where = f"{_chain(module, why)}line {item.line}: import {item.module}"
-    if top == "torch" and module in LAZY_TORCH:
+    if top == "torch" and _may_import_torch(module):
         if not item.lazy:
             raise BundleError(
                 f"{where}: torch may be imported only inside functions (the image's torch, when run)"

@@ -20,10 +20,12 @@ import ctypes
 import mmap
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Tuple  # noqa: UP035
 
-_StorageKey = tuple[str, int, int]  # device, address, size: one source storage
-_Copy = tuple[int, int, int]  # destination address, source address, bytes
+# typing.Tuple, not tuple[...]: these aliases are evaluated at import, and the SDK runs on Python 3.8 too
+# (delivered into stock images, see trainguard.bundle).
+_StorageKey = Tuple[str, int, int]  # noqa: UP006 (device, address, size: one source storage)
+_Copy = Tuple[int, int, int]  # noqa: UP006 (destination address, source address, bytes)
 
 #: Copies are cut into pieces of this size so that the threads share the work evenly.
 CHUNK_BYTES = 8 << 20

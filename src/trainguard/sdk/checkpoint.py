@@ -19,6 +19,7 @@ import re
 import signal
 import threading
 import time
+import typing
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -38,7 +39,9 @@ _TMP_SUFFIX = ".tmp"
 #: A temporary file untouched for this long belongs to a writer that died; newer ones may still be written.
 STALE_TMP_SECONDS = 3600.0
 
-GetState = Callable[[], tuple[Any, int]]
+# typing's generics, not collections.abc's or tuple[...]: the alias is evaluated at import, and the SDK runs on
+# Python 3.8 too (delivered into stock images, see trainguard.bundle).
+GetState = typing.Callable[[], typing.Tuple[Any, int]]  # noqa: UP006
 
 
 class CheckpointError(RuntimeError):

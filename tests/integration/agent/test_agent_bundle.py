@@ -75,6 +75,8 @@ for absent in ("pydantic", "psutil", "yaml", "torch"):
     else:
         raise SystemExit("importable without site-packages: " + absent)
 import trainguard, trainguard.agent, trainguard.agent.__main__, trainguard.torchrun, trainguard.rendezvous_store
+import trainguard.sdk.heartbeat, trainguard.sdk.checkpoint, trainguard.sdk.sampler, trainguard.sdk.elasticity
+assert callable(trainguard.heartbeat)
 assert trainguard.__file__.startswith(sys.path[0]), trainguard.__file__
 assert trainguard.__version__
 outside = sorted(name for name in sys.modules if name.split(".")[0] in ("pydantic", "psutil", "yaml", "torch"))
