@@ -168,7 +168,8 @@ def test_pytorchjob_workers_run_torchrun_against_the_operators_rendezvous_store(
         store = pods[STORE]
         assert _owner_uid(store) == uid
         assert store["spec"]["containers"][0]["image"] == "registry.example/train:1"
-        assert store["spec"]["containers"][0]["command"][:3] == [
+        assert store["spec"]["containers"][0]["command"][:4] == [
+            "/trainguard/bin/trainguard-entry",
             "python",
             "-m",
             "trainguard.rendezvous_store",
