@@ -80,14 +80,8 @@ def _agent_missing(status: Obj) -> str | None:
         if container.get("name") != PROBE_CONTAINER:
             continue
         terminated = (container.get("state") or {}).get("terminated") or {}
-        message = terminated.get("message")
-        if not isinstance(message, str) or not message.startswith("{"):
-            return None
-        try:
-            probe = json.loads(message)
-        except ValueError:
-            return None
-        if not isinstance(probe, dict) or probe.get("usable") is not False:
+        probe = _json_message(terminated.get("message"))
+        if probe is None or probe.get("usable") is not False:
             return None
         return str(probe.get("reason") or "the image has no python3 the agent can run with")
     return None
@@ -125,13 +119,19 @@ def _reason(status: Obj, terminated: Obj | None) -> str | None:
 
 def _agent_gave_up_on_a_hang(message: object) -> bool:
     """The agent's final report, in the termination message, says it gave up on a hang (reason Hang)."""
+    report = _json_message(message)
+    return report is not None and report.get("event") == "gave-up" and report.get("reason") == "Hang"
+
+
+def _json_message(message: object) -> dict[str, Any] | None:
+    """A termination message that is a JSON object (what the agent and the entry's probe write), else None."""
     if not isinstance(message, str) or not message.startswith("{"):
-        return False
+        return None
     try:
-        report = json.loads(message)
+        value = json.loads(message)
     except ValueError:
-        return False
-    return isinstance(report, dict) and report.get("event") == "gave-up" and report.get("reason") == "Hang"
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def node_ready(node: Obj) -> bool:
