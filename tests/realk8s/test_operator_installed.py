@@ -7,6 +7,7 @@ image has no python3 runs as written, with a Warning Event and the AgentUnavaila
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -138,15 +139,16 @@ def test_a_pytorchjob_on_the_stock_pytorch_image_trains_to_succeeded(operator: R
         )
         status = _job_status(operator, "pytorchjob", "stock-elastic")
         worker = operator.pod("stock-elastic-worker-0")
-        logs = operator.logs("stock-elastic-worker-0")
+        # Rank 0 prints the steps; which pod holds it is the rendezvous' choice.
+        logs = "\n".join(operator.logs(f"stock-elastic-worker-{i}") for i in range(3))
         assert status["phase"] == "Succeeded", (status.get("message"), logs[-3000:])
-        # The stock image ran the agent, delivered: the probe found its python3, and rank 0 trained every step
-        # in a world of 3.
+        # The stock image ran the agent, delivered: the probe found its python3, and rank 0 trained every step.
         inits = {c["name"]: c for c in worker["status"]["initContainerStatuses"]}
         probe = json.loads(inits["trainguard-probe"]["state"]["terminated"]["message"])
         assert probe["usable"] is True
         assert worker["spec"]["containers"][0]["image"] == STOCK_PYTORCH
-        assert "step 40/40 world 3" in logs
+        # min 2, max 3: a third worker still pulling the image may miss the first round.
+        assert re.search(r"step 40/40 world [23] ", logs), logs[-3000:]
         assert not [c for c in status.get("conditions", []) if c["type"] == "AgentUnavailable"]
     finally:
         operator.kubectl("delete", "pytorchjob", "stock-elastic", "--wait=false")
