@@ -185,7 +185,9 @@ def test_an_image_without_python_runs_its_command_as_written_with_a_warning(oper
         )
         status = _job_status(operator, "trainingjob", "no-python")
         assert status["phase"] == "Succeeded", status.get("message")
-        assert operator.logs("no-python-worker-0").startswith("ran as written")
+        logs = operator.logs("no-python-worker-0").splitlines()
+        assert "running the command as written, without trainguard's agent" in logs[0]  # the entry says so
+        assert logs[1:] == ["ran as written"]
         (condition,) = [c for c in status["conditions"] if c["type"] == "AgentUnavailable"]
         assert condition["status"] == "True"
         assert "pods [no-python-worker-0]: the image has no python3" in condition["message"]
