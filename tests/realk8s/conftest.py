@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.k8s.conftest import SCRIPT, SKIP_REASON, k8s_skipped, run_script
-from tests.realk8s.real import IMAGES, REGISTRY, RealCluster
+from tests.realk8s.real import CHART, IMAGES, NAMESPACE, REGISTRY, RealCluster, helm
 
 CLUSTER = "pytest-real"
 
@@ -66,3 +66,15 @@ def real_cluster() -> Iterator[RealCluster]:
         )
     finally:
         run_script("down", cluster=CLUSTER)
+
+
+@pytest.fixture(scope="session")
+def operator(real_cluster: RealCluster) -> Iterator[RealCluster]:
+    """The operator installed as users install it: the chart with its defaults (and PyTorchJobs served), from
+    the operator's image in the cluster's registry; uninstalled at the end."""
+    helm(real_cluster, "install", "trainguard", str(CHART), "-n", NAMESPACE, "--create-namespace",
+         "--set", "pytorchjobs=true", "--wait", "--timeout", "600s")  # fmt: skip
+    try:
+        yield real_cluster
+    finally:
+        helm(real_cluster, "uninstall", "trainguard", "-n", NAMESPACE, "--wait", "--timeout", "120s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ REGISTRY = "10.201.0.254:5000"
 STOCK_PYTORCH = "pytorch/pytorch:latest"
 NO_PYTHON = "debian:bookworm-slim"
 REAL_NODE_LABEL = "trainguard.io/real-node"
+#: Where the chart installs the operator, and what the tests apply.
+NAMESPACE = "trainguard-system"
+CHART = ROOT / "deploy" / "helm" / "trainguard"
+EXAMPLES = ROOT / "examples" / "k8s"
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,17 @@ class RealCluster(KubeCluster):
     def start_kubelet(self, node: str) -> None:
         run_script("start-kubelet", node.rsplit("-", 1)[1], cluster=self.name)
 
+    def kubectl_result(self, *args: str, timeout: float = 60) -> str:
+        """kubectl's stdout, or "" where it failed (a container not started yet, a pod just deleted)."""
+        done = subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return done.stdout if done.returncode == 0 else ""
+
     def apply(self, obj: dict[str, Any]) -> None:
         self.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
@@ -64,3 +80,17 @@ def wait_for(what: str, condition: Callable[[], Any], seconds: float, every: flo
         if time.monotonic() > deadline:
             pytest.fail(f"gave up after {seconds:.0f}s waiting for {what}")
         time.sleep(every)
+
+
+def helm(cluster: RealCluster, *args: str) -> str:
+    """Runs the helm the test cluster built, against the cluster; fails the test with helm's stderr."""
+    done = subprocess.run(
+        [str(cluster.node_bin / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout

@@ -8,43 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.realk8s.real import NO_PYTHON, ROOT, STOCK_PYTORCH, RealCluster, wait_for
+from tests.realk8s.real import EXAMPLES, NAMESPACE, NO_PYTHON, STOCK_PYTORCH, RealCluster, wait_for
 
 pytestmark = pytest.mark.timeout(900)
-
-NAMESPACE = "trainguard-system"
-CHART = ROOT / "deploy" / "helm" / "trainguard"
-EXAMPLES = ROOT / "examples" / "k8s"
-
-
-def helm(cluster: RealCluster, *args: str) -> str:
-    done = subprocess.run(
-        [str(cluster.node_bin / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"helm {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def operator(real_cluster: RealCluster) -> Iterator[RealCluster]:
-    """The chart installed with its defaults (and PyTorchJobs served); uninstalled afterwards."""
-    helm(real_cluster, "install", "trainguard", str(CHART), "-n", NAMESPACE, "--create-namespace",
-         "--set", "pytorchjobs=true", "--wait", "--timeout", "600s")  # fmt: skip
-    try:
-        yield real_cluster
-    finally:
-        helm(real_cluster, "uninstall", "trainguard", "-n", NAMESPACE, "--wait", "--timeout", "120s")
 
 
 def _operator_pods(cluster: RealCluster) -> list[dict[str, Any]]:
