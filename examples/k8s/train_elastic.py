@@ -9,6 +9,11 @@ synthetic data made from a fixed seed, and rank 0 prints one line a step:
 ``world`` is the number of workers in the current rendezvous round, ``restart`` torchrun's restart count
 (how many times the workers were restarted into a new round: a fault, or a resize). A new round starts the
 steps again from 1; the job's logs show every round.
+
+Every rank also sends trainguard's agent a heartbeat per step, where trainguard is importable: the operator
+delivers its SDK into the pod with the agent, so a stock image needs nothing for it; elsewhere the script
+trains the same without it. With heartbeats the agent tells a rank that stopped making progress from one that
+is merely quiet (hang detection, restart in place).
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ import time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+try:  # trainguard's SDK, where the operator delivered it; optional
+    from trainguard import heartbeat
+except ImportError:
+
+    def heartbeat(step: int | None = None, **metrics: float) -> None:
+        """Without trainguard, nothing to tell."""
 
 
 def main() -> None:
@@ -39,6 +51,7 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        heartbeat(step=step, loss=loss.item())
         if rank == 0:
             print(
                 f"step {step}/{args.steps} world {world} loss {loss.item():.4f} restart {restart}", flush=True

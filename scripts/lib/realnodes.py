@@ -488,7 +488,9 @@ state = "{d / "containerd" / "state"}"
     def node_down(self, i: int) -> None:
         self.stop(f"kubelet-{i}")
         self.stop(f"kube-proxy-{i}")
-        # Every process of the node's pods: its cgroups, then the shims, then containerd.
+        # Every process of the node's pods: its cgroups (thawed first, a stopped node's are frozen), then the
+        # shims, then containerd.
+        self.freeze(i, False)
         self.kill_cgroup(self.cgroup_root(i))
         sock = str(self.node_dir(i) / "containerd.sock")
         for pid in _pids_with_arg(sock):
@@ -513,6 +515,24 @@ state = "{d / "containerd" / "state"}"
                 # A new cpuset has no CPUs and no memory nodes until given its parent's.
                 for name in ("cpuset.cpus", "cpuset.mems"):
                     (top / name).write_text((controller / name).read_text())
+
+    def freeze(self, i: int, frozen: bool) -> None:
+        """Freezes (or thaws) every process of node i's pods: the cgroup v1 freezer of the node's cgroup root."""
+        state = Path("/sys/fs/cgroup/freezer").joinpath(self.cgroup_root(i).lstrip("/"), "freezer.state")
+        if state.exists():
+            state.write_text("FROZEN" if frozen else "THAWED")
+
+    def stop_node(self, i: int) -> None:
+        """As when a node dies: its kubelet stops, its pods' processes stop where they are (frozen) and its
+        network goes quiet (its link to the bridge down: peers' packets go unanswered, as to a dead host)."""
+        self.stop(f"kubelet-{i}")
+        self.freeze(i, True)
+        run("ip", "link", "set", f"{self.bridge}h{i}", "down")
+
+    def start_node(self, i: int) -> None:
+        run("ip", "link", "set", f"{self.bridge}h{i}", "up")
+        self.freeze(i, False)
+        self.start_kubelet(i)
 
     @staticmethod
     def kill_cgroup(root: str) -> None:
@@ -566,7 +586,9 @@ def _install_packages() -> None:
         subprocess.run(["apt-get", "update", "-q"], capture_output=True)
         done = subprocess.run(install, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"k8s-testcluster: error: cannot install {' '.join(missing)}: {done.stderr.strip()}")
+            raise SystemExit(
+                f"k8s-testcluster: error: cannot install {' '.join(missing)}: {done.stderr.strip()}"
+            )
 
 
 def _alive(pid: int) -> bool:
@@ -618,8 +640,12 @@ def _wait(condition, seconds: float, what: str) -> None:  # type: ignore[no-unty
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("verb", choices=["up", "down", "hub", "stop-kubelet", "start-kubelet"])
-    parser.add_argument("--node", type=int, default=0, help="stop-kubelet, start-kubelet: which node (1..N)")
+    parser.add_argument(
+        "verb", choices=["up", "down", "hub", "stop-kubelet", "start-kubelet", "stop-node", "start-node"]
+    )
+    parser.add_argument(
+        "--node", type=int, default=0, help="stop-/start-kubelet, stop-/start-node: which node"
+    )
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--state", required=True)
     parser.add_argument("--kube-bin", required=True)
@@ -642,6 +668,10 @@ def main() -> None:
     elif args.verb == "stop-kubelet":
         # As when a node's kubelet dies: its containers keep running, the node stops reporting.
         cluster.stop(f"kubelet-{args.node}")
+    elif args.verb == "stop-node":
+        cluster.stop_node(args.node)
+    elif args.verb == "start-node":
+        cluster.start_node(args.node)
     else:
         cluster.start_kubelet(args.node)
 

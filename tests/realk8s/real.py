@@ -60,6 +60,13 @@ class RealCluster(KubeCluster):
         )
         return done.stdout if done.returncode == 0 else ""
 
+    def stop_node(self, node: str) -> None:
+        """The node dies: kubelet stopped, its pods' processes frozen, its network link down."""
+        run_script("stop-node", node.rsplit("-", 1)[1], cluster=self.name)
+
+    def start_node(self, node: str) -> None:
+        run_script("start-node", node.rsplit("-", 1)[1], cluster=self.name)
+
     def apply(self, obj: dict[str, Any]) -> None:
         self.kubectl("apply", "-f", "-", input=json.dumps(obj))
 

@@ -58,9 +58,16 @@ def _steps(cluster: RealCluster, name: str) -> list[tuple[float, int, int]]:
         for line in done.splitlines():
             match = _STEP.match(line)
             if match:
-                stamp = datetime.fromisoformat(match[1].replace("Z", "+00:00")[:26] + "+00:00")
-                found.append((stamp.timestamp(), int(match[2]), int(match[4])))
+                found.append((_stamp(match[1]), int(match[2]), int(match[4])))
     return sorted(found)
+
+
+def _stamp(text: str) -> float:
+    """Seconds since the epoch of kubectl's RFC 3339 timestamp ("2026-11-24T21:52:25.9162Z": nanoseconds at
+    most, trailing zeros dropped)."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    seconds = datetime.fromisoformat(whole + "+00:00").timestamp()
+    return seconds + float(f"0.{fraction or '0'}")
 
 
 def _step_after(cluster: RealCluster, name: str, since: float, world: int | None = None) -> float | None:
@@ -173,3 +180,130 @@ def test_kubectl_scale_3_to_2_to_3_while_it_trains(trainer: RealCluster, job: st
     scales = [h for h in status["history"] if h["kind"] == "scale"]
     assert [(h["scaleFrom"], h["scaleTo"]) for h in scales] == [(3, 2), (2, 3)]
     assert status["restartCounts"]["worker"] == 0  # a resize is no fault
+
+
+def _hang_job() -> dict[str, Any]:
+    """trainguard's own form of the example, with hang handling: 20 s without a heartbeat is a hang."""
+    worker = copy.deepcopy(EXAMPLE["spec"]["pytorchReplicaSpecs"]["Worker"])
+    worker["template"]["spec"]["containers"][0]["command"][-1] = "240"
+    return {
+        "apiVersion": "trainguard.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "hang", "namespace": "default"},
+        "spec": {
+            "frameworkType": "pytorch",
+            "hang": {"timeoutSeconds": HANG_TIMEOUT, "maxConsecutive": 3, "gracePeriodSeconds": 5},
+            "elastic": {"rdzvBackend": "c10d", "nProcPerNode": 1, "maxRestarts": 10},
+            "replicaSpecs": {
+                "worker": {
+                    "replicas": 3,
+                    "minReplicas": 2,
+                    "maxReplicas": 3,
+                    "restartPolicy": "OnFailure",
+                    "template": worker["template"],
+                }
+            },
+        },
+    }
+
+
+HANG_TIMEOUT = 20
+#: SIGSTOP to the training processes: the leaves of the container's process tree below torchrun's agent (the
+#: agent is PID 1, torchrun its child; the workers have no children of their own), not this script.
+STOP = """
+import os, signal
+parents = {}
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        try:
+            stat = open('/proc/%s/stat' % pid).read()
+        except OSError:
+            continue
+        parents[int(pid)] = int(stat.rsplit(')', 1)[1].split()[1])
+mine = os.getpid()
+for pid, parent in parents.items():
+    if pid in (1, mine) or parent in (0, 1) or pid in parents.values():
+        continue
+    os.kill(pid, signal.SIGSTOP)
+    print('stopped', pid)
+"""
+_HANG_SAID = re.compile(r"^(\S+) \[trainguard agent\] hang: no heartbeat for ")
+
+
+def test_a_stopped_rank_is_restarted_in_place_by_the_agent_in_its_container(trainer: RealCluster) -> None:
+    trainer.apply(_hang_job())
+    try:
+        wait_for("hang to train", lambda: _step_after(trainer, "hang", 0.0, world=3) if _workers(trainer, "hang") else None, 480, every=2)  # fmt: skip
+        victim = "hang-worker-1"
+        uid = trainer.pod(victim)["metadata"]["uid"]
+        stopped_at = time.time()
+        stopped = trainer.kubectl("exec", victim, "-c", "pytorch", "--", "python3", "-c", STOP)
+        assert "stopped" in stopped, stopped
+
+        def detected() -> float | None:
+            for line in trainer.kubectl_result("logs", "--timestamps", victim).splitlines():
+                said = _HANG_SAID.match(line)
+                if said:
+                    at = _stamp(said[1])
+                    if at > stopped_at:
+                        return at
+            return None
+
+        detected_at = wait_for("the agent to see the hang", detected, 120, every=2)
+        print(
+            f"\nSIGSTOP to the agent's restart in place: {detected_at - stopped_at:.1f} s (timeout {HANG_TIMEOUT} s)"
+        )
+        assert detected_at - stopped_at <= HANG_TIMEOUT + 2 + 1  # + the exec's own second
+        step_at = wait_for(
+            "training to go on", lambda: _step_after(trainer, "hang", detected_at), 300, every=2
+        )
+        _report("SIGSTOP of a rank's training process", stopped_at, step_at)
+        wait_for(
+            "hang to end",
+            lambda: (
+                (trainer.json("get", "trainingjob", "hang").get("status") or {}).get("phase")
+                in ("Succeeded", "Failed")
+            ),
+            600,
+            every=2,
+        )
+        status = trainer.json("get", "trainingjob", "hang")["status"]
+        assert status["phase"] == "Succeeded", status.get("message")
+        # Restarted in place, in the same pod: no relaunch, nothing counted.
+        assert trainer.pod(victim)["metadata"]["uid"] == uid
+        assert status["restartCounts"] == {"worker": 0}
+        assert not [h for h in status.get("history", []) if h["kind"] == "fault"]
+    finally:
+        trainer.kubectl("delete", "trainingjob", "hang", "--wait=false")
+
+
+@pytest.mark.parametrize("job", ["nodefail"], indirect=True)
+def test_a_dead_nodes_workers_are_replaced_on_the_other_node(trainer: RealCluster, job: str) -> None:
+    victim = f"{job}-worker-1"
+    dead = trainer.pod(victim)["spec"]["nodeName"]
+    (alive,) = [n for n in trainer.real_nodes() if n != dead]
+    lost = {p["metadata"]["name"] for p in _workers(trainer, job) if p["spec"]["nodeName"] == dead}
+    fault_at = time.time()
+    trainer.stop_node(dead)
+    try:
+        wait_for(f"{dead} to go NotReady", lambda: not trainer.node_ready(dead), 90)
+
+        def replaced() -> bool:
+            pods = {p["metadata"]["name"]: p for p in _workers(trainer, job)}
+            return all(
+                name in pods
+                and pods[name]["spec"].get("nodeName") == alive
+                and pods[name]["status"].get("phase") == "Running"
+                for name in lost
+            )
+
+        wait_for("the lost workers to run on the other node", replaced, 300, every=2)
+        step_at = wait_for("training to go on", lambda: _step_after(trainer, job, fault_at + 1), 400, every=2)
+        _report(f"node lost ({len(lost)} of 3 workers on it)", fault_at, step_at)
+        status = _succeeds(trainer, job)
+        faults = {h["pod"]: h for h in status["history"] if h["kind"] == "fault"}
+        assert faults[victim]["fault"] == "NodeNotReady"
+        assert faults[victim]["node"] == dead
+    finally:
+        trainer.start_node(dead)
+        wait_for(f"{dead} to be Ready again", lambda: trainer.node_ready(dead), 120)
