@@ -17,7 +17,20 @@ class KubeCluster:
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> str:
         """Runs the cluster's own kubectl and returns its stdout; fails the test with kubectl's stderr."""
-        done = subprocess.run(
+        done = self._kubectl(args, input, timeout)
+        if done.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    def kubectl_result(self, *args: str, timeout: float = 60) -> str:
+        """kubectl's stdout, or "" where it failed (a container not started yet, a pod just deleted)."""
+        done = self._kubectl(args, None, timeout)
+        return done.stdout if done.returncode == 0 else ""
+
+    def _kubectl(
+        self, args: tuple[str, ...], input: str | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
             input=input,
             capture_output=True,
@@ -25,6 +38,3 @@ class KubeCluster:
             timeout=timeout,
             check=False,
         )
-        if done.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
-        return done.stdout

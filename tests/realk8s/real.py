@@ -49,17 +49,6 @@ class RealCluster(KubeCluster):
     def start_kubelet(self, node: str) -> None:
         run_script("start-kubelet", node.rsplit("-", 1)[1], cluster=self.name)
 
-    def kubectl_result(self, *args: str, timeout: float = 60) -> str:
-        """kubectl's stdout, or "" where it failed (a container not started yet, a pod just deleted)."""
-        done = subprocess.run(
-            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        return done.stdout if done.returncode == 0 else ""
-
     def stop_node(self, node: str) -> None:
         """The node dies: kubelet stopped, its pods' processes frozen, its network link down."""
         run_script("stop-node", node.rsplit("-", 1)[1], cluster=self.name)
