@@ -92,7 +92,7 @@ def closure(entries: Iterable[str] = ENTRIES, source: Path = _SOURCE) -> dict[st
                         if _source_of(submodule, source) is not None:
                             queue.append((submodule, module))
                 else:
-                    _check_external(item, module, path, why)
+                    _check_external(item, module, why)
     return dict(sorted(found.items()))
 
 
@@ -173,7 +173,7 @@ def _may_import_torch(module: str) -> bool:
     return any(module == lazy or module.startswith(lazy + ".") for lazy in LAZY_TORCH)
 
 
-def _check_external(item: _Import, module: str, path: Path, why: dict[str, str | None]) -> None:
+def _check_external(item: _Import, module: str, why: dict[str, str | None]) -> None:
     top = item.module.split(".")[0]
     where = f"{_chain(module, why)}line {item.line}: import {item.module}"
     if top == "torch" and _may_import_torch(module):

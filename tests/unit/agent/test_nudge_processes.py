@@ -9,15 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import pytest
 
-T = TypeVar("T")
+from tests.unit.agent.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process trees as on Linux")
 
@@ -68,17 +68,6 @@ if __name__ == "__main__":
 """
 
 
-def _wait(condition: Callable[[], T | None], what: str, timeout: float = 15.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -118,7 +107,7 @@ class Run:
         return [line for line in lines if line["event"] == "nudged"]
 
     def command_pid(self) -> int:
-        started = _wait(lambda: self.report.exists() and "started" in self.report.read_text(), "start")
+        started = wait_until(lambda: self.report.exists() and "started" in self.report.read_text(), "start")
         assert started
         first = json.loads(self.report.read_text().splitlines()[0])
         return int(first["pid"])
@@ -162,9 +151,9 @@ def test_only_the_workers_started_before_the_failure_are_killed(tmp_path: Path) 
     # A failure the agent finds at start is old news, even one that would kill every worker there is.
     with _agent(tmp_path, PARENT, nudge_at_start=f"before-start {time.time() + 3600}") as run:
         command = run.command_pid()
-        old = _wait(lambda: _pids(tmp_path / "old"), "the old workers")
+        old = wait_until(lambda: _pids(tmp_path / "old"), "the old workers")
         (tmp_path / "go").touch()
-        (young,) = _wait(lambda: _pids(tmp_path / "young"), "the young worker")
+        (young,) = wait_until(lambda: _pids(tmp_path / "young"), "the young worker")
         # The failure between the old workers' start and the young one's, on the clock they are judged by.
         old_start = max(psutil.Process(pid).create_time() for pid in old)
         young_start = psutil.Process(young).create_time()
@@ -173,10 +162,10 @@ def test_only_the_workers_started_before_the_failure_are_killed(tmp_path: Path) 
 
         run.write_nudge(f"before-start {time.time() + 3600}")  # rewritten: still the same failure
         run.write_nudge(f"worker-2#7 {failed_at}\n")
-        (nudged,) = _wait(run.nudges, "the nudge reported")
+        (nudged,) = wait_until(run.nudges, "the nudge reported")
         assert nudged["token"] == "worker-2#7"
         assert sorted(nudged["killed"]) == sorted(old)
-        _wait(lambda: all(_gone(pid) for pid in old), "the old workers gone")
+        wait_until(lambda: all(_gone(pid) for pid in old), "the old workers gone")
         assert _alive(young)
         assert _alive(command)
         assert run.process.poll() is None
@@ -187,17 +176,17 @@ def test_only_the_workers_started_before_the_failure_are_killed(tmp_path: Path) 
         # The same failure again does nothing; a new one after the young worker started kills it.
         run.write_nudge(f"worker-2#7 {time.time() + 3600}")
         run.write_nudge(f"worker-0#8 {time.time() + 1}")
-        _wait(lambda: len(run.nudges()) == 2 and run.nudges(), "the second nudge reported")
+        wait_until(lambda: len(run.nudges()) == 2 and run.nudges(), "the second nudge reported")
         assert [n["token"] for n in run.nudges()] == ["worker-2#7", "worker-0#8"]
         assert run.nudges()[1]["killed"] == [young]
-        _wait(lambda: _gone(young), "the young worker gone")
+        wait_until(lambda: _gone(young), "the young worker gone")
         assert _alive(command)
 
 
 def test_the_workers_of_a_fork_server_are_found_and_its_helpers_spared(tmp_path: Path) -> None:
     with _agent(tmp_path, FORKSERVER_PARENT) as run:
         command = run.command_pid()
-        workers = _wait(lambda: _pids(tmp_path / "old"), "the workers")
+        workers = wait_until(lambda: _pids(tmp_path / "old"), "the workers")
         helpers = [
             child.pid
             for child in psutil.Process(command).children()
@@ -205,8 +194,8 @@ def test_the_workers_of_a_fork_server_are_found_and_its_helpers_spared(tmp_path:
         ]
         assert len(helpers) >= 1  # the fork server (and, on most Pythons, the resource tracker)
         run.write_nudge(f"worker-1#1 {time.time() + 1}")
-        (nudged,) = _wait(run.nudges, "the nudge reported")
+        (nudged,) = wait_until(run.nudges, "the nudge reported")
         assert sorted(nudged["killed"]) == sorted(workers)
-        _wait(lambda: all(_gone(pid) for pid in workers), "the workers gone")
+        wait_until(lambda: all(_gone(pid) for pid in workers), "the workers gone")
         assert all(_alive(pid) for pid in helpers)
         assert _alive(command)

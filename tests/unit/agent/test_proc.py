@@ -6,17 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import psutil
 import pytest
 
+from tests.unit.agent.waiting import wait_until
 from trainguard.agent import proc
-
-T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 
@@ -33,25 +30,16 @@ time.sleep(600)
 """
 
 
-def _wait(condition: Callable[[], T | None], what: str, timeout: float = 15.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[tuple[int, list[int]]]:
     """(parent, [its children]) once the grandchild exists too."""
     pids = tmp_path / "pids"
     parent = subprocess.Popen([sys.executable, "-c", TREE, str(pids)], start_new_session=True)
     try:
-        children = _wait(lambda: pids.exists() and [int(p) for p in pids.read_text().split()], "the children")
-        _wait(lambda: len(psutil.Process(parent.pid).children(recursive=True)) == 3, "the grandchild")
+        children = wait_until(
+            lambda: pids.exists() and [int(p) for p in pids.read_text().split()], "the children"
+        )
+        wait_until(lambda: len(psutil.Process(parent.pid).children(recursive=True)) == 3, "the grandchild")
         yield parent.pid, children
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
@@ -100,7 +88,7 @@ def test_cpu_time_counts_reaped_children_as_psutil_does(tmp_path: Path) -> None:
     )
     process = subprocess.Popen([sys.executable, "-c", script])
     try:
-        _wait(lambda: psutil.Process(process.pid).status() == psutil.STATUS_STOPPED, "the stop")
+        wait_until(lambda: psutil.Process(process.pid).status() == psutil.STATUS_STOPPED, "the stop")
         times = psutil.Process(process.pid).cpu_times()
         ours = proc.stat(process.pid)
         assert ours is not None
@@ -116,7 +104,9 @@ def test_cpu_time_counts_reaped_children_as_psutil_does(tmp_path: Path) -> None:
 def test_a_zombie_is_a_child_without_a_cmdline() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        zombie = _wait(lambda: (s := proc.stat(process.pid)) is not None and s.state == "Z" and s, "a zombie")
+        zombie = wait_until(
+            lambda: (s := proc.stat(process.pid)) is not None and s.state == "Z" and s, "a zombie"
+        )
         assert zombie.ppid == os.getpid()
         assert proc.cmdline(process.pid) is None
         with pytest.raises(psutil.ZombieProcess):

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainguard.api import SpecError
@@ -44,10 +44,8 @@ log = logging.getLogger(__name__)
 class Options:
     namespace: str | None = None
     kinds: Sequence[JobKind] = DEFAULT_KINDS
-    #: Replaces every pod's schedulerName (e.g. when the templates name a scheduler the cluster lacks).
-    scheduler: str | None = None
-    #: The image whose agent every pod gets (the operator's own).
-    agent_image: str = manifests.DEFAULT_AGENT_IMAGE
+    #: How every pod is dressed: its schedulerName, the image the agent is copied from.
+    pod_settings: manifests.PodSettings = field(default_factory=manifests.PodSettings)
     workers: int = 4
     lease_namespace: str = "default"
     lease_name: str = "trainguard-operator"
@@ -80,8 +78,9 @@ class Operator:
         )
         self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed)
         identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        settings = manifests.PodSettings(scheduler=options.scheduler, agent_image=options.agent_image)
-        self.shared = Shared(kube, self.pods, self.nodes, settings=settings, clock=clock, identity=identity)
+        self.shared = Shared(
+            kube, self.pods, self.nodes, settings=options.pod_settings, clock=clock, identity=identity
+        )
         self.leader = LeaderElection(kube, options.lease_namespace, options.lease_name, identity)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
     options = Options(
         namespace=args.namespace,
         kinds=kinds,
-        scheduler=args.scheduler_name,
-        agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE,
+        pod_settings=manifests.PodSettings(
+            scheduler=args.scheduler_name, agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE
+        ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
         identity=args.id,
