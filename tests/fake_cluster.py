@@ -30,6 +30,7 @@ from trainguard.controller.backend import (
     ScaleRequest,
     TerminatePod,
     UpdateDiscovery,
+    WorkerRestart,
     WriteStatus,
 )
 from trainguard.controller.launchspec import Network
@@ -231,6 +232,18 @@ class FakeCluster:
     def hang(self, pod: str) -> None:
         target = self.pods[pod]
         target.agent = replace(target.agent or AgentReport(), hung=True)
+
+    def restart_workers(self, pod: str, exit_code: int, *, keep: int | None = None) -> None:
+        """torchrun in the pod restarted its failed workers (the pod goes on); the agent says so, keeping only
+        its latest ``keep`` restarts when given."""
+        target = self.pods[pod]
+        agent = target.agent or AgentReport()
+        restarts = (*agent.worker_restarts, WorkerRestart(self.now, exit_code, rank=0))
+        start = agent.worker_restarts_from
+        if keep is not None and len(restarts) > keep:
+            start += len(restarts) - keep
+            restarts = restarts[-keep:]
+        target.agent = replace(agent, worker_restarts=restarts, worker_restarts_from=start)
 
     def report_progress(self, pod: str) -> None:
         target = self.pods[pod]

@@ -12,6 +12,10 @@ What differs from a fresh interpreter: the worker starts with the modules of ``P
 ``$TRAINGUARD_PRELOAD``, comma-separated) already imported, and it is a child of the fork server rather than of
 the agent. Python options (``-O``, ``-W``...) cannot apply to a forked interpreter; trainguard starts plain
 torchrun for such commands, and for commands that choose ``--start-method``, ``--no-python`` or ``--run-path``.
+
+Under trainguard's agent (``TRAINGUARD_WORKER_EVENTS`` set) each restart of failed workers that torch's agent
+carries out is also written down for the agent (``trainguard.workerevents``), so that the restart shows in the
+job's history although no pod ended.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from trainguard import workerevents
 
 ENV_PRELOAD = "TRAINGUARD_PRELOAD"
 #: How often the agent polls the rendezvous state while it waits (torch: every second). Set by trainguard from
@@ -114,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     poll = os.environ.get(ENV_RDZV_POLL)
     if poll:
         poll_rendezvous_every(float(poll))
+    events = os.environ.get(workerevents.ENV_WORKER_EVENTS)
+    if events:
+        report_worker_restarts(events)
     options = torchrun.parse_args(arguments)  # type: ignore[no-untyped-call]
     if not (options.no_python or options.run_path):
         torchrun.config_from_args = _warm(torchrun.config_from_args)  # type: ignore[assignment]
@@ -121,6 +130,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         # still importing would hold every other pod's restarted workers waiting for its own.
         wait_for_fork_server()
     torchrun.main(arguments)  # parses them again, under torch's error recording
+
+
+def report_worker_restarts(path: str) -> None:
+    """Make torch's agent write down every group failure it will restart the workers after (it restarts while
+    ``--max-restarts`` has some left; after that torchrun exits, and the pod's end says it)."""
+    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    monitor = LocalElasticAgent._monitor_workers
+
+    def monitor_workers(self: Any, worker_group: Any) -> Any:
+        result = monitor(self, worker_group)
+        left = self._remaining_restarts
+        if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY) and left > 0:
+            failures = [  # keyed by global rank
+                workerevents.failure(rank, failed.local_rank, failed.pid, failed.exitcode)
+                for rank, failed in sorted(result.failures.items())
+            ]
+            workerevents.append(path, failures, left - 1, worker_group.spec.max_restarts)
+        return result
+
+    LocalElasticAgent._monitor_workers = monitor_workers  # type: ignore[method-assign]
 
 
 def wait_for_fork_server() -> None:

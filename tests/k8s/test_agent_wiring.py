@@ -14,6 +14,7 @@ from trainguard.api.load import load_jobs
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
+from trainguard.controller.backend import WorkerRestart
 
 from .launches import launch
 
@@ -80,3 +81,106 @@ def test_the_agents_termination_message_tells_a_hang_from_a_kill(
         terminated["message"] = message
     observed = observed_pod(_pod(terminated))
     assert (observed.exit_code, observed.reason) == (137, reason)
+
+
+def _running(annotations: dict[str, str]) -> dict[str, object]:
+    pod = _pod({})
+    pod["metadata"]["annotations"] = annotations  # type: ignore[index]
+    pod["status"] = {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}
+    return pod
+
+
+def _summary(**fields: object) -> str:
+    return json.dumps({"attempt": 1, "hangs": 0, "inPlaceRestarts": 0, **fields})
+
+
+@pytest.mark.parametrize(
+    ("annotations", "in_place", "hung", "restarts", "first"),
+    [
+        ({}, None, None, (), 0),
+        # Only restarts in place that the controller answered (its annotation) count as done.
+        ({manifests.ANNOTATION_IN_PLACE: "1"}, 1, False, (), 0),
+        ({manifests.ANNOTATION_AGENT_REPORT: _summary(hangs=1, inPlaceRestarts=1)}, 0, True, (), 0),
+        (
+            {
+                manifests.ANNOTATION_AGENT_REPORT: _summary(hangs=1, inPlaceRestarts=1),
+                manifests.ANNOTATION_IN_PLACE: "1",
+            },
+            1,
+            False,
+            (),
+            0,
+        ),
+        (
+            {
+                manifests.ANNOTATION_AGENT_REPORT: _summary(
+                    workerRestarts=[
+                        {
+                            "at": 5.0,
+                            "exitCode": 137,
+                            "rank": 1,
+                            "failed": 1,
+                            "restartsLeft": 2,
+                            "maxRestarts": 3,
+                        },
+                        {"at": "later", "exitCode": 1},  # no time: left out
+                        {"at": 6.0, "exitCode": True},  # no exit code: left out
+                    ],
+                    workerRestartsFrom=4,
+                )
+            },
+            0,
+            False,
+            (WorkerRestart(5.0, 137, rank=1, failed=1, restarts_left=2, max_restarts=3),),
+            4,
+        ),
+        # Not a summary at all: read as no word from the agent.
+        ({manifests.ANNOTATION_AGENT_REPORT: "[1, 2]"}, None, None, (), 0),
+        ({manifests.ANNOTATION_AGENT_REPORT: "{not json"}, None, None, (), 0),
+    ],
+)
+def test_the_agents_summary_in_the_pods_annotation_is_read_field_by_field(
+    annotations: dict[str, str],
+    in_place: int | None,
+    hung: bool | None,
+    restarts: tuple[WorkerRestart, ...],
+    first: int,
+) -> None:
+    agent = observed_pod(_running(annotations)).agent
+    if in_place is None:
+        assert agent is None
+        return
+    assert agent is not None
+    assert (agent.in_place_restarts, agent.hung) == (in_place, hung)
+    assert (agent.worker_restarts, agent.worker_restarts_from) == (restarts, first)
+
+
+def test_with_a_report_url_every_replica_reports_with_a_token_for_the_operator_only() -> None:
+    job = load_jobs(CCE_JOB)[0].job
+    url = "http://tg-agent-reports.tg.svc:8081/v1/agent-report"
+    pod = manifests.pod(
+        AITRAININGJOB,
+        job,
+        launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}),
+        manifests.PodSettings(report_url=url),
+    )
+    container = pod["spec"]["containers"][0]
+    options = container["command"][2 : container["command"].index("--")]
+    assert options[options.index("--report-url") + 1] == url
+    assert options[options.index("--report-token") + 1] == manifests.REPORT_TOKEN_FILE
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "trainguard-report-token"]
+    assert volume["projected"]["sources"] == [
+        {"serviceAccountToken": {"audience": "trainguard", "expirationSeconds": 3600, "path": "token"}}
+    ]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["trainguard-report-token"] == {
+        "name": "trainguard-report-token",
+        "mountPath": manifests.REPORT_TOKEN_DIR,
+        "readOnly": True,
+    }
+    # Without one, nothing of it.
+    plain = manifests.pod(
+        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), manifests.PodSettings()
+    )
+    assert "--report-url" not in plain["spec"]["containers"][0]["command"]
+    assert all(v["name"] != "trainguard-report-token" for v in plain["spec"]["volumes"])

@@ -39,6 +39,7 @@ def test_operator_manifests_parse_and_grant_what_the_operator_does() -> None:
         ("pods", "delete"),
         ("events", "create"),
         ("aitrainingjobs/status", "update"),
+        ("tokenreviews", "create"),  # which pod an agent's report comes from
     ]:
         assert needed in granted
     assert ("pods", "update") not in granted  # least privilege: nothing it does not use

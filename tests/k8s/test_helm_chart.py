@@ -44,6 +44,22 @@ def test_the_operator_hands_its_own_image_to_the_pods_and_serves_metrics_through
     assert ("CustomResourceDefinition", "pytorchjobs.kubeflow.org") not in objects
 
 
+def test_the_agents_report_to_the_operator_through_a_service_with_a_pod_bound_token() -> None:
+    objects = _render()
+    deployment = objects[("Deployment", "trainguard-operator")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    service = objects[("Service", "trainguard-operator-agent-reports")]
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (8081, "agent-reports")
+    assert {"name": "agent-reports", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    url = "http://trainguard-operator-agent-reports.trainguard-system.svc:8081/v1/agent-report"
+    for flag in ("--agent-report-port=8081", "--agent-report-address=0.0.0.0", f"--agent-report-url={url}"):
+        assert flag in container["args"]
+    rules = objects[("ClusterRole", "trainguard-operator")]["rules"]
+    assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in rules
+
+
 def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:
     objects = _render("pytorchjobs=true", "image.tag=dev")
     crd = objects[("CustomResourceDefinition", "pytorchjobs.kubeflow.org")]

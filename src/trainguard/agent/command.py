@@ -20,6 +20,10 @@ from trainguard.agent import tree
 from trainguard.agent.config import ENV_ATTEMPT, ENV_HEARTBEAT_DIR
 from trainguard.agent.inbox import FORWARDED, STOPPING, SignalInbox
 from trainguard.agent.relay import Relay
+from trainguard.workerevents import ENV_WORKER_EVENTS
+
+#: Where ``trainguard.torchrun`` writes down its worker restarts, in the command's heartbeat directory.
+WORKER_EVENTS_FILE = "workers.jsonl"
 
 #: After SIGKILL, how long to wait for the tree to be gone before giving up on stragglers (stuck in the kernel).
 _KILL_WAIT = 5.0
@@ -65,6 +69,7 @@ class Command:
         env = dict(os.environ)
         env[ENV_HEARTBEAT_DIR] = str(heartbeat_dir)
         env[ENV_ATTEMPT] = str(attempt)
+        env[ENV_WORKER_EVENTS] = str(heartbeat_dir / WORKER_EVENTS_FILE)
         # Through a pipe Python would buffer whole blocks of output; the log signal needs it as it is printed.
         env.setdefault("PYTHONUNBUFFERED", "1")
         process = subprocess.Popen(

@@ -12,6 +12,8 @@ The environment lets a runtime configure the agent without touching the command 
 | ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
 | ``--control FILE`` | ``TRAINGUARD_CONTROL_FILE`` | none: see ``trainguard.agent.control`` |
 | ``--nudge-file FILE`` | ``TRAINGUARD_NUDGE_FILE`` | none: see ``trainguard.agent.nudge`` |
+| ``--report-url URL`` | ``TRAINGUARD_REPORT_URL`` | none: see ``trainguard.agent.upstream`` |
+| ``--report-token FILE`` | ``TRAINGUARD_REPORT_TOKEN`` | none (needed with a report URL) |
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from trainguard.agent.control import ENV_CONTROL
 from trainguard.agent.nudge import ENV_NUDGE
 from trainguard.agent.report import default_termination_log
+from trainguard.agent.upstream import ENV_REPORT_TOKEN, ENV_REPORT_URL
 from trainguard.hangsignal import HangSignal
 
 ENV_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"
@@ -53,6 +56,9 @@ class AgentConfig:
     control_file: Path | None = None
     #: Where the runtime says that another pod of the job failed (``<token> <time>``): restart the workers.
     nudge_file: Path | None = None
+    #: The operator's agent-report endpoint, and the file holding the token to show it.
+    report_url: str | None = None
+    report_token: Path | None = None
     #: How often the agent looks at heartbeats (and, at most once a second, at the tree's CPU time).
     poll_interval: float = 0.25
 
@@ -69,6 +75,8 @@ class AgentConfig:
         termination_log: str | None = None,
         control: str | None = None,
         nudge_file: str | None = None,
+        report_url: str | None = None,
+        report_token: str | None = None,
         env: Mapping[str, str] = os.environ,
     ) -> AgentConfig:
         """Options win over the environment; raises ValueError naming the option or variable and the fix."""
@@ -84,6 +92,12 @@ class AgentConfig:
         log_text, _ = _pick(termination_log, "--termination-log", env, ENV_TERMINATION_LOG)
         control_text, _ = _pick(control, "--control", env, ENV_CONTROL)
         nudge_text, _ = _pick(nudge_file, "--nudge-file", env, ENV_NUDGE)
+        url_text, url_name = _pick(report_url, "--report-url", env, ENV_REPORT_URL)
+        token_text, _ = _pick(report_token, "--report-token", env, ENV_REPORT_TOKEN)
+        if url_text is not None and not url_text.startswith(("http://", "https://")):
+            raise ValueError(f"{url_name}: expected an http:// or https:// URL, got {url_text!r}")
+        if url_text is not None and token_text is None:
+            raise ValueError(f"{url_name} needs a token: give --report-token FILE (or {ENV_REPORT_TOKEN})")
         return cls(
             command=tuple(command),
             hang_timeout=None
@@ -96,6 +110,8 @@ class AgentConfig:
             termination_log=Path(log_text) if log_text else default_termination_log(),
             control_file=Path(control_text) if control_text else None,
             nudge_file=Path(nudge_text) if nudge_text else None,
+            report_url=url_text,
+            report_token=Path(token_text) if token_text else None,
         )
 
 

@@ -55,6 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="'<token> <unix time>' from the runtime: another pod failed then; SIGKILL the command's workers "
         "started before it so that torchrun restarts them into a new round",
     )
+    parser.add_argument(
+        "--report-url",
+        metavar="URL",
+        help="POST a summary of what happens in the pod (hangs, restarts) to the operator at URL",
+    )
+    parser.add_argument(
+        "--report-token", metavar="FILE", help="the bearer token for --report-url, read for every POST"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
 
 
@@ -73,4 +81,6 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         termination_log=args.termination_log,
         control=args.control,
         nudge_file=args.nudge_file,
+        report_url=args.report_url,
+        report_token=args.report_token,
     )

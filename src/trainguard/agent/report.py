@@ -13,9 +13,14 @@ attempt's process, which is also its process group and session) and ``attempt`` 
   agent's cgroup meanwhile), ``hang_restarts``. The agent exits with ``exit_code``.
 - ``gave-up``: a hang past ``max_consecutive`` restarts: ``reason`` "Hang", ``exit_code`` (``EXIT_HANG``),
   ``hang_restarts``. The agent exits with ``exit_code``.
+- ``workers-restarted``: torchrun restarted failed workers inside the command (``trainguard.workerevents``):
+  ``failed_at``, ``failures`` (``rank``, ``local_rank``, ``pid``, ``exit_code``, ``signal``), ``restarts_left``,
+  ``max_restarts``. Workers the agent killed for a nudge are left out.
+- ``nudged``: the agent SIGKILLed its workers for a nudge: ``token``, ``killed``.
 
 The last line is always ``exited`` or ``gave-up``, unless the agent itself was SIGKILLed. That final line is
-also written to the termination log (Kubernetes shows it as the container's ``terminated.message``).
+also written to the termination log (Kubernetes shows it as the container's ``terminated.message``). With an
+``Upstream`` (``--report-url``), the events also go to the operator, as a summary (``trainguard.agent.upstream``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainguard.agent.upstream import Upstream
+
 #: Kubernetes reads at most 4096 bytes of a termination message.
 _TERMINATION_LIMIT = 4096
 _KUBERNETES_TERMINATION_LOG = Path("/dev/termination-log")
@@ -35,8 +42,11 @@ _ESSENTIAL = ("event", "time", "pid", "attempt", "exit_code", "signal", "oom", "
 
 
 class Reporter:
-    def __init__(self, report_file: Path | None, termination_log: Path | None) -> None:
+    def __init__(
+        self, report_file: Path | None, termination_log: Path | None, upstream: Upstream | None = None
+    ) -> None:
         self._fd: int | None = None
+        self._upstream = upstream
         if report_file is not None:
             report_file.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(report_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -44,7 +54,7 @@ class Reporter:
 
     @property
     def enabled(self) -> bool:
-        return self._fd is not None
+        return self._fd is not None or self._upstream is not None
 
     def event(self, event: str, *, pid: int | None, attempt: int, **fields: Any) -> dict[str, Any]:
         record: dict[str, Any] = {"event": event, "time": time.time(), "pid": pid, "attempt": attempt}
@@ -53,6 +63,8 @@ class Reporter:
             line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
             with contextlib.suppress(OSError):  # a full disk must not take the training down
                 os.write(self._fd, line.encode())
+        if self._upstream is not None:
+            self._upstream.update(record)
         return record
 
     def final(self, event: str, *, pid: int | None, attempt: int, **fields: Any) -> None:
@@ -66,6 +78,9 @@ class Reporter:
                 self._termination_log.write_text(message)
 
     def close(self) -> None:
+        if self._upstream is not None:
+            self._upstream.close()
+            self._upstream = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

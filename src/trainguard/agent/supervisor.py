@@ -3,7 +3,9 @@
 Every ``poll_interval`` the agent reads the heartbeats (and, at most once a second, the tree's CPU time) and
 feeds them to the ``HangDetector``. On a hang it stops the tree (SIGTERM and SIGCONT, the grace period,
 SIGKILL) and runs the same command again, in the same place and with the same environment, until the
-``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``.
+``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``. It also reports
+each restart of failed workers that torchrun carried out inside the command (``trainguard.workerevents``),
+except for the workers it killed itself for a nudge.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainguard.agent import tree
-from trainguard.agent.command import Command
+from trainguard.agent.command import WORKER_EVENTS_FILE, Command
 from trainguard.agent.config import AgentConfig
 from trainguard.agent.control import take_exit_request
 from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
 from trainguard.agent.report import Reporter
+from trainguard.agent.upstream import Upstream
 from trainguard.hangsignal import HangSignal
+from trainguard.workerevents import WorkerEventReader, failures_of
 
 #: The agent's exit status when it gave up on a hang: the command was killed (128 + SIGKILL); the report
 #: and the termination log say why (``gave-up``, reason ``Hang``).
@@ -68,15 +72,22 @@ class Agent:
         self._hang_restarts = 0
         self._last_progress: tuple[float, object] | None = None
         self._nudges: NudgeWatch | None = None
+        self._worker_events: WorkerEventReader | None = None
+        #: Workers SIGKILLed for a nudge: their ends are no fault of theirs.
+        self._nudged: set[int] = set()
 
     def run(self) -> int:
         """Supervise the command until it ends for good; returns the agent's exit status."""
         tree.become_subreaper()
         heartbeat_dir = Path(tempfile.mkdtemp(prefix="trainguard-heartbeats-"))
-        reporter = Reporter(self.config.report_file, self.config.termination_log)
+        upstream = None
+        if self.config.report_url is not None and self.config.report_token is not None:
+            upstream = Upstream(self.config.report_url, self.config.report_token, self._say)
+        reporter = Reporter(self.config.report_file, self.config.termination_log, upstream)
         if self.config.nudge_file is not None:
             # Read once now: a failure already there when the agent starts is old news.
             self._nudges = NudgeWatch(self.config.nudge_file)
+        self._worker_events = WorkerEventReader(str(heartbeat_dir / WORKER_EVENTS_FILE))
         command = Command(
             self.config.command,
             grace=self.config.grace,
@@ -184,6 +195,9 @@ class Agent:
                 nudge = self._nudges.poll()
                 if nudge is not None:
                     self._nudge(reporter, command.pid, nudge)
+            if reporter.enabled and self._worker_events is not None:
+                for record in self._worker_events.read():
+                    self._workers_restarted(reporter, command.pid, record)
             beats = heartbeats.read()
             cpu: float | None = None
             if (
@@ -209,8 +223,23 @@ class Agent:
             if assessment.hang is not None:
                 return _Hung(assessment.hang, assessment.best_step)
 
+    def _workers_restarted(self, reporter: Reporter, pid: int | None, record: dict[str, object]) -> None:
+        failures = [item for worker, item in failures_of(record) if worker not in self._nudged]
+        if not failures:
+            return
+        reporter.event(
+            "workers-restarted",
+            pid=pid,
+            attempt=self._attempt,
+            failed_at=record.get("time"),
+            failures=failures,
+            restarts_left=record.get("restarts_left"),
+            max_restarts=record.get("max_restarts"),
+        )
+
     def _nudge(self, reporter: Reporter, pid: int, nudge: Nudge) -> None:
         killed = kill_workers_older_than(pid, nudge.failed_at)
+        self._nudged.update(killed)
         reporter.event("nudged", pid=pid, attempt=self._attempt, token=nudge.token, killed=killed)
         age = max(time.time() - nudge.failed_at, 0.0)
         if killed:

@@ -19,6 +19,7 @@ from trainguard.controller.backend import (
     ScaleRequest,
     TerminatePod,
     UpdateDiscovery,
+    WorkerRestart,
     WriteStatus,
 )
 from trainguard.controller.loop import step
@@ -55,6 +56,7 @@ __all__ = [
     "SettledSlots",
     "TerminatePod",
     "UpdateDiscovery",
+    "WorkerRestart",
     "WriteStatus",
     "reconcile",
     "step",

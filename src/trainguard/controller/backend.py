@@ -51,6 +51,22 @@ class ObservedPhase(str, Enum):
 
 
 @dataclass(frozen=True)
+class WorkerRestart:
+    """torchrun restarted failed workers inside the pod, within its ``--max-restarts``: no pod ended."""
+
+    #: When torchrun found the failure (wall clock).
+    at: float
+    #: The first failed worker's (128+N when killed by signal N).
+    exit_code: int
+    #: Its global rank.
+    rank: int | None = None
+    #: How many of the pod's workers had failed.
+    failed: int = 1
+    restarts_left: int | None = None
+    max_restarts: int | None = None
+
+
+@dataclass(frozen=True)
 class AgentReport:
     """The latest word of the agent inside a pod."""
 
@@ -60,6 +76,12 @@ class AgentReport:
     hung: bool = False
     #: When the training process last made progress, on the controller's clock.
     last_progress_at: float | None = None
+    #: Every restart of workers inside this incarnation of the pod, oldest first (a backend drops the ones
+    #: that followed a nudge: the workers were killed on purpose).
+    worker_restarts: tuple[WorkerRestart, ...] = ()
+    #: The number of the first of ``worker_restarts`` (a backend that keeps only the latest ones says how
+    #: many came before them).
+    worker_restarts_from: int = 0
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from trainguard.policy import (
     record_progress,
     record_running,
     start_timed_out,
+    torchrun_restarted,
 )
 from trainguard.policy.types import Decision, Fault, FaultKind, Observation, Remedy
 
@@ -64,6 +65,7 @@ def _observe(
     current = _incarnation(pods, slot.generation)
     if current is not None:
         slot = _note(cycle, slot, current)
+        slot = _record_worker_restarts(cycle, slot, current)
     fault = _fault_of(cycle, slot, current)
     if fault is None:
         _follow(cycle, slot, current, decide_faults=decide_faults)
@@ -114,7 +116,7 @@ def _adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodSta
         slot = cycle.put(slot, phase=PodPhase.PENDING, due_at=None, launched_at=cycle.now, seen=False)
     newest = pods[0].generation if len(pods) == 1 else max(pod.generation for pod in pods)
     if newest > slot.generation and slot.phase in LAUNCHED_PHASES:
-        slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0)
+        slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0, worker_restarts=0)
     return slot
 
 
@@ -192,6 +194,23 @@ def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
     ):
         return slot  # nothing new: most pods of a big job on most reconciles
     return cycle.put(slot, **changes)
+
+
+def _record_worker_restarts(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
+    """Restarts of workers that torchrun carried out inside the pod, each recorded once (history, Event).
+    Nothing is decided or counted: torchrun already restarted them, on its own budget."""
+    agent = pod.agent
+    total = agent.worker_restarts_from + len(agent.worker_restarts) if agent is not None else 0
+    if agent is None or total <= slot.worker_restarts:
+        return slot
+    for number, restart in enumerate(agent.worker_restarts, start=agent.worker_restarts_from):
+        if number < slot.worker_restarts:
+            continue
+        fault = Fault(FaultKind.EXITED, slot.ref, restart.at, exit_code=restart.exit_code, node=pod.node)
+        decision = torchrun_restarted(fault, restart.failed, restart.restarts_left, restart.max_restarts)
+        cycle.record(_history_entry(cycle, decision))
+        cycle.emit(EventType.WARNING, "WorkersRestarted", decision.reason, slot.name)
+    return cycle.put(slot, worker_restarts=total)
 
 
 def _follow(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None, *, decide_faults: bool) -> None:
@@ -305,6 +324,7 @@ def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, f
         generation=slot.generation + 1,
         restarts=slot.restarts + 1,
         in_place_restarts=0,
+        worker_restarts=0,
         due_at=due,
         launched_at=None,
         running_since=None,

@@ -63,6 +63,8 @@ class PodStatus(_Model):
     generation: int = 1
     #: Restarts in place asked of the agent in this incarnation.
     in_place_restarts: int = 0
+    #: Restarts of workers inside this incarnation (by torchrun) already in the history.
+    worker_restarts: int = 0
     #: When a Waiting slot is launched.
     due_at: float | None = None
     #: When this incarnation was launched (start deadline of restartTimeLimit).

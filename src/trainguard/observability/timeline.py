@@ -313,7 +313,7 @@ class _Builder:
     def fault(self, entry: HistoryEntry, pod: str) -> None:
         lane = self.lane(pod)
         kind = entry.fault.value if entry.fault is not None else ""
-        if entry.action == "restart-in-place":
+        if entry.action in ("restart-in-place", "restart-workers"):
             restart, targets = "in place", [pod]
         elif entry.action == "restart":
             restart = "on another node" if kind in _MOVED else "new pod"

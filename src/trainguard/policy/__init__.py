@@ -27,6 +27,7 @@ from trainguard.policy.types import (
     Remedy,
 )
 from trainguard.policy.whatif import what_if
+from trainguard.policy.workers import torchrun_restarted
 
 __all__ = [
     "Decision",
@@ -53,6 +54,7 @@ __all__ = [
     "record_running",
     "resolve_role",
     "start_timed_out",
+    "torchrun_restarted",
     "validate_scale",
     "what_if",
 ]

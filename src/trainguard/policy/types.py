@@ -21,6 +21,8 @@ RULE_JOB_RETRY = "jobRetry"
 RULE_UNCONDITIONAL_RETRY = "jobUnconditionalRetry"
 RULE_TIME_LIMIT = "timeLimit"
 RULE_RESTART_TIME_LIMIT = "restartTimeLimit"
+#: torchrun's own restart of a pod's workers (within its --max-restarts), recorded, not decided.
+RULE_TORCHRUN = "torchrun"
 
 
 def rule_at(position: int) -> str:
@@ -94,6 +96,8 @@ class Remedy(str, Enum):
 
     RESTART = "restart"
     RESTART_IN_PLACE = "restart-in-place"
+    #: torchrun restarted the pod's failed workers inside the pod (the pod itself went on).
+    RESTART_WORKERS = "restart-workers"
     SHRINK = "shrink"
     NONE = "none"
     FAIL_ROLE = "fail-role"

@@ -112,6 +112,18 @@ def tree(args: argparse.Namespace) -> None:
         forever()
 
 
+def worker_restarts(args: argparse.Namespace) -> None:
+    """Write down ``--count`` restarts of failed workers as trainguard's torchrun does, then exit 0."""
+    from trainguard import workerevents
+
+    path = os.environ[workerevents.ENV_WORKER_EVENTS]
+    for number in range(args.count):
+        failed = workerevents.failure(rank=number, local_rank=0, pid=10_000 + number, exitcode=-9)
+        workerevents.append(path, [failed], args.count - number - 1, args.count)
+        time.sleep(0.3)
+    time.sleep(1.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--marker")
@@ -140,6 +152,8 @@ def main() -> None:
     p = modes.add_parser("kill-self")
     p.add_argument("signal")
     p = modes.add_parser("bytes")
+    p = modes.add_parser("worker-restarts")
+    p.add_argument("--count", type=int, default=2)
     args = parser.parse_args()
     if args.mode == "exit":
         sys.exit(args.code)
@@ -158,6 +172,7 @@ def main() -> None:
         "busy-then-idle": busy_then_idle,
         "trap": trap,
         "tree": tree,
+        "worker-restarts": worker_restarts,
     }[args.mode](args)
 
 

@@ -20,6 +20,7 @@ from trainguard.backends.local.rendezvous import JobPods
 from trainguard.backends.local.reports import parse
 from trainguard.backends.local.runtime import START_ERROR_EXIT, Runtime
 from trainguard.backends.local.store import Store
+from trainguard.controller.backend import WorkerRestart
 from trainguard.controller.launchspec import LaunchSpec, launch_spec
 
 from .jobs import cce_job, simple_job
@@ -124,6 +125,22 @@ def test_agent_reports_fold_into_exit_hangs_and_progress(tmp_path: Path) -> None
     assert (report.started_at, report.child_pid, report.last_progress_at) == (10.0, 101, 11.0)
     assert (report.hangs, report.in_place_restarts, report.hung) == (1, 1, False)
     assert (report.exited, report.exit_code, report.signal, report.reason) == (True, 137, 9, "OOMKilled")
+
+
+def test_worker_restarts_fold_with_the_pids_of_the_failed_workers(tmp_path: Path) -> None:
+    failure = {"rank": 2, "local_rank": 0, "pid": 300, "exit_code": 137, "signal": "SIGKILL"}
+    lines = [
+        {"event": "started", "time": 10.0, "pid": 100, "attempt": 1},
+        {"event": "workers-restarted", "time": 12.5, "pid": 100, "attempt": 1, "failed_at": 12.0,
+         "failures": [failure, {**failure, "rank": 3, "local_rank": 1, "pid": 301, "exit_code": 1}],
+         "restarts_left": 2, "max_restarts": 3},
+        {"event": "workers-restarted", "time": 13.0, "pid": 100, "attempt": 1, "failures": [{"rank": 0}]},
+    ]  # fmt: skip
+    path = tmp_path / "report.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    ((restart, pids),) = parse(path).worker_restarts  # the one without an exit code is no restart
+    assert restart == WorkerRestart(12.0, 137, rank=2, failed=2, restarts_left=2, max_restarts=3)
+    assert pids == {300, 301}
 
 
 def test_discovery_is_replaced_atomically_and_never_by_an_older_version(tmp_path: Path) -> None:

@@ -37,6 +37,29 @@ def _job(session: Session, name: str, epochs: int = 8, **extra: object) -> dict[
 
 def test_a_killed_worker_and_a_lost_node_cost_at_most_a_checkpoint_interval(session: Session) -> None:
     job = session.submit(_job(session, "digits"))
+    wait_step(session, job, 15)
+
+    # The training process alone: torchrun restarts it inside the pod, and the history records it.
+    (worker,) = workers_of(session, job, "digits-worker-2")
+    worker.kill()
+    killed_at = time.time()
+    wait_world(session, job, 3, after=killed_at)
+    inside = session.wait(
+        "the restart inside the pod in the history",
+        lambda: _worker_restarts(session, job, "digits-worker-2"),
+        30,
+    )
+    assert {key: inside[0][key] for key in ("pod", "fault", "exitCode", "action", "rule", "counted")} == {
+        "pod": "digits-worker-2",
+        "fault": "Exited",
+        "exitCode": 137,
+        "action": "restart-workers",
+        "rule": "torchrun",
+        "counted": False,
+    }
+    events = session.call("events", job=job)
+    assert any(e["reason"] == "WorkersRestarted" and e["object"] == "digits-worker-2" for e in events), events
+    assert session.pods(job)["digits-worker-2"]["restarts"] == 0  # the pod went on: nothing relaunched
     wait_step(session, job, 25)
 
     session.chaos("kill", "digits-worker-1")  # SIGKILL of the pod's torchrun agent and its worker
@@ -60,7 +83,15 @@ def test_a_killed_worker_and_a_lost_node_cost_at_most_a_checkpoint_interval(sess
     done = wait_done(session, job)
     assert done.fields["accuracy"] >= TARGET_ACCURACY
     history = session.view(job)["status"]["history"]
-    assert [entry["fault"] for entry in history if entry["kind"] == "fault"] == ["Exited", "NodeNotReady"]
+    pod_faults = [e for e in history if e["kind"] == "fault" and e["action"] != "restart-workers"]
+    assert [entry["fault"] for entry in pod_faults] == ["Exited", "NodeNotReady"]
+
+
+def _worker_restarts(session: Session, job: str, pod: str) -> list[dict[str, object]] | None:
+    """The history's restarts of ``pod``'s workers inside the pod (torchrun's), if there are any yet."""
+    history = session.view(job)["status"]["history"]
+    found = [entry for entry in history if entry.get("action") == "restart-workers" and entry["pod"] == pod]
+    return found or None
 
 
 def test_scale_3_to_5_to_2_while_training(session: Session) -> None:

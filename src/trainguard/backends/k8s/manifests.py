@@ -33,6 +33,13 @@ LABEL_GENERATION = "trainguard.io/generation"
 #: On pods: the kind of the job that owns them (so one watch serves every kind).
 LABEL_KIND = "trainguard.io/kind"
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
+#: The agent's summary of its pod (hangs, restarts in place, worker restarts), written by the operator's
+#: agent-report endpoint (``trainguard.backends.k8s.agentreports``).
+ANNOTATION_AGENT_REPORT = "trainguard.io/agent-report"
+#: A service-account token for the operator's audience, which the agent shows when it reports.
+REPORT_TOKEN_DIR = "/var/run/secrets/trainguard.io"
+REPORT_TOKEN_FILE = f"{REPORT_TOKEN_DIR}/token"
+REPORT_AUDIENCE = "trainguard"
 #: ``<token> <unix time>`` of a failed peer (the controller's ``NudgeSurvivors``), projected into ``NUDGE_FILE``.
 ANNOTATION_NUDGE = "trainguard.io/nudge"
 NUDGE_DIR = "/etc/trainguard/nudge"
@@ -71,6 +78,9 @@ class PodSettings:
     scheduler: str | None = None
     #: The image the agent is copied from into each pod (``IMAGE_AGENT_ROOT``): the operator's own.
     agent_image: str = DEFAULT_AGENT_IMAGE
+    #: Where the agents POST what happens inside their pods (the operator's agent-report endpoint, reachable
+    #: from the pods); None: they report nothing but their end.
+    report_url: str | None = None
 
 
 def job_selector(job_name: str) -> str:
@@ -178,14 +188,21 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     argv = list(launch.spec.argv)
     # The agent of a pod in the rendezvous hears of its peers' failures (the controller's nudges).
     nudge = ["--nudge-file", NUDGE_FILE] if launch.spec.in_rendezvous else []
+    report = (
+        ["--report-url", settings.report_url, "--report-token", REPORT_TOKEN_FILE]
+        if settings.report_url
+        else []
+    )
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
-        first["command"] = [ENTRY, "run", *agent_options(job, launch.role), *nudge, "--", *argv]
+        first["command"] = [ENTRY, "run", *agent_options(job, launch.role), *nudge, *report, "--", *argv]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
         _deliver_agent(spec, first, settings, probe=True)
         if nudge:
             _mount_nudge(spec, first)
+        if report:
+            _mount_report_token(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
         _mount_discovery(job, spec, first)
     if launch.avoid_nodes:
@@ -250,6 +267,20 @@ def _mount_nudge(spec: Obj, container: Obj) -> None:
     container["volumeMounts"] = [
         *(container.get("volumeMounts") or []),
         {"name": volume, "mountPath": NUDGE_DIR, "readOnly": True},
+    ]
+
+
+def _mount_report_token(spec: Obj, container: Obj) -> None:
+    """A token of the pod's service account for the operator's audience only (the kubelet renews it): the
+    operator learns from it which pod reports. It grants nothing on the API server."""
+    volume = "trainguard-report-token"
+    source = {
+        "serviceAccountToken": {"audience": REPORT_AUDIENCE, "expirationSeconds": 3600, "path": "token"}
+    }
+    spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "projected": {"sources": [source]}}]
+    container["volumeMounts"] = [
+        *(container.get("volumeMounts") or []),
+        {"name": volume, "mountPath": REPORT_TOKEN_DIR, "readOnly": True},
     ]
 
 

@@ -4,7 +4,9 @@ Faults come from the objects' real signals: a container's ``terminated`` state (
 ``OOMKilled`` among them); a pod's ``Evicted`` status reason, or its ``DisruptionTarget`` condition
 (eviction through the API, preemption); a node whose ``Ready`` condition is not True, or that carries the
 ``not-ready``/``unreachable`` taints. A pod that disappears without the operator asking is simply no longer
-listed, which the controller reads as PodForceDeleted.
+listed, which the controller reads as PodForceDeleted. What happened inside a pod that goes on (hangs restarted
+in place, workers restarted by torchrun) is the agent's summary in the pod's ``trainguard.io/agent-report``
+annotation (``trainguard.backends.k8s.agentreports``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from trainguard.backends.k8s.manifests import (
+    ANNOTATION_AGENT_REPORT,
     ANNOTATION_IN_PLACE,
     LABEL_COMPONENT,
     LABEL_GENERATION,
@@ -21,7 +24,7 @@ from trainguard.backends.k8s.manifests import (
     LABEL_ROLE,
     PROBE_CONTAINER,
 )
-from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
+from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod, WorkerRestart
 
 Obj = dict[str, Any]
 
@@ -55,8 +58,7 @@ def observed_pod(pod: Obj) -> ObservedPod:
         phase = ObservedPhase.SUCCEEDED  # the training container succeeded (a side container may not have)
     reason = _reason(status, terminated)
     started = parse_time(running.get("startedAt")) if running else None
-    in_place = (meta.get("annotations") or {}).get(ANNOTATION_IN_PLACE)
-    agent = AgentReport(in_place_restarts=int(in_place)) if in_place and in_place.isdigit() else None
+    agent = _agent(meta.get("annotations") or {})
     return ObservedPod(
         name=meta["name"],
         role=labels[LABEL_ROLE],
@@ -71,6 +73,73 @@ def observed_pod(pod: Obj) -> ObservedPod:
         agent=agent,
         agent_missing=_agent_missing(status),
     )
+
+
+def _agent(annotations: dict[str, str]) -> AgentReport | None:
+    """What the agent said (its summary), and the restarts in place the controller has answered: a hang stays
+    "hung" until the controller answered it, and only answered restarts count as done (as on every backend)."""
+    text = annotations.get(ANNOTATION_IN_PLACE)
+    answered = int(text) if text and text.isdigit() else 0
+    summary = agent_summary(_json_message(annotations.get(ANNOTATION_AGENT_REPORT)))
+    if summary is None:
+        return AgentReport(in_place_restarts=answered) if answered else None
+    restarts = tuple(
+        WorkerRestart(
+            at=item["at"],
+            exit_code=item["exitCode"],
+            rank=item.get("rank"),
+            failed=item.get("failed") or 1,
+            restarts_left=item.get("restartsLeft"),
+            max_restarts=item.get("maxRestarts"),
+        )
+        for item in summary["workerRestarts"]
+    )
+    return AgentReport(
+        in_place_restarts=min(summary["inPlaceRestarts"], answered),
+        hung=summary["hangs"] > answered,
+        worker_restarts=restarts,
+        worker_restarts_from=summary["workerRestartsFrom"],
+    )
+
+
+def agent_summary(value: object) -> Obj | None:
+    """An agent's summary (``trainguard.agent.upstream``) cut to the fields the controller reads, each of its
+    type; None when it is no summary at all. Entries of ``workerRestarts`` without a time or exit code are
+    dropped."""
+    if not isinstance(value, dict):
+        return None
+    counts = {
+        key: _count(value.get(key)) for key in ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom")
+    }
+    restarts = []
+    for item in value.get("workerRestarts") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("at"), (int, float)):
+            continue
+        code = item.get("exitCode")
+        if not isinstance(code, int) or isinstance(code, bool):
+            continue
+        restarts.append(
+            {
+                "at": float(item["at"]),
+                "exitCode": code,
+                **{
+                    key: item[key]
+                    for key in ("rank", "failed", "restartsLeft", "maxRestarts")
+                    if isinstance(item.get(key), int) and not isinstance(item.get(key), bool)
+                },
+            }
+        )
+    dropped = max(len(restarts) - _KEPT_RESTARTS, 0)
+    counts["workerRestartsFrom"] += dropped
+    return {**counts, "workerRestarts": restarts[dropped:]}
+
+
+#: At most this many worker restarts are kept from a summary (the agent sends its latest 16).
+_KEPT_RESTARTS = 32
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _agent_missing(status: Obj) -> str | None:

@@ -17,11 +17,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from trainguard.api import SpecError
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import manifests, metrics
+from trainguard.backends.k8s import agentreports, manifests, metrics
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -55,6 +56,9 @@ class Options:
     #: Serve Prometheus metrics on this port (0: any free one; None: not at all), on ``metrics_address``.
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    #: Take the agents' reports on this port (0: any free one; None: not at all), on ``agent_report_address``.
+    agent_report_port: int | None = None
+    agent_report_address: str = "127.0.0.1"
 
 
 class Operator:
@@ -86,6 +90,8 @@ class Operator:
         self._threads: list[threading.Thread] = []
         self.stats = ControllerStats()
         self.metrics_url: str | None = None
+        self.agent_report_url: str | None = None
+        self._report_server: ThreadingHTTPServer | None = None
 
     # ---- running -----------------------------------------------------------------------------------
 
@@ -98,6 +104,13 @@ class Operator:
             self.metrics_url = metrics.serve(
                 self.options.metrics_port, self.options.metrics_address, collector
             )
+        if self.options.agent_report_port is not None:
+            self._report_server, self.agent_report_url = agentreports.serve(
+                agentreports.AgentReports(self.kube, self.pods),
+                self.options.agent_report_port,
+                self.options.agent_report_address,
+            )
+            log.info("agent reports at %s", self.agent_report_url)
         self.leader.start()
         for number in range(self.options.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)
@@ -121,6 +134,9 @@ class Operator:
         for thread in self._threads:
             thread.join(timeout=10)
         self.leader.stop()
+        if self._report_server is not None:
+            self._report_server.shutdown()
+            self._report_server.server_close()
         for cache in (*self.jobs.values(), self.pods, self.nodes):
             cache.stop()
         self.shared.pool.shutdown(wait=False)

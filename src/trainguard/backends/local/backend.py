@@ -56,6 +56,8 @@ class LocalBackend:
         self._status_versions: dict[str, int] = {}
         #: job -> its loopback port (rendezvous store and MASTER_PORT), as last read.
         self._ports: dict[str, int] = {}
+        #: (pod, launch) -> the workers SIGKILLed for nudges (torchrun's restart after them is no fault).
+        self._nudged: dict[tuple[str, int], frozenset[int]] = {}
 
     # ---- status ------------------------------------------------------------------------------------
 
@@ -99,6 +101,11 @@ class LocalBackend:
             in_place_restarts=min(report.in_place_restarts, row.in_place_acked),
             hung=report.hangs > row.in_place_acked,
             last_progress_at=report.last_progress_at,
+            worker_restarts=tuple(
+                restart
+                for restart, pids in report.worker_restarts
+                if not pids <= self._nudged.get((row.name, row.launch), frozenset())
+            ),
         )
         pod = ObservedPod(
             name=row.name,
@@ -177,6 +184,9 @@ class LocalBackend:
             if row is None or row.job != record.name or row.state is not PodState.RUNNING:
                 continue
             killed = restart_workers(self.runtime.report(row).child_pid, action.failed_at)
+            # torchrun restarts them: no fault of theirs, not recorded as one.
+            nudged = self._nudged.get((row.name, row.launch), frozenset())
+            self._nudged[(row.name, row.launch)] = nudged | frozenset(killed)
             message = (
                 f"nudged for {action.token}: {len(killed)} workers started before {action.failed_pod} failed "
                 "were SIGKILLed; torchrun restarts them into a new round"

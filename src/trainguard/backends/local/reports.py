@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainguard.controller.backend import WorkerRestart
+
 
 @dataclass(frozen=True)
 class Report:
@@ -35,6 +37,8 @@ class Report:
     last_event_at: float | None = None
     #: The training process the agent runs now (for chaos aimed at it, not at the agent).
     child_pid: int | None = None
+    #: Restarts of failed workers by torchrun inside the command, with the failed workers' pids.
+    worker_restarts: tuple[tuple[WorkerRestart, frozenset[int]], ...] = ()
 
 
 class ReportReader:
@@ -77,6 +81,7 @@ def fold(events: list[dict[str, Any]]) -> Report:
     restarts = 0
     hangs = 0
     hung = False
+    workers: list[tuple[WorkerRestart, frozenset[int]]] = []
     for item in events:
         kind = item.get("event")
         at = _number(item.get("time"))
@@ -97,6 +102,10 @@ def fold(events: list[dict[str, Any]]) -> Report:
             hung = False
             restarts += 1
             fields["child_pid"] = _integer(item.get("pid")) or fields.get("child_pid")
+        elif kind == "workers-restarted":
+            restart = worker_restart(item)
+            if restart is not None:
+                workers.append(restart)
         elif kind in ("exited", "gave-up"):
             fields.update(
                 exited=True,
@@ -109,7 +118,28 @@ def fold(events: list[dict[str, Any]]) -> Report:
             if kind == "gave-up":
                 fields["gave_up"] = True
                 fields["reason"] = fields["reason"] or "Hang"
-    return Report(in_place_restarts=restarts, hangs=hangs, hung=hung, **fields)
+    return Report(
+        in_place_restarts=restarts, hangs=hangs, hung=hung, worker_restarts=tuple(workers), **fields
+    )
+
+
+def worker_restart(item: dict[str, Any]) -> tuple[WorkerRestart, frozenset[int]] | None:
+    """A ``workers-restarted`` line: the restart, and the pids of the workers that had failed."""
+    failures = [failure for failure in item.get("failures") or [] if isinstance(failure, dict)]
+    coded = [failure for failure in failures if _integer(failure.get("exit_code")) is not None]
+    at = _number(item.get("failed_at")) or _number(item.get("time"))
+    if not coded or at is None:
+        return None
+    restart = WorkerRestart(
+        at=at,
+        exit_code=int(coded[0]["exit_code"]),
+        rank=_integer(coded[0].get("rank")),
+        failed=len(failures),
+        restarts_left=_integer(item.get("restarts_left")),
+        max_restarts=_integer(item.get("max_restarts")),
+    )
+    pids = frozenset(pid for pid in (_integer(failure.get("pid")) for failure in failures) if pid is not None)
+    return restart, pids
 
 
 def _number(value: object) -> float | None:

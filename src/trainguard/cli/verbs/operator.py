@@ -61,6 +61,28 @@ def register(subparsers: Any) -> None:
         metavar="ADDR",
         help="address for the metrics (127.0.0.1; the Deployment uses 0.0.0.0 so Prometheus can scrape the pod)",
     )
+    parser.add_argument(
+        "--agent-report-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="take the agents' reports of what happens inside their pods (hangs restarted in place, workers "
+        "restarted by torchrun) on PORT (default: off)",
+    )
+    parser.add_argument(
+        "--agent-report-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address for the agents' reports (127.0.0.1; in a cluster 0.0.0.0, behind the operator's Service)",
+    )
+    parser.add_argument(
+        "--agent-report-url",
+        default=None,
+        metavar="URL",
+        help="the URL the pods' agents POST their reports to, as reached from the pods, e.g. "
+        "http://trainguard-operator.trainguard-system.svc:8081/v1/agent-report (default: the agents report "
+        "nothing but their end)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -85,17 +107,26 @@ def run(args: argparse.Namespace) -> int:
     except Exception as error:
         raise CliError(f"cannot load the Kubernetes configuration: {error}") from None
     kinds = (*DEFAULT_KINDS, PYTORCHJOB) if args.pytorchjobs else DEFAULT_KINDS
+    url = args.agent_report_url
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise CliError(
+            f"--agent-report-url: expected an http:// or https:// URL the pods can reach, got {url!r}"
+        )
     options = Options(
         namespace=args.namespace,
         kinds=kinds,
         pod_settings=manifests.PodSettings(
-            scheduler=args.scheduler_name, agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE
+            scheduler=args.scheduler_name,
+            agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE,
+            report_url=url,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
         identity=args.id,
         metrics_port=args.metrics_port,
         metrics_address=args.metrics_address,
+        agent_report_port=args.agent_report_port,
+        agent_report_address=args.agent_report_address,
     )
     operator = Operator(kube, options)
     stopped = threading.Event()

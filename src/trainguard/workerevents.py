@@ -1,0 +1,92 @@
+"""Worker restarts inside a pod: what ``trainguard.torchrun`` tells the agent that runs it.
+
+torchrun's elastic agent restarts its failed workers by itself (within ``--max-restarts``), inside the pod: no
+pod ends, so neither a runtime nor the operator would ever see it. ``trainguard.torchrun`` appends one JSON line
+per such restart to the file named by ``TRAINGUARD_WORKER_EVENTS`` (the agent sets it, in the agent's own
+directory for the command); the agent reads the new lines on every poll and reports them
+(``trainguard.agent.report``, event ``workers-restarted``), and the controller records each one in the job's
+history.
+
+A line: ``{"time": wall clock, "failures": [{"rank", "local_rank", "pid", "exit_code", "signal"}],
+"restarts_left": N, "max_restarts": M}``. ``exit_code`` is the shell's (128+N for signal N), ``signal`` the
+signal's name or null.
+
+Standard library only, Python 3.8: it runs in users' images from the agent's bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from typing import Any
+
+ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
+
+
+def failure(rank: int, local_rank: int, pid: int, exitcode: int) -> dict[str, Any]:
+    """One failed worker; ``exitcode`` as multiprocessing gives it (-N: killed by signal N)."""
+    name: str | None = None
+    code = exitcode
+    if exitcode < 0:
+        code = 128 - exitcode
+        with contextlib.suppress(ValueError):
+            name = signal.Signals(-exitcode).name
+    return {"rank": rank, "local_rank": local_rank, "pid": pid, "exit_code": code, "signal": name}
+
+
+def append(path: str, failures: list[dict[str, Any]], restarts_left: int, max_restarts: int) -> None:
+    """Add one restart; a write that fails is dropped (the training must not fail for it)."""
+    record = {
+        "time": time.time(),
+        "failures": failures,
+        "restarts_left": restarts_left,
+        "max_restarts": max_restarts,
+    }
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+class WorkerEventReader:
+    """Reads the lines added since the last read (a line still being written is left for the next)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except OSError:
+            return []
+        complete = data.rfind(b"\n") + 1
+        self._offset += complete
+        records: list[dict[str, Any]] = []
+        for line in data[:complete].splitlines():
+            with contextlib.suppress(ValueError):
+                item = json.loads(line)
+                if isinstance(item, dict) and isinstance(item.get("failures"), list):
+                    records.append(item)
+        return records
+
+
+def failures_of(record: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(pid, failure) of a record's well-formed failures."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for item in record.get("failures") or []:
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("pid"), int)
+            and isinstance(item.get("exit_code"), int)
+        ):
+            found.append((item["pid"], item))
+    return found
