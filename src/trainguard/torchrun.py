@@ -13,9 +13,10 @@ What differs from a fresh interpreter: the worker starts with the modules of ``P
 the agent. Python options (``-O``, ``-W``...) cannot apply to a forked interpreter; trainguard starts plain
 torchrun for such commands, and for commands that choose ``--start-method``, ``--no-python`` or ``--run-path``.
 
-Under trainguard's agent (``TRAINGUARD_WORKER_EVENTS`` set) each restart of failed workers that torch's agent
-carries out is also written down for the agent (``trainguard.workerevents``), so that the restart shows in the
-job's history although no pod ended.
+Under trainguard's agent (``TRAINGUARD_WORKER_EVENTS`` set) torch's agent also writes down for trainguard's
+(``trainguard.workerevents``) each restart of failed workers it carries out, so that the restart shows in the
+job's history although no pod ended, and when it re-forms the group, so that a round being formed is not
+taken for a hang.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         poll_rendezvous_every(float(poll))
     events = os.environ.get(workerevents.ENV_WORKER_EVENTS)
     if events:
-        report_worker_restarts(events)
+        report_worker_events(events)
     options = torchrun.parse_args(arguments)  # type: ignore[no-untyped-call]
     if not (options.no_python or options.run_path):
         torchrun.config_from_args = _warm(torchrun.config_from_args)  # type: ignore[assignment]
@@ -132,13 +133,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     torchrun.main(arguments)  # parses them again, under torch's error recording
 
 
-def report_worker_restarts(path: str) -> None:
-    """Make torch's agent write down every group failure it will restart the workers after (it restarts while
-    ``--max-restarts`` has some left; after that torchrun exits, and the pod's end says it)."""
+def report_worker_events(path: str) -> None:
+    """Make torch's agent write down each round it forms and starts, and every group failure it will restart
+    the workers after (it restarts while ``--max-restarts`` has some left; after that torchrun exits, and the
+    pod's end says it)."""
     from torch.distributed.elastic.agent.server.api import WorkerState
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
     monitor = LocalElasticAgent._monitor_workers
+    initialize = LocalElasticAgent._initialize_workers
 
     def monitor_workers(self: Any, worker_group: Any) -> Any:
         result = monitor(self, worker_group)
@@ -148,10 +151,24 @@ def report_worker_restarts(path: str) -> None:
                 workerevents.failure(rank, failed.local_rank, failed.pid, failed.exitcode)
                 for rank, failed in sorted(result.failures.items())
             ]
-            workerevents.append(path, failures, left - 1, worker_group.spec.max_restarts)
+            workerevents.append(
+                path,
+                workerevents.FAILED,
+                failures=failures,
+                restarts_left=left - 1,
+                max_restarts=worker_group.spec.max_restarts,
+            )
+        return result
+
+    def initialize_workers(self: Any, worker_group: Any) -> Any:
+        """A rendezvous, then the round's workers started (the first round, and every restart's)."""
+        workerevents.append(path, workerevents.FORMING)
+        result = initialize(self, worker_group)
+        workerevents.append(path, workerevents.STARTED)
         return result
 
     LocalElasticAgent._monitor_workers = monitor_workers  # type: ignore[method-assign]
+    LocalElasticAgent._initialize_workers = initialize_workers  # type: ignore[method-assign]
 
 
 def wait_for_fork_server() -> None:

@@ -1,15 +1,20 @@
-"""Worker restarts inside a pod: what ``trainguard.torchrun`` tells the agent that runs it.
+"""What happens to the workers inside a pod: what ``trainguard.torchrun`` tells the agent that runs it.
 
 torchrun's elastic agent restarts its failed workers by itself (within ``--max-restarts``), inside the pod: no
-pod ends, so neither a runtime nor the operator would ever see it. ``trainguard.torchrun`` appends one JSON line
-per such restart to the file named by ``TRAINGUARD_WORKER_EVENTS`` (the agent sets it, in the agent's own
-directory for the command); the agent reads the new lines on every poll and reports them
-(``trainguard.agent.report``, event ``workers-restarted``), and the controller records each one in the job's
-history.
+pod ends, so neither a runtime nor the operator would ever see it. And between two rounds no worker runs at
+all while the agents re-form the group, which must not look like a hang. ``trainguard.torchrun`` appends one
+JSON line per moment to the file named by ``TRAINGUARD_WORKER_EVENTS`` (the agent sets it, in the agent's own
+directory for the command); the agent reads the new lines on every poll.
 
-A line: ``{"time": wall clock, "failures": [{"rank", "local_rank", "pid", "exit_code", "signal"}],
-"restarts_left": N, "max_restarts": M}``. ``exit_code`` is the shell's (128+N for signal N), ``signal`` the
-signal's name or null.
+Lines (each with ``event`` and ``time``, the wall clock):
+
+- ``forming``: torchrun's agent begins a rendezvous (the first, or the next round's): no worker runs until
+  ``started``. The agent holds its hang detection meanwhile (torchrun's own rendezvous timeouts apply).
+- ``started``: the round's workers were started.
+- ``failed``: workers failed and torchrun restarts them: ``failures`` (``rank``, ``local_rank``, ``pid``,
+  ``exit_code``, ``signal``), ``restarts_left``, ``max_restarts``. ``exit_code`` is the shell's (128+N for
+  signal N), ``signal`` the signal's name or null. The agent reports it (``workers-restarted``) and the
+  controller records it in the job's history.
 
 Standard library only, Python 3.8: it runs in users' images from the agent's bundle.
 """
@@ -24,6 +29,7 @@ import time
 from typing import Any
 
 ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
+FORMING, STARTED, FAILED = "forming", "started", "failed"
 
 
 def failure(rank: int, local_rank: int, pid: int, exitcode: int) -> dict[str, Any]:
@@ -37,14 +43,9 @@ def failure(rank: int, local_rank: int, pid: int, exitcode: int) -> dict[str, An
     return {"rank": rank, "local_rank": local_rank, "pid": pid, "exit_code": code, "signal": name}
 
 
-def append(path: str, failures: list[dict[str, Any]], restarts_left: int, max_restarts: int) -> None:
-    """Add one restart; a write that fails is dropped (the training must not fail for it)."""
-    record = {
-        "time": time.time(),
-        "failures": failures,
-        "restarts_left": restarts_left,
-        "max_restarts": max_restarts,
-    }
+def append(path: str, event: str, **fields: Any) -> None:
+    """Add one line; a write that fails is dropped (the training must not fail for it)."""
+    record = {"event": event, "time": time.time(), **fields}
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -74,7 +75,7 @@ class WorkerEventReader:
         for line in data[:complete].splitlines():
             with contextlib.suppress(ValueError):
                 item = json.loads(line)
-                if isinstance(item, dict) and isinstance(item.get("failures"), list):
+                if isinstance(item, dict) and item.get("event") in (FORMING, STARTED, FAILED):
                     records.append(item)
         return records
 

@@ -57,7 +57,11 @@ def test_the_agents_report_to_the_operator_through_a_service_with_a_pod_bound_to
     for flag in ("--agent-report-port=8081", "--agent-report-address=0.0.0.0", f"--agent-report-url={url}"):
         assert flag in container["args"]
     rules = objects[("ClusterRole", "trainguard-operator")]["rules"]
-    assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in rules
+    assert {
+        "apiGroups": ["authentication.k8s.io"],
+        "resources": ["tokenreviews"],
+        "verbs": ["create"],
+    } in rules
 
 
 def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:

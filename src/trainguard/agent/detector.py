@@ -96,6 +96,16 @@ class HangDetector:
         self._cpu_busy_at = started_at
         self._cpu_mark: tuple[float, float] | None = None
 
+    def rebase(self, now: float) -> None:
+        """No worker runs until ``now`` (torchrun is forming its next round): every signal's timeout starts
+        again from ``now``, and the heartbeats of the workers before are forgotten."""
+        self._started_at = max(self._started_at, now)
+        self._output_at = max(self._output_at, now)
+        self._cpu_busy_at = max(self._cpu_busy_at, now)
+        self._cpu_mark = None
+        self._ranks.clear()
+        self._ranks_emptied_at = now
+
     @property
     def heartbeats_in_charge(self) -> bool:
         return HangSignal.HEARTBEAT in self._signals and self._heartbeat_seen

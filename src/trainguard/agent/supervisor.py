@@ -5,7 +5,8 @@ feeds them to the ``HangDetector``. On a hang it stops the tree (SIGTERM and SIG
 SIGKILL) and runs the same command again, in the same place and with the same environment, until the
 ``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``. It also reports
 each restart of failed workers that torchrun carried out inside the command (``trainguard.workerevents``),
-except for the workers it killed itself for a nudge.
+except for the workers it killed itself for a nudge; and while torchrun forms a round (no worker runs), it
+holds its hang detection, whose timeout starts again once the round's workers are started.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
 from trainguard.hangsignal import HangSignal
-from trainguard.workerevents import WorkerEventReader, failures_of
+from trainguard.workerevents import FAILED, FORMING, STARTED, WorkerEventReader, failures_of
 
 #: The agent's exit status when it gave up on a hang: the command was killed (128 + SIGKILL); the report
 #: and the termination log say why (``gave-up``, reason ``Hang``).
@@ -177,6 +178,8 @@ class Agent:
         )
         next_tick = next_cpu = started_at
         self._last_progress = None
+        #: torchrun is forming a round (``trainguard.workerevents``): no worker runs meanwhile.
+        forming = False
         while True:
             command.pump(command.wait_timeout(next_tick if watching else None))
             if command.status is not None:
@@ -195,9 +198,15 @@ class Agent:
                 nudge = self._nudges.poll()
                 if nudge is not None:
                     self._nudge(reporter, command.pid, nudge)
-            if reporter.enabled and self._worker_events is not None:
+            if self._worker_events is not None:
                 for record in self._worker_events.read():
-                    self._workers_restarted(reporter, command.pid, record)
+                    if record["event"] == FAILED:
+                        self._workers_restarted(reporter, command.pid, record)
+                    elif record["event"] in (FORMING, STARTED):
+                        forming = record["event"] == FORMING
+                        detector.rebase(now)
+            if forming:
+                detector.rebase(now)  # no worker runs: nothing can hang yet
             beats = heartbeats.read()
             cpu: float | None = None
             if (
@@ -225,7 +234,7 @@ class Agent:
 
     def _workers_restarted(self, reporter: Reporter, pid: int | None, record: dict[str, object]) -> None:
         failures = [item for worker, item in failures_of(record) if worker not in self._nudged]
-        if not failures:
+        if not failures or not reporter.enabled:
             return
         reporter.event(
             "workers-restarted",

@@ -1,5 +1,6 @@
-"""The agent's word to the operator: worker restarts that torchrun writes down are reported (in the report
-file and upstream), and the summary is POSTed with the token of the moment, again until it is taken."""
+"""What torchrun tells the agent, and the agent's word to the operator: worker restarts that torchrun writes
+down are reported (in the report file and upstream), the summary is POSTed with the token of the moment, again
+until it is taken; and a round being formed (no worker runs) is no hang."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Operator:
         state = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if state.fail > 0:
                     state.fail -= 1
@@ -74,7 +75,9 @@ def test_worker_restarts_are_reported_and_sent_to_the_operator(
         last = operator.posts[-1] if operator.posts else None
         return last if last and len(last[1]["report"].get("workerRestarts", [])) == 2 else None
 
-    authorization, body = wait_for(complete, 10, "the summary with both restarts", lambda: str(operator.posts))
+    authorization, body = wait_for(
+        complete, 10, "the summary with both restarts", lambda: str(operator.posts)
+    )
     assert authorization == "Bearer second-token"
     summary = body["report"]
     assert (summary["attempt"], summary["hangs"], summary["inPlaceRestarts"]) == (1, 0, 0)
@@ -90,3 +93,14 @@ def test_a_report_url_without_a_token_is_refused_before_anything_runs(start_agen
     assert run.wait_exit() == 2
     assert "--report-token" in run.stderr.read_text()
     assert not (run.directory / "marker").exists()
+
+
+@pytest.mark.parametrize(("said", "hangs"), [(True, 0), (False, 1)], ids=["said to be forming", "silent"])
+def test_a_round_being_formed_is_no_hang(start_agent: Any, said: bool, hangs: int) -> None:
+    """Idle and silent for 2.5 s under a 1 s hang timeout: a hang, unless torchrun said it forms a round."""
+    run = start_agent(
+        ["--hang-timeout", "1", "--max-consecutive", "0"], ["forming", *(["--say"] if said else [])]
+    )
+    code = run.wait_exit()
+    assert len(run.events("hang")) == hangs, run.describe()
+    assert code == (0 if said else 137)

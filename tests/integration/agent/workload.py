@@ -119,9 +119,31 @@ def worker_restarts(args: argparse.Namespace) -> None:
     path = os.environ[workerevents.ENV_WORKER_EVENTS]
     for number in range(args.count):
         failed = workerevents.failure(rank=number, local_rank=0, pid=10_000 + number, exitcode=-9)
-        workerevents.append(path, [failed], args.count - number - 1, args.count)
+        workerevents.append(
+            path,
+            workerevents.FAILED,
+            failures=[failed],
+            restarts_left=args.count - number - 1,
+            max_restarts=args.count,
+        )
         time.sleep(0.3)
     time.sleep(1.0)
+
+
+def forming(args: argparse.Namespace) -> None:
+    """As torchrun between two rounds: silent and idle for ``--idle`` s (said to be forming with
+    ``--say``), then steps with heartbeats for a second, then exit 0."""
+    from trainguard import workerevents
+
+    path = os.environ[workerevents.ENV_WORKER_EVENTS]
+    if args.say:
+        workerevents.append(path, workerevents.FORMING)
+    time.sleep(args.idle)
+    if args.say:
+        workerevents.append(path, workerevents.STARTED)
+    for step in range(10):
+        heartbeat(step=step)
+        time.sleep(0.1)
 
 
 def main() -> None:
@@ -154,6 +176,9 @@ def main() -> None:
     p = modes.add_parser("bytes")
     p = modes.add_parser("worker-restarts")
     p.add_argument("--count", type=int, default=2)
+    p = modes.add_parser("forming")
+    p.add_argument("--idle", type=float, default=2.5)
+    p.add_argument("--say", action="store_true")
     args = parser.parse_args()
     if args.mode == "exit":
         sys.exit(args.code)
@@ -173,6 +198,7 @@ def main() -> None:
         "trap": trap,
         "tree": tree,
         "worker-restarts": worker_restarts,
+        "forming": forming,
     }[args.mode](args)
 
 

@@ -178,6 +178,17 @@ def test_rank_files_all_gone_waits_a_timeout_for_new_writers() -> None:
     assert watcher.observe(Observation(15.0, {})).hang == Hang(HEARTBEAT, 10.0)
 
 
+@pytest.mark.parametrize("signals", ["heartbeat", "log,cpu", "heartbeat,log,cpu"])
+def test_a_rebase_starts_every_timeout_again_and_forgets_the_old_workers(signals: str) -> None:
+    """torchrun formed a new round at 12 (timeout 10): quiet since 3 is no hang before 22."""
+    watcher = detector(signals)
+    watcher.observe(Observation(3.0, {0: HeartbeatSample(7, 3.0, 1)}, output_at=3.0, cpu_seconds=1.0))
+    watcher.rebase(12.0)
+    assert watcher.observe(Observation(21.9, {}, cpu_seconds=1.0)).hang is None
+    hang = watcher.observe(Observation(22.0, {}, cpu_seconds=1.0)).hang
+    assert hang is not None and hang.idle_seconds == 10.0
+
+
 def test_no_timeout_never_hangs() -> None:
     watcher = HangDetector(timeout=None, signals=parse_signals("log,cpu"), started_at=0.0)
     assert watcher.observe(Observation(now=1e6, heartbeats={}, cpu_seconds=0.0)).hang is None
