@@ -1,6 +1,7 @@
 """Faults on real nodes, in real containers, with the operator installed by the chart: one job on the stock
 PyTorch image (the example's script, 3 elastic workers, 2 to 3, hang handling on) survives, one after the
-other, the kill -9 of a worker's torchrun agent and training process, a forced deletion of a worker pod,
+other, the kill -9 of a training process alone (torchrun restarts it inside the pod; the history and the
+Events record it all the same), the kill -9 of a worker's torchrun agent and training process, a forced deletion of a worker pod,
 ``kubectl scale`` 3 -> 2 -> 3, a rank stopped with SIGSTOP, and the death of a node; each time training goes on
 (rank 0 prints its next step), and the job succeeds. One job for all of them: a job's start (torch imported in
 three containers, a rendezvous) is the slow part. The time from each fault to the next completed training step
@@ -90,6 +91,30 @@ for pid in os.listdir('/proc'):
 """
 
 
+#: SIGKILL to the training process alone: the children of the fork server that trainguard's torchrun forks
+#: its workers from (torchrun's agent and the fork server go on).
+KILL_WORKER = """
+import os, signal
+parents = {}
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        try:
+            stat = open('/proc/%s/stat' % pid).read()
+        except OSError:
+            continue
+        parents[int(pid)] = int(stat.rsplit(')', 1)[1].split()[1])
+def cmdline(pid):
+    try:
+        return open('/proc/%d/cmdline' % pid, 'rb').read()
+    except OSError:
+        return b''
+for pid, parent in parents.items():
+    if b'forkserver' in cmdline(parent) and b'resource_tracker' not in cmdline(pid):
+        os.kill(pid, signal.SIGKILL)
+        print('killed', pid)
+"""
+
+
 #: SIGSTOP to the training processes: the leaves of the container's process tree below torchrun's agent (the
 #: agent is PID 1, torchrun its child; the workers have no children of their own), not this script.
 STOP = """
@@ -154,7 +179,23 @@ def _report(scenario: str, fault_at: float, step_at: float) -> None:
 
 
 def _faults(cluster: RealCluster) -> list[dict[str, Any]]:
-    return [h for h in _status(cluster, JOB).get("history", []) if h["kind"] == "fault"]
+    """The faults of pods that the operator acted on (not torchrun's restarts of workers inside pods)."""
+    return [
+        h
+        for h in _status(cluster, JOB).get("history", [])
+        if h["kind"] == "fault" and h["action"] != "restart-workers"
+    ]
+
+
+def _inside(cluster: RealCluster, pod: str) -> list[dict[str, Any]] | None:
+    """The history's restarts of ``pod``'s workers by torchrun inside the pod, if there are any yet."""
+    history = _status(cluster, JOB).get("history", [])
+    return [h for h in history if h["action"] == "restart-workers" and h["pod"] == pod] or None
+
+
+def _events(cluster: RealCluster, pod: str, reason: str) -> list[dict[str, Any]] | None:
+    selector = f"involvedObject.name={pod},reason={reason}"
+    return cluster.json("get", "events", "--field-selector", selector)["items"] or None
 
 
 def _goes_on(cluster: RealCluster, scenario: str, fault_at: float) -> float:
@@ -180,6 +221,26 @@ def test_a_job_on_the_stock_image_survives_every_fault_in_turn(trainer: RealClus
     dead: str | None = None
     try:
         wait_for("the job to train", lambda: _step_after(trainer, JOB, 0.0, world=3), 480, every=2)
+
+        # kill -9 of the training process alone: torchrun restarts it inside the pod, and the agent's report
+        # puts that restart in the job's history and Events, though no pod ended.
+        victim = f"{JOB}-worker-2"
+        uid = _uid(trainer, victim)
+        fault_at = time.time()
+        assert "killed" in trainer.kubectl(
+            "exec", victim, "-c", "pytorch", "--", "python3", "-c", KILL_WORKER
+        )
+        _goes_on(trainer, "kill -9 of the training process alone", fault_at)
+        inside = wait_for("the restart inside the pod in the history", lambda: _inside(trainer, victim), 60)
+        assert (inside[0]["fault"], inside[0]["exitCode"], inside[0]["rule"], inside[0]["counted"]) == (
+            "Exited",
+            137,
+            "torchrun",
+            False,
+        )
+        assert wait_for("a WorkersRestarted Event", lambda: _events(trainer, victim, "WorkersRestarted"), 30)
+        assert _uid(trainer, victim) == uid  # the same pod went on
+        assert not _faults(trainer)  # nothing relaunched, nothing counted
 
         # kill -9 of a worker's torchrun agent and training process: the command dies, the pod is relaunched.
         victim = f"{JOB}-worker-1"
@@ -222,7 +283,7 @@ def test_a_job_on_the_stock_image_survives_every_fault_in_turn(trainer: RealClus
 
         # SIGSTOP of a rank's training process: the agent in that container restarts it in place.
         victim = f"{JOB}-worker-0"
-        uid, counted = _uid(trainer, victim), len(_faults(trainer))
+        uid = _uid(trainer, victim)
         stopped_at = time.time()
         assert "stopped" in trainer.kubectl("exec", victim, "-c", "pytorch", "--", "python3", "-c", STOP)
         seen_at = wait_for(
@@ -234,7 +295,18 @@ def test_a_job_on_the_stock_image_survives_every_fault_in_turn(trainer: RealClus
         assert seen_at - stopped_at <= HANG_TIMEOUT + 2 + 1  # + the exec's own second
         _goes_on(trainer, "SIGSTOP of a rank's training process", stopped_at)
         assert _uid(trainer, victim) == uid  # the same pod: restarted in place, not relaunched
-        assert len(_faults(trainer)) == counted  # and nothing counted
+        # Recorded (the agent reported it), not counted.
+        hang = wait_for(
+            "the hang in the history",
+            lambda: [h for h in _faults(trainer) if h["pod"] == victim and h["fault"] == "Hang"],
+            60,
+        )
+        assert [(h["action"], h["counted"]) for h in hang] == [("restart-in-place", False)]
+        # The stopped rank blocked its peers in their collective too: their agents, seeing no heartbeat
+        # either, may restart theirs in place as well. Each such restart is recorded, none is counted.
+        hangs = [h for h in _faults(trainer) if h["fault"] == "Hang"]
+        assert all((h["action"], h["counted"]) == ("restart-in-place", False) for h in hangs), hangs
+        assert _status(trainer, JOB)["hangRestartCounts"] == {"worker": len(hangs)}
 
         # A node dies: its workers are replaced on the other node.
         victim = f"{JOB}-worker-1"
