@@ -267,6 +267,20 @@ class ElasticPolicy(_Model):
     metrics: tuple[dict[str, Any], ...] = ()
 
 
+class SchedulingPolicy(_Model):
+    """Gang scheduling (Kubeflow's ``runPolicy.schedulingPolicy``): what a gang scheduler is told about the job
+    when its pods name one (Volcano's PodGroup). Each field left out is derived from the job: minAvailable
+    from the roles' minimum replicas, minResources from their pods' requests, the queue ``default``, the
+    priority class from the job's ``priority``."""
+
+    #: Pods that must be placed together before any starts.
+    min_available: int | None = Field(default=None, ge=1)
+    queue: str | None = None
+    priority_class: str | None = None
+    min_resources: dict[str, str] | None = None
+    schedule_timeout_seconds: int | None = Field(default=None, ge=1)
+
+
 class JobRetryPolicy(_Model):
     """ModelArts-style job-level retries (annotations ``fault-tolerance/*``)."""
 
@@ -327,6 +341,7 @@ class TrainingJobSpec(_Model):
     fault_tolerant: bool = True
     priority: str | None = None
     plugin: dict[str, Any] | None = None
+    scheduling_policy: SchedulingPolicy | None = None
 
     @field_validator("replica_specs")
     @classmethod

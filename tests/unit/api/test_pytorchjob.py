@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.unit.api.jobdata import DELETE, EXAMPLES, container, edited, error_of, load_one, pytorchjob
-from trainguard.api import CleanPodPolicy, EndPolicy, FrameworkType, RestartPolicy
+from trainguard.api import CleanPodPolicy, EndPolicy, FrameworkType, RestartPolicy, SpecError
 from trainguard.api.load import load_jobs
 
 WORKER = "spec.pytorchReplicaSpecs.Worker"
@@ -138,9 +138,32 @@ def test_deprecated_nproc_per_node_in_the_elastic_policy_warns() -> None:
     assert "spec.elasticPolicy.nProcPerNode: nProcPerNode is deprecated in Kubeflow" in warning
 
 
-def test_scheduling_policy_is_not_used_and_says_so() -> None:
-    loaded = load_one(pytorchjob(runPolicy={"schedulingPolicy": {"minAvailable": 3, "queue": "q"}}))
-    assert "schedulingPolicy is for gang schedulers" in loaded.warnings[0]
+def test_the_scheduling_policy_goes_to_the_gang_scheduler() -> None:
+    policy = {
+        "minAvailable": 3,
+        "queue": "q",
+        "priorityClass": "high",
+        "minResources": {"cpu": 4, "memory": "8Gi"},
+    }
+    loaded = load_one(pytorchjob(runPolicy={"schedulingPolicy": policy}))
+    scheduling = loaded.job.spec.scheduling_policy
+    assert scheduling is not None
+    assert (scheduling.min_available, scheduling.queue, scheduling.priority_class) == (3, "q", "high")
+    assert scheduling.min_resources == {"cpu": "4", "memory": "8Gi"}
+    assert not loaded.warnings
+
+
+@pytest.mark.parametrize(
+    ("policy", "path"),
+    [
+        ({"minAvailable": 0}, "spec.runPolicy.schedulingPolicy.minAvailable"),
+        ({"queue": "q", "gang": True}, "spec.runPolicy.schedulingPolicy.gang"),
+    ],
+)
+def test_a_bad_scheduling_policy_names_its_field(policy: dict[str, object], path: str) -> None:
+    with pytest.raises(SpecError) as error:
+        load_one(pytorchjob(runPolicy={"schedulingPolicy": policy}))
+    assert path in str(error.value)
 
 
 def test_replica_types_in_any_case() -> None:

@@ -11,8 +11,9 @@
   completion does not count); without one, when every Worker succeeded, or, for an elastic job, when any
   Worker succeeded. Any pod that fails for good fails the job.
 - ``runPolicy``: ``backoffLimit``, ``activeDeadlineSeconds`` (timeLimit), ``cleanPodPolicy`` (default
-  ``None``), ``ttlSecondsAfterFinished``, ``suspend``. ``schedulingPolicy`` is for gang schedulers and is
-  not used (a warning says so).
+  ``None``), ``ttlSecondsAfterFinished``, ``suspend``, and ``schedulingPolicy`` (``minAvailable``, ``queue``,
+  ``priorityClass``, ``minResources``, ``scheduleTimeoutSeconds``: the native ``schedulingPolicy``, what a gang
+  scheduler is told when the pods name one).
 - ``elasticPolicy``: ``minReplicas``/``maxReplicas`` bound the Worker role (one missing takes the other's
   value, both missing take the Worker's replicas); ``maxRestarts``, ``rdzv*``, ``metrics`` and the
   processes per node (``spec.nprocPerNode``, or the deprecated ``elasticPolicy.nProcPerNode``) go to
@@ -152,6 +153,7 @@ def convert(document: Document) -> Conversion:
         "backoffLimit": run.backoff_limit,
         "suspend": run.suspend,
         "elastic": _torchrun(spec),
+        "schedulingPolicy": _scheduling(run.scheduling_policy),
     }
     data = {
         "apiVersion": API_VERSION,
@@ -169,6 +171,18 @@ def convert(document: Document) -> Conversion:
         return _source_path(path, keys, elastic is not None, nproc_path)
 
     return Conversion(data, tuple(warnings), source_path)
+
+
+def _scheduling(policy: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Kubeflow's schedulingPolicy for the gang scheduler (the native field has the same names); unknown fields
+    are refused by the native model with their path."""
+    if not policy:
+        return None
+    converted = dict(policy)
+    resources = converted.get("minResources")
+    if isinstance(resources, dict):  # quantities may be written as numbers (cpu: 4)
+        converted["minResources"] = {str(name): str(value) for name, value in resources.items()}
+    return converted
 
 
 def _replica_keys(document: Document, spec: PyTorchJobSpec) -> dict[str, str]:
@@ -275,13 +289,6 @@ def _valid_nproc(value: str | int) -> bool:
 
 def _warnings(document: Document, spec: PyTorchJobSpec) -> list[SpecProblem]:
     warnings = []
-    if spec.run_policy.scheduling_policy is not None:
-        warnings.append(
-            document.problem(
-                ("spec", "runPolicy", "schedulingPolicy"),
-                "schedulingPolicy is for gang schedulers (Volcano, scheduler-plugins); trainguard does not use it",
-            )
-        )
     if spec.run_policy.managed_by is not None:
         warnings.append(
             document.problem(
@@ -351,6 +358,8 @@ def _source_path(path: FieldPath, keys: dict[str, str], elastic: bool, nproc_pat
     if path[:2] == ("spec", "timeLimit"):
         return ("spec", "runPolicy", "activeDeadlineSeconds", *path[2:])
     if len(path) >= 2 and path[0] == "spec" and path[1] in _RUN_POLICY_FIELDS:
+        return ("spec", "runPolicy", *path[1:])
+    if path[:2] == ("spec", "schedulingPolicy"):
         return ("spec", "runPolicy", *path[1:])
     if path[:3] == ("spec", "elastic", "nProcPerNode"):
         return nproc_path
