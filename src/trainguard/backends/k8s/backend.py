@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from trainguard.api import TrainingJob
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import gang, manifests, ssh
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import JobKind
@@ -28,6 +28,7 @@ from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
+    EventType,
     LaunchPod,
     NudgeSurvivors,
     Observed,
@@ -136,6 +137,9 @@ class JobBackend:
     def _apply_side_by_side(self, job: TrainingJob, actions: list[Action]) -> None:
         if any(isinstance(a, LaunchPod) for a in actions):
             self._try(actions[0], partial(self._ensure_service, job))
+            self._try(actions[0], partial(self._ensure_pod_group, job))
+            self._try(actions[0], partial(self._ensure_pod_access, job))
+            self._try(actions[0], partial(self._ensure_ssh_secret, job))
         chains: dict[object, list[Action]] = {}
         for number, action in enumerate(actions):
             if isinstance(action, (LaunchPod, TerminatePod, RestartInPlace)):
@@ -227,6 +231,111 @@ class JobBackend:
             self._delete_pod(action.pod, existing["metadata"]["uid"], grace=0)
             with self.shared.lock:
                 self.shared.pending_launches[(self.namespace, action.pod)] = body
+
+    def _ensure_ssh_secret(self, job: TrainingJob) -> None:
+        """For ``plugin.ssh``: the job's key pair, before its pods (they mount it). Made once: an existing
+        Secret is kept, so pods already running keep trusting each other."""
+        uid = job.metadata.uid or ""
+        if uid in self.shared.ssh_secrets or not ssh.wants_ssh(job):
+            return
+        try:
+            self.kube.create(
+                f"/api/v1/namespaces/{self.namespace}/secrets", manifests.ssh_secret(self.kind, job)
+            )
+        except ApiError as error:
+            if error.status != 409:
+                raise
+        with self.shared.lock:
+            self.shared.ssh_secrets.add(uid)
+
+    def _ensure_pod_access(self, job: TrainingJob) -> None:
+        """For a job whose pods run a barrier: its ServiceAccount, Role (list pods) and RoleBinding, before its
+        pods (a pod naming a ServiceAccount that does not exist yet is refused)."""
+        uid = job.metadata.uid or ""
+        if uid in self.shared.pod_access or not manifests.needs_pod_access(job):
+            return
+        paths = {
+            "ServiceAccount": f"/api/v1/namespaces/{self.namespace}/serviceaccounts",
+            "Role": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{self.namespace}/roles",
+            "RoleBinding": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{self.namespace}/rolebindings",
+        }
+        for body in manifests.access_objects(self.kind, job):
+            try:
+                self.kube.create(paths[body["kind"]], body)
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+        with self.shared.lock:
+            self.shared.pod_access.add(uid)
+
+    def _ensure_pod_group(self, job: TrainingJob) -> None:
+        """The job's PodGroup, before any of its pods, when they name a gang scheduler; written again when
+        what it should say changed (a scale, an edit)."""
+        if not gang.scheduler_of(job, self.shared.settings.scheduler):
+            return
+        uid = job.metadata.uid or ""
+        body = manifests.pod_group(self.kind, job, self._priority_class(job))
+        with self.shared.lock:
+            if self.shared.pod_groups.get(uid) == body["spec"]:
+                return
+        path = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{self.namespace}/podgroups"
+        try:
+            self.kube.create(path, body)
+        except ApiError as error:
+            if error.status == 404:  # no PodGroup API: Volcano is not installed
+                self._no_gang(job)
+                return
+            if error.status != 409:
+                raise
+            existing = self.kube.get(f"{path}/{body['metadata']['name']}")
+            if {key: existing.get("spec", {}).get(key) for key in body["spec"]} != body["spec"]:
+                self.kube.patch(f"{path}/{body['metadata']['name']}", {"spec": body["spec"]})
+        with self.shared.lock:
+            self.shared.pod_groups[uid] = body["spec"]
+
+    def _no_gang(self, job: TrainingJob) -> None:
+        """The pods name a gang scheduler whose PodGroups the cluster does not serve: say so on the job (the
+        pods are created all the same, and wait for that scheduler)."""
+        message = (
+            f"the pods name the gang scheduler {gang.scheduler_of(job, self.shared.settings.scheduler)!r}, and "
+            f"the cluster serves no {gang.API_VERSION} PodGroups: install Volcano, or run the operator with "
+            "--scheduler-name default-scheduler"
+        )
+        key = f"{job.metadata.uid or job.name}/no-pod-groups"
+        self._event(
+            job, EmitEvent(key, EventType.WARNING, "GangSchedulerMissing", message, self.shared.clock())
+        )
+        with self.shared.lock:
+            self.shared.pod_groups[job.metadata.uid or ""] = manifests.pod_group(self.kind, job, None)["spec"]
+
+    def _priority_class(self, job: TrainingJob) -> str | None:
+        """The PriorityClass the job asks for, if the cluster has it; else a Warning on the job (once per job
+        and name) and none."""
+        name = gang.wanted_priority_class(job)
+        if not name:
+            return None
+        with self.shared.lock:
+            known = self.shared.priority_classes.get(name)
+        if known is not None:
+            return name if known else None
+        try:
+            self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+            known = True
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            known = False
+            message = (
+                f"the job asks for priority {name!r}, and the cluster has no PriorityClass of that name: its "
+                f"PodGroup has none (create one: kubectl create priorityclass {name} --value=N)"
+            )
+            key = f"{job.metadata.uid or job.name}/priority-class/{name}"
+            self._event(
+                job, EmitEvent(key, EventType.WARNING, "PriorityClassNotFound", message, self.shared.clock())
+            )
+        with self.shared.lock:
+            self.shared.priority_classes[name] = known
+        return name if known else None
 
     def _ensure_service(self, job: TrainingJob) -> None:
         uid = job.metadata.uid or ""

@@ -18,6 +18,7 @@ from typing import Any
 
 from trainguard._version import __version__
 from trainguard.api import FrameworkType, TrainingJob
+from trainguard.backends.k8s import gang, ssh
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.controller import torchrun_command
 from trainguard.controller.agent_options import agent_options
@@ -174,6 +175,11 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     }
     metadata = _meta(kind, job, launch.pod, labels)
     metadata["annotations"] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    if gang.scheduler_of(job, settings.scheduler):
+        metadata["annotations"][gang.ANNOTATION_GROUP] = gang.group_name(job)
+    _job_env_in_init_containers(spec, launch)
+    if needs_pod_access(job) and launch.role in barrier_roles(job) and not spec.get("serviceAccountName"):
+        spec["serviceAccountName"] = access_name(job)
     spec["restartPolicy"] = "Never"
     spec["hostname"] = launch.pod
     spec["subdomain"] = service_name(job)
@@ -205,9 +211,83 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
             _mount_report_token(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
         _mount_discovery(job, spec, first)
+    if ssh.wants_ssh(job):
+        ssh.mount(spec, first, job)
     if launch.avoid_nodes:
         _avoid(spec, launch.avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _job_env_in_init_containers(spec: Obj, launch: LaunchPod) -> None:
+    """The template's init containers see the job as its containers do (``TRAININGJOB_*``: CCE's barrier takes
+    ``--name=$(TRAININGJOB_NAME)``), and the roles' sizes (``TRAINGUARD_ROLE_SIZES``, what the barrier waits
+    for); their own variables come after and win."""
+    ours = [
+        {"name": name, "value": value} for name, value in launch.spec.env if name.startswith("TRAININGJOB_")
+    ]
+    ours.append({"name": ENV_ROLE_SIZES, "value": ",".join(f"{r}={n}" for r, n in launch.spec.role_sizes)})
+    for container in spec.get("initContainers") or []:
+        container["env"] = [*ours, *(container.get("env") or [])]
+
+
+#: What CCE's job barrier is told to wait for; a template whose init container has it runs a barrier.
+BARRIER_FLAG = "--barrier_roles"
+#: Where the barrier learns how many pods each role has now (``trainguard.backends.k8s.barrier``).
+ENV_ROLE_SIZES = "TRAINGUARD_ROLE_SIZES"
+
+
+def barrier_roles(job: TrainingJob) -> set[str]:
+    """The roles whose pods run a job barrier in an init container (CCE's launcher)."""
+    found = set()
+    for role, spec in job.spec.replica_specs.items():
+        for container in (spec.template.get("spec") or {}).get("initContainers") or []:
+            words = [
+                str(word) for word in [*(container.get("command") or []), *(container.get("args") or [])]
+            ]
+            if any(word == BARRIER_FLAG or word.startswith(BARRIER_FLAG + "=") for word in words):
+                found.add(role)
+    return found
+
+
+def needs_pod_access(job: TrainingJob) -> bool:
+    return bool(barrier_roles(job))
+
+
+def access_name(job: TrainingJob) -> str:
+    """The job's own ServiceAccount, Role and RoleBinding: read access to pods, for its barrier."""
+    return f"{job.name}-barrier"
+
+
+def access_objects(kind: JobKind, job: TrainingJob) -> list[Obj]:
+    """The ServiceAccount of the barrier's pods (those that name none of their own), the Role that lets it
+    list the namespace's pods (what the barrier reads, nothing else), and the RoleBinding that gives it to
+    every service account the barrier's pods run as. All owned by the job, so removed with it."""
+    name = access_name(job)
+    namespace = job.metadata.namespace
+    accounts = sorted(
+        {
+            (job.role(role).template.get("spec") or {}).get("serviceAccountName") or name
+            for role in barrier_roles(job)
+        }
+    )
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(kind, job, name, {})},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(kind, job, name, {}),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(kind, job, name, {}),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": account, "namespace": namespace} for account in accounts
+            ],
+        },
+    ]
 
 
 def _deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool) -> None:
@@ -307,6 +387,28 @@ def service(kind: JobKind, job: TrainingJob) -> Obj:
             "publishNotReadyAddresses": True,
             "selector": {LABEL_JOB: job.name},
         },
+    }
+
+
+def ssh_secret(kind: JobKind, job: TrainingJob) -> Obj:
+    """The job's Secret for ``plugin.ssh``, with a fresh key pair (``trainguard.backends.k8s.ssh``)."""
+    private, public = ssh.key_pair(f"trainguard-{job.metadata.namespace}-{job.name}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _meta(kind, job, ssh.secret_name(job), {}),
+        "data": ssh.secret_data(job, private, public),
+    }
+
+
+def pod_group(kind: JobKind, job: TrainingJob, priority_class: str | None) -> Obj:
+    """The job's PodGroup for its gang scheduler (``trainguard.backends.k8s.gang``)."""
+    return {
+        "apiVersion": gang.API_VERSION,
+        "kind": "PodGroup",
+        "metadata": _meta(kind, job, gang.group_name(job), {}),
+        "spec": gang.pod_group_spec(job, priority_class),
     }
 
 

@@ -46,6 +46,14 @@ class Shared:
     services: set[str] = field(default_factory=set)
     #: Jobs whose rendezvous Service exists (by uid).
     rendezvous_services: set[str] = field(default_factory=set)
+    #: Jobs whose ssh Secret exists (by uid).
+    ssh_secrets: set[str] = field(default_factory=set)
+    #: Jobs whose barrier's ServiceAccount, Role and RoleBinding exist (by uid).
+    pod_access: set[str] = field(default_factory=set)
+    #: Job uid -> the spec its PodGroup was last written with.
+    pod_groups: dict[str, Obj] = field(default_factory=dict)
+    #: PriorityClass name -> whether it exists, as last looked up.
+    priority_classes: dict[str, bool] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")
