@@ -12,6 +12,10 @@ on a bridge in the machine's own namespace, whose address (NODE_NET .254) is whe
 API server, the cluster DNS (CoreDNS, answering only for cluster.local: it forwards nothing) and the image
 registry. Pods have routes to each other through their nodes; the machine does not forward (ip_forward stays
 0), so nothing from a pod can leave the machine.
+
+Volcano (gang scheduling) runs beside the control plane as processes of this machine: vc-scheduler (pods that name
+schedulerName "volcano") and vc-controller-manager's queue and podgroup controllers, against the cluster's API
+server with its admin kubeconfig, after its CRDs and the queue "default" are installed.
 """
 
 from __future__ import annotations
@@ -35,9 +39,43 @@ HUB = f"{NODE_NET}.254"
 REGISTRY_PORT = 5000
 REGISTRY = f"{HUB}:{REGISTRY_PORT}"
 #: Registry hosts that job files and the chart name, all served by the local registry.
-MIRRORED = ("docker.io", "registry-1.docker.io", "ghcr.io", "registry.k8s.io", "quay.io", REGISTRY)
+MIRRORED = (
+    "docker.io", "registry-1.docker.io", "ghcr.io", "registry.k8s.io", "quay.io",
+    "registry.baidubce.com",  # CCE's images (its Horovod image, its job barrier), as CCE's job names them
+    REGISTRY,
+)  # fmt: skip
+#: Extended resources every real node advertises, as a device plugin would: CCE's shared-GPU resources, which
+#: the trainers of CCE's job request (cards, cores in percent, memory in GiB).
+EXTENDED_RESOURCES = {
+    "baidu.com/v100_32g_cgpu": "8",
+    "baidu.com/v100_32g_cgpu_core": "800",
+    "baidu.com/v100_32g_cgpu_memory": "256",
+}
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 LABEL_REAL = "trainguard.io/real-node"
+VOLCANO_SCHEDULER = "volcano"  # the schedulerName of the pods vc-scheduler places
+#: vc-scheduler's actions and plugins: those of the configuration Volcano's installer deploys.
+VOLCANO_SCHEDULER_CONF = """\
+actions: "enqueue, allocate, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+    enablePreemptable: false
+  - name: conformance
+- plugins:
+  - name: overcommit
+  - name: drf
+    enablePreemptable: false
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+  - name: binpack
+"""
+#: vc-controller-manager's controllers: the queue controller opens queues and keeps their status (the scheduler
+#: places nothing from a queue that is not Open), the podgroup controller gives a PodGroup to a pod that names
+#: the scheduler without one. Not the controllers of Volcano's own Job kinds, which nothing here creates.
+VOLCANO_CONTROLLERS = "queue-controller,pg-controller"
 
 
 def say(message: str) -> None:
@@ -61,6 +99,7 @@ class Cluster:
         self.pki = Path(args.pki)
         self.kubeconfig = Path(args.kubeconfig)
         self.registry_dir = Path(args.registry_dir)
+        self.volcano_bin = Path(args.volcano_bin) if args.volcano_bin else None
         tag = hashlib.sha256(self.name.encode()).hexdigest()[:6]
         self.bridge = f"tg{tag}"  # interface names are at most 15 characters
         self.tag = tag
@@ -107,6 +146,10 @@ class Cluster:
         (self.dir / "pids").mkdir(exist_ok=True)
         (self.dir / "pids" / name).write_text(str(proc.pid))
 
+    def running(self, name: str) -> bool:
+        pid_file = self.dir / "pids" / name
+        return pid_file.exists() and _alive(int(pid_file.read_text()))
+
     def stop(self, name: str) -> None:
         pid_file = self.dir / "pids" / name
         if not pid_file.exists():
@@ -132,10 +175,26 @@ class Cluster:
         self.bridge_up()
         self.start_registry()
         self.start_dns()
+        if self.volcano_bin:
+            self.start_volcano()
         for i in range(1, count + 1):
             self.node_up(i, count)
         self.wait_ready(count)
+        for i in range(1, count + 1):
+            self.advertise(i)
         say(f"{count} real nodes are Ready in {time.monotonic() - started:.0f}s")
+        if self.volcano_bin:
+            self.wait_volcano()
+
+    def advertise(self, i: int) -> None:
+        """Node i's extended resources, in its status's capacity (the kubelet keeps what it does not manage)."""
+        patch = [
+            {"op": "add", "path": f"/status/capacity/{name.replace('/', '~1')}", "value": value}
+            for name, value in EXTENDED_RESOURCES.items()
+        ]
+        self.kubectl(
+            "patch", "node", self.node_name(i), "--subresource=status", "--type=json", "-p", json.dumps(patch)
+        )
 
     def bridge_up(self) -> None:
         if run("ip", "link", "show", self.bridge, check=False, quiet=True):
@@ -166,6 +225,94 @@ class Cluster:
             f"    fallthrough in-addr.arpa ip6.arpa\n  }}\n  cache 5\n}}\n"
         )
         self.start("coredns", [str(self.node_bin / "coredns"), "-conf", str(corefile)])
+
+    def start_volcano(self) -> None:
+        assert self.volcano_bin is not None
+        d = self.dir / "volcano"
+        d.mkdir(parents=True, exist_ok=True)
+        crds = sorted((self.volcano_bin / "crds").glob("*.yaml"))
+        # Server-side: no last-applied annotation, which some of Volcano's CRDs would outgrow.
+        self.kubectl("apply", "--server-side", *(f"--filename={crd}" for crd in crds))
+        self.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", *(f"--filename={crd}" for crd in crds)
+        )
+        # The queue "default" (where a PodGroup that names none goes) under the root of the hierarchy, "root", as
+        # vc-scheduler makes them when they are missing: made first, the queue controller finds default's parent.
+        queues = d / "queues.json"
+        queues.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "items": [
+                        {
+                            "apiVersion": "scheduling.volcano.sh/v1beta1",
+                            "kind": "Queue",
+                            "metadata": {"name": name},
+                            "spec": {"reclaimable": reclaimable, "weight": 1},
+                        }
+                        for name, reclaimable in (("root", False), ("default", True))
+                    ],
+                }
+            )
+        )
+        self.kubectl("apply", "--server-side", f"--filename={queues}")
+        # Its own directory: vc-scheduler watches the configuration's directory for changes.
+        conf = d / "conf" / "scheduler.conf"
+        conf.parent.mkdir(exist_ok=True)
+        conf.write_text(VOLCANO_SCHEDULER_CONF)
+        common = [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            f"--scheduler-name={VOLCANO_SCHEDULER}",
+        ]
+        if not self.running("vc-scheduler"):
+            self.start(
+                "vc-scheduler",
+                [
+                    str(self.volcano_bin / "vc-scheduler"),
+                    *common,
+                    f"--scheduler-conf={conf}",
+                    "--default-queue=default",
+                    f"--cache-dump-dir={d}",
+                    "--v=2",
+                ],
+                # Where it serves its log-level socket (else a directory of /tmp that every cluster would share).
+                env={"DEBUG_SOCKET_DIR": str(d / "sockets")},
+            )
+        if not self.running("vc-controller-manager"):
+            self.start(
+                "vc-controller-manager",
+                [
+                    str(self.volcano_bin / "vc-controller-manager"),
+                    *common,
+                    f"--controllers={VOLCANO_CONTROLLERS}",
+                    "--v=2",
+                ],
+            )
+
+    def wait_volcano(self) -> None:
+        """Until the queue controller has opened the queue "default" and vc-scheduler has its caches filled."""
+        log = self.dir / "logs" / "vc-scheduler.log"
+
+        def ready() -> bool:
+            for name in ("vc-scheduler", "vc-controller-manager"):
+                if not self.running(name):
+                    raise SystemExit(
+                        f"k8s-testcluster: error: {name} exited; its log: {self.dir / 'logs' / (name + '.log')}"
+                    )
+            state = self.kubectl(
+                "get",
+                "queues.scheduling.volcano.sh",
+                "default",
+                "--output=jsonpath={.status.state}",
+                check=False,
+            )
+            return state == "Open" and "Scheduler completes Initialization" in log.read_text(errors="replace")
+
+        started = time.monotonic()
+        _wait(ready, 120, f"Volcano's scheduler and queue controller (logs: {self.dir / 'logs'})")
+        say(f"Volcano is ready in {time.monotonic() - started:.0f}s more")
 
     def node_up(self, i: int, count: int) -> None:
         ns, d = self.netns(i), self.node_dir(i)
@@ -476,6 +623,8 @@ state = "{d / "containerd" / "state"}"
     def down(self) -> None:
         if not self.dir.exists():
             return
+        for name in ("vc-scheduler", "vc-controller-manager"):
+            self.stop(name)
         for i in self.nodes():
             self.node_down(i)
         for name in ("coredns", "registry"):
@@ -653,6 +802,7 @@ def main() -> None:
     parser.add_argument("--pki", default="")
     parser.add_argument("--kubeconfig", default="")
     parser.add_argument("--registry-dir", default="")
+    parser.add_argument("--volcano-bin", default="", help="up: start Volcano from these binaries and CRDs")
     parser.add_argument("--count", type=int, default=2)
     if sys.argv[1:] == ["hub"]:
         print(HUB)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from trainguard.api import TrainingJob, pod_name
+from trainguard.api.load import load_object
 from trainguard.backends.k8s import manifests
 from trainguard.controller.backend import LaunchPod
 from trainguard.controller.launchspec import launch_spec
@@ -17,3 +22,14 @@ def launch(job: TrainingJob, role: str, index: int, sizes: Mapping[str, int]) ->
     return LaunchPod(
         key="k", pod=name, role=role, index=index, generation=1, restart_count=0, reason="start", spec=spec
     )
+
+
+CCE_JOB = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "cce-horovod-elastic.yaml"
+
+
+def cce_job(**spec: Any) -> TrainingJob:
+    """CCE's AITrainingJob example (uid ``uid-1``), with ``spec`` fields replaced."""
+    data = yaml.safe_load(CCE_JOB.read_text())
+    data["metadata"]["uid"] = "uid-1"
+    data["spec"].update(spec)
+    return load_object(data, "cce.yaml").job

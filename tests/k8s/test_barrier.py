@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from trainguard.api.load import load_object
 from trainguard.backends.k8s import barrier, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 
+from .launches import cce_job as _cce
 from .launches import launch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
@@ -132,12 +131,6 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(args: list[str], message: str)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
-
-
-def _cce() -> Any:
-    data = yaml.safe_load((EXAMPLES / "cce-horovod-elastic.yaml").read_text())
-    data["metadata"]["uid"] = "uid-1"
-    return load_object(data, "cce.yaml").job
 
 
 def test_the_launcher_runs_its_barrier_with_the_jobs_variables_and_read_access_to_pods() -> None:

@@ -8,25 +8,16 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from trainguard.api.load import load_object
 from trainguard.backends.k8s import gang, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 
+from .launches import cce_job as _cce
 from .launches import launch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
-
-
-def _cce(**spec: Any) -> Any:
-    data = yaml.safe_load((EXAMPLES / "cce-horovod-elastic.yaml").read_text())
-    data["metadata"]["uid"] = "uid-1"
-    data["spec"].update(spec)
-    return load_object(data, "cce.yaml").job
 
 
 @pytest.mark.parametrize(

@@ -10,22 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from trainguard.api.load import load_object
 from trainguard.backends.k8s import manifests, ssh
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 
+from .launches import cce_job as _cce
 from .launches import launch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
-
-
-def _cce(**spec: Any) -> Any:
-    data = yaml.safe_load((EXAMPLES / "cce-horovod-elastic.yaml").read_text())
-    data["metadata"]["uid"] = "uid-1"
-    data["spec"].update(spec)
-    return load_object(data, "cce.yaml").job
 
 
 def test_every_pod_of_cces_job_gets_the_key_pair_where_ssh_looks() -> None:

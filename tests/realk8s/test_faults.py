@@ -91,9 +91,8 @@ for pid in os.listdir('/proc'):
 """
 
 
-#: SIGKILL to the training process alone: the children of the fork server that trainguard's torchrun forks
-#: its workers from (torchrun's agent and the fork server go on).
-KILL_WORKER = """
+#: In-container Python: every process's parent (from /proc), as ``parents``.
+PARENTS = """
 import os, signal
 parents = {}
 for pid in os.listdir('/proc'):
@@ -103,6 +102,13 @@ for pid in os.listdir('/proc'):
         except OSError:
             continue
         parents[int(pid)] = int(stat.rsplit(')', 1)[1].split()[1])
+"""
+
+#: SIGKILL to the training process alone: the children of the fork server that trainguard's torchrun forks
+#: its workers from (torchrun's agent and the fork server go on).
+KILL_WORKER = (
+    PARENTS
+    + """
 def cmdline(pid):
     try:
         return open('/proc/%d/cmdline' % pid, 'rb').read()
@@ -113,20 +119,14 @@ for pid, parent in parents.items():
         os.kill(pid, signal.SIGKILL)
         print('killed', pid)
 """
+)
 
 
 #: SIGSTOP to the training processes: the leaves of the container's process tree below torchrun's agent (the
 #: agent is PID 1, torchrun its child; the workers have no children of their own), not this script.
-STOP = """
-import os, signal
-parents = {}
-for pid in os.listdir('/proc'):
-    if pid.isdigit():
-        try:
-            stat = open('/proc/%s/stat' % pid).read()
-        except OSError:
-            continue
-        parents[int(pid)] = int(stat.rsplit(')', 1)[1].split()[1])
+STOP = (
+    PARENTS
+    + """
 mine = os.getpid()
 for pid, parent in parents.items():
     if pid in (1, mine) or parent in (0, 1) or pid in parents.values():
@@ -134,6 +134,7 @@ for pid, parent in parents.items():
     os.kill(pid, signal.SIGSTOP)
     print('stopped', pid)
 """
+)
 
 
 def _uid(cluster: RealCluster, pod: str) -> str | None:

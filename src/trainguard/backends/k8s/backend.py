@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from trainguard.api import TrainingJob
+from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import gang, manifests, ssh
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.events import event_body
@@ -140,6 +140,7 @@ class JobBackend:
             self._try(actions[0], partial(self._ensure_pod_group, job))
             self._try(actions[0], partial(self._ensure_pod_access, job))
             self._try(actions[0], partial(self._ensure_ssh_secret, job))
+            self._try(actions[0], partial(self._ensure_discovery, job))
         chains: dict[object, list[Action]] = {}
         for number, action in enumerate(actions):
             if isinstance(action, (LaunchPod, TerminatePod, RestartInPlace)):
@@ -231,6 +232,21 @@ class JobBackend:
             self._delete_pod(action.pod, existing["metadata"]["uid"], grace=0)
             with self.shared.lock:
                 self.shared.pending_launches[(self.namespace, action.pod)] = body
+
+    def _ensure_discovery(self, job: TrainingJob) -> None:
+        """A Horovod job's discovery ConfigMap, before its pods: they mount it, and a pod whose ConfigMap is
+        missing never starts. It lists no host (version 0) until the controller's first ``UpdateDiscovery``."""
+        uid = job.metadata.uid or ""
+        if uid in self.shared.discovery_maps or job.spec.framework_type is not FrameworkType.HOROVOD:
+            return
+        body = manifests.discovery_config_map(self.kind, job, 0, ())
+        try:
+            self.kube.create(f"/api/v1/namespaces/{self.namespace}/configmaps", body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+        with self.shared.lock:
+            self.shared.discovery_maps.add(uid)
 
     def _ensure_ssh_secret(self, job: TrainingJob) -> None:
         """For ``plugin.ssh``: the job's key pair, before its pods (they mount it). Made once: an existing
@@ -371,7 +387,12 @@ class JobBackend:
                 raise
 
     def _discovery(self, job: TrainingJob, action: UpdateDiscovery) -> None:
-        body = manifests.discovery_config_map(self.kind, job, action.version, action.hosts)
+        # Each host by its DNS name behind the job's headless Service, as ssh from the launcher resolves it.
+        address = manifests.network(job).address
+        hosts = tuple(
+            f"{address(pod)}:{slots}" for pod, _, slots in (host.rpartition(":") for host in action.hosts)
+        )
+        body = manifests.discovery_config_map(self.kind, job, action.version, hosts)
         path = f"/api/v1/namespaces/{self.namespace}/configmaps"
         try:
             self.kube.create(path, body)

@@ -46,6 +46,8 @@ class Shared:
     services: set[str] = field(default_factory=set)
     #: Jobs whose rendezvous Service exists (by uid).
     rendezvous_services: set[str] = field(default_factory=set)
+    #: Horovod jobs whose discovery ConfigMap exists (by uid).
+    discovery_maps: set[str] = field(default_factory=set)
     #: Jobs whose ssh Secret exists (by uid).
     ssh_secrets: set[str] = field(default_factory=set)
     #: Jobs whose barrier's ServiceAccount, Role and RoleBinding exist (by uid).

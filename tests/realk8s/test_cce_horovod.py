@@ -1,0 +1,144 @@
+"""CCE's own AITrainingJob, byte for byte, on real nodes with Volcano and the operator installed by the chart's
+defaults: gang-scheduled (a PodGroup), the launcher waiting in CCE's job barrier, horovodrun reaching the
+trainers' sshd with the job's own key pair, the trainers' extended resources (baidu.com/v100_32g_cgpu*)
+advertised by the nodes. Then, while Horovod trains: a scale to 4 trainers, a trainer force-deleted, the
+launcher ending with 129 (its first rule restarts it), and the job's deletion taking everything it owned.
+The time from each fault to Horovod's next progress line is printed (what docs/horovod.md records)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from tests.realk8s.real import EXAMPLES, RealCluster, wait_for
+
+pytestmark = pytest.mark.timeout(1500)
+
+CCE_JOB = EXAMPLES.parent / "jobs" / "cce-horovod-elastic.yaml"
+JOB = "test-horovod-elastic"
+LAUNCHER = f"{JOB}-launcher-0"
+#: horovodrun prefixes each worker's lines with ``[rank]<stdout>:``.
+_ITER = re.compile(r"^(\S+) (?:\[\d+\]<stdout>:)?Iter #(\d+): ([0-9.]+) img/sec per CPU")
+_WORKERS = re.compile(r"Number of CPUs: (\d+)|Workers after the reset: (\d+)")
+
+
+def _pods(cluster: RealCluster) -> dict[str, dict[str, Any]]:
+    found = cluster.json("get", "pods", "-l", f"trainguard.io/job={JOB}")["items"]
+    return {
+        p["metadata"]["name"]: p for p in found if "trainguard.io/index" in p["metadata"].get("labels", {})
+    }
+
+
+def _running(cluster: RealCluster, trainers: int) -> bool:
+    pods = _pods(cluster)
+    names = {LAUNCHER, *(f"{JOB}-trainer-{i}" for i in range(trainers))}
+    return names <= set(pods) and all(pods[n]["status"].get("phase") == "Running" for n in names)
+
+
+def _status(cluster: RealCluster) -> dict[str, Any]:
+    return dict(cluster.json("get", "aitrainingjob", JOB).get("status") or {})
+
+
+def _iters_after(cluster: RealCluster, since: float) -> list[tuple[float, int]]:
+    from tests.realk8s.test_faults import _stamp
+
+    found = []
+    for line in cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines():
+        match = _ITER.match(line)
+        if match and _stamp(match[1]) > since:
+            found.append((_stamp(match[1]), int(match[2])))
+    return found
+
+
+def _world(cluster: RealCluster) -> int | None:
+    """The number of Horovod workers the launcher's log last reported."""
+    sizes = [int(m[1] or m[2]) for m in _WORKERS.finditer(cluster.kubectl_result("logs", LAUNCHER))]
+    return sizes[-1] if sizes else None
+
+
+def _progress_after(cluster: RealCluster, what: str, since: float, seconds: float = 400) -> float:
+    at = wait_for(
+        f"Horovod's progress after {what}",
+        lambda: (_iters_after(cluster, since) or [(None,)])[0][0],
+        seconds,
+        every=3,
+    )
+    print(f"\nfault-to-progress {what}: {at - since:.1f} s")
+    return float(at)
+
+
+def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -> None:
+    cluster = operator
+    cluster.kubectl("apply", "-f", str(CCE_JOB))
+    try:
+        # 1. The launcher waits in CCE's barrier while the trainers start; then 1 launcher + 3 trainers run.
+        wait_for("the PodGroup", lambda: cluster.kubectl_result("get", "podgroup", JOB, "-o", "name"), 60)
+        group = cluster.json("get", "podgroup", JOB)
+        assert group["spec"]["minMember"] == 2
+        init = wait_for(
+            "the launcher in its init container",
+            lambda: (cluster.pod(LAUNCHER).get("status") or {}).get("initContainerStatuses"),
+            300,
+            every=2,
+        )
+        assert any(c["name"] == "job-barrier" for c in init)
+        wait_for("1 launcher and 3 trainers Running", lambda: _running(cluster, 3), 600, every=3)
+        phases = [t["to"] for t in _status(cluster).get("transitions", [])]
+        assert phases[:3] == ["Pending", "Creating", "Running"], phases
+
+        # 2. Horovod trains with 3 workers.
+        started = time.time() - 600
+        wait_for("progress lines", lambda: _iters_after(cluster, started), 600, every=3)
+        wait_for("3 Horovod workers", lambda: _world(cluster) == 3, 300, every=3)
+
+        # 3. replicas 3 -> 4: a 4th trainer, and Horovod grows to 4.
+        scaled_at = time.time()
+        cluster.kubectl("patch", "aitrainingjob", JOB, "--type=merge", "-p",
+                        '{"spec":{"replicaSpecs":{"trainer":{"replicas":4}}}}')  # fmt: skip
+        wait_for("a 4th trainer Running", lambda: _running(cluster, 4), 300, every=3)
+        wait_for("4 Horovod workers", lambda: _world(cluster) == 4, 400, every=3)
+        _progress_after(cluster, "scale 3 -> 4", scaled_at)
+
+        # 4. A trainer force-deleted: a new pod replaces it, Horovod goes on and takes it back.
+        victim = f"{JOB}-trainer-1"
+        uid = cluster.pod(victim)["metadata"]["uid"]
+        deleted_at = time.time()
+        cluster.kubectl("delete", "pod", victim, "--force", "--grace-period=0")
+        wait_for(
+            "the trainer replaced",
+            lambda: _running(cluster, 4) and cluster.pod(victim)["metadata"]["uid"] != uid,
+            300,
+            every=3,
+        )
+        _progress_after(cluster, "a trainer force-deleted", deleted_at)
+
+        # 6. The launcher's process ends with 129: its first rule (exitCodes 129,101) restarts it.
+        ended_at = time.time()
+        cluster.kubectl("exec", LAUNCHER, "-c", "aitj-0", "--", "python3", "-c",
+                        "import os, signal; os.kill(1, signal.SIGHUP)")  # fmt: skip
+        fault = wait_for(
+            "the launcher's exit in the history",
+            lambda: [h for h in _status(cluster).get("history", []) if h.get("pod") == LAUNCHER],
+            300,
+            every=3,
+        )
+        assert (fault[0]["exitCode"], fault[0]["rule"], fault[0]["action"]) == (
+            129,
+            "faultTolerantPolicy[0]",
+            "restart",
+        )
+        wait_for("the launcher Running again", lambda: _running(cluster, 4), 300, every=3)
+        _progress_after(cluster, "the launcher's exit 129", ended_at, 600)
+    finally:
+        # 7. Deleting the job removes everything it owned.
+        cluster.kubectl("delete", "aitrainingjob", JOB, "--wait=true", "--timeout=120s")
+
+    def leftovers() -> list[str]:
+        kinds = "pods,services,configmaps,secrets,podgroups,serviceaccounts,roles,rolebindings"
+        names = cluster.kubectl_result("get", kinds, "-o", "name").split()
+        return [n for n in names if JOB in n]
+
+    wait_for("nothing of the job left", lambda: not leftovers(), 180, every=3)
