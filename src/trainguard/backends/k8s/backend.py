@@ -233,56 +233,55 @@ class JobBackend:
             with self.shared.lock:
                 self.shared.pending_launches[(self.namespace, action.pod)] = body
 
+    def _ensure_service(self, job: TrainingJob) -> None:
+        self._create_once(
+            self.shared.services, job, lambda: [("services", manifests.service(self.kind, job))]
+        )
+
     def _ensure_discovery(self, job: TrainingJob) -> None:
         """A Horovod job's discovery ConfigMap, before its pods: they mount it, and a pod whose ConfigMap is
         missing never starts. It lists no host (version 0) until the controller's first ``UpdateDiscovery``."""
-        uid = job.metadata.uid or ""
-        if uid in self.shared.discovery_maps or job.spec.framework_type is not FrameworkType.HOROVOD:
-            return
-        body = manifests.discovery_config_map(self.kind, job, 0, ())
-        try:
-            self.kube.create(f"/api/v1/namespaces/{self.namespace}/configmaps", body)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-        with self.shared.lock:
-            self.shared.discovery_maps.add(uid)
+        if job.spec.framework_type is FrameworkType.HOROVOD:
+            body = manifests.discovery_config_map(self.kind, job, 0, ())
+            self._create_once(self.shared.discovery_maps, job, lambda: [("configmaps", body)])
 
     def _ensure_ssh_secret(self, job: TrainingJob) -> None:
         """For ``plugin.ssh``: the job's key pair, before its pods (they mount it). Made once: an existing
         Secret is kept, so pods already running keep trusting each other."""
-        uid = job.metadata.uid or ""
-        if uid in self.shared.ssh_secrets or not ssh.wants_ssh(job):
-            return
-        try:
-            self.kube.create(
-                f"/api/v1/namespaces/{self.namespace}/secrets", manifests.ssh_secret(self.kind, job)
+        if ssh.wants_ssh(job):
+            self._create_once(
+                self.shared.ssh_secrets, job, lambda: [("secrets", manifests.ssh_secret(self.kind, job))]
             )
-        except ApiError as error:
-            if error.status != 409:
-                raise
-        with self.shared.lock:
-            self.shared.ssh_secrets.add(uid)
 
     def _ensure_pod_access(self, job: TrainingJob) -> None:
         """For a job whose pods run a barrier: its ServiceAccount, Role (list pods) and RoleBinding, before its
         pods (a pod naming a ServiceAccount that does not exist yet is refused)."""
+        if manifests.needs_pod_access(job):
+            plural = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings"}
+            self._create_once(
+                self.shared.pod_access,
+                job,
+                lambda: [(plural[body["kind"]], body) for body in manifests.access_objects(self.kind, job)],
+            )
+
+    def _create_once(
+        self, done: set[str], job: TrainingJob, objects: Callable[[], list[tuple[str, Obj]]]
+    ) -> None:
+        """Objects a job needs before its pods, created once per job (``done``: the uids of jobs that have
+        them; a 409 means they exist already). ``objects`` gives (plural, body) pairs, made only when needed."""
         uid = job.metadata.uid or ""
-        if uid in self.shared.pod_access or not manifests.needs_pod_access(job):
+        if uid in done:
             return
-        paths = {
-            "ServiceAccount": f"/api/v1/namespaces/{self.namespace}/serviceaccounts",
-            "Role": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{self.namespace}/roles",
-            "RoleBinding": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{self.namespace}/rolebindings",
-        }
-        for body in manifests.access_objects(self.kind, job):
+        for plural, body in objects():
+            group = body["apiVersion"]
+            base = "/api/v1" if group == "v1" else f"/apis/{group}"
             try:
-                self.kube.create(paths[body["kind"]], body)
+                self.kube.create(f"{base}/namespaces/{self.namespace}/{plural}", body)
             except ApiError as error:
                 if error.status != 409:
                     raise
         with self.shared.lock:
-            self.shared.pod_access.add(uid)
+            done.add(uid)
 
     def _ensure_pod_group(self, job: TrainingJob) -> None:
         """The job's PodGroup, before any of its pods, when they name a gang scheduler; written again when
@@ -352,19 +351,6 @@ class JobBackend:
         with self.shared.lock:
             self.shared.priority_classes[name] = known
         return name if known else None
-
-    def _ensure_service(self, job: TrainingJob) -> None:
-        uid = job.metadata.uid or ""
-        if uid in self.shared.services:
-            return
-        try:
-            self.kube.create(
-                f"/api/v1/namespaces/{self.namespace}/services", manifests.service(self.kind, job)
-            )
-        except ApiError as error:
-            if error.status != 409:
-                raise
-        self.shared.services.add(uid)
 
     def _terminate(self, action: TerminatePod) -> None:
         pod = self.shared.pods.get(self.namespace, action.pod)
