@@ -100,3 +100,38 @@ def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
     with pytest.raises(StatusConflict):
         _backend(kube, obj).apply(job, actions)
     assert kube.calls == [("PUT", "status")]
+
+
+class PriorityClasses(FakeKube):
+    """An API server whose PriorityClasses are ``classes``; Events are accepted and recorded."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.classes: set[str] = set()
+
+    def get(self, path: str) -> Obj:
+        self._record("GET", path.rsplit("/", 1)[-1])
+        if path.rsplit("/", 1)[-1] in self.classes:
+            return {"metadata": {"name": path.rsplit("/", 1)[-1]}}
+        raise ApiError(404, "not found")
+
+
+def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import trainguard.backends.k8s.backend as backend_module
+
+    obj, job = _cce_job()  # priority: normal
+    kube = PriorityClasses()
+    backend = _backend(kube, obj)
+    now = [100.0]
+    monkeypatch.setattr(backend_module.time, "monotonic", lambda: now[0])
+    assert backend._priority_class(job) is None
+    assert ("POST", "events") in kube.calls  # PriorityClassNotFound
+    kube.classes.add("normal")
+    now[0] += backend_module.PRIORITY_CLASS_TTL - 1
+    assert backend._priority_class(job) is None  # still what was looked up
+    assert kube.calls.count(("GET", "normal")) == 1
+    now[0] += 2
+    assert backend._priority_class(job) == "normal"
+    assert kube.calls.count(("GET", "normal")) == 2

@@ -60,6 +60,7 @@ def test_the_secret_holds_a_fresh_pair_that_authorizes_itself() -> None:
     assert data["ssh-publickey"].startswith("ssh-ed25519 ")
     assert data["ssh-privatekey"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert "StrictHostKeyChecking no" in data["config"]
+    assert "ServerAliveInterval 5" in data["config"]  # a dead host ends horovodrun's ssh within 15 s
     assert first["data"]["ssh-privatekey"] != second["data"]["ssh-privatekey"]  # one pair per job
 
 
@@ -73,3 +74,14 @@ def test_openssh_reads_the_private_key_and_derives_the_same_public_key(tmp_path:
         ["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, check=True, timeout=30
     ).stdout
     assert derived.split()[:2] == public.split()[:2]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="OpenSSH's ssh is not installed here")
+def test_openssh_reads_the_client_config_and_gives_up_on_a_silent_host(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(ssh.client_config(_cce()))
+    shown = subprocess.run(
+        ["ssh", "-F", str(config), "-G", "10.1.2.3"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.splitlines()
+    assert {"stricthostkeychecking false", "connecttimeout 10", "serveraliveinterval 5",
+            "serveralivecountmax 3"} <= set(shown)  # fmt: skip

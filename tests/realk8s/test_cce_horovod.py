@@ -1,8 +1,9 @@
 """CCE's own AITrainingJob, byte for byte, on real nodes with Volcano and the operator installed by the chart's
 defaults: gang-scheduled (a PodGroup), the launcher waiting in CCE's job barrier, horovodrun reaching the
 trainers' sshd with the job's own key pair, the trainers' extended resources (baidu.com/v100_32g_cgpu*)
-advertised by the nodes. Then, while Horovod trains: a scale to 4 trainers, a trainer force-deleted, the
-launcher ending with 129 (its first rule restarts it), and the job's deletion taking everything it owned.
+advertised by the nodes. Then, while Horovod trains: a scale to 4 trainers, a trainer force-deleted, a
+trainer's node dying, the launcher ending with 129 (its first rule restarts it), and the job's deletion
+taking everything it owned.
 The time from each fault to Horovod's next progress line is printed (what docs/horovod.md records)."""
 
 from __future__ import annotations
@@ -40,6 +41,21 @@ def _running(cluster: RealCluster, trainers: int) -> bool:
 
 def _status(cluster: RealCluster) -> dict[str, Any]:
     return dict(cluster.json("get", "aitrainingjob", JOB).get("status") or {})
+
+
+def _condition(cluster: RealCluster, kind: str) -> dict[str, Any] | None:
+    found = [c for c in _status(cluster).get("conditions", []) if c["type"] == kind]
+    return found[-1] if found else None
+
+
+def _node_to_kill(placed: dict[str, str]) -> str:
+    """A node with some trainers but not all (Horovod needs one survivor to carry its state), the launcher's
+    last: losing it too restarts horovodrun, by the launcher's own nodeNotReady rule."""
+    trainers = [node for name, node in placed.items() if name != LAUNCHER]
+    candidates = sorted(set(trainers), key=lambda node: (node == placed[LAUNCHER], -trainers.count(node)))
+    usable = [node for node in candidates if trainers.count(node) < len(trainers)]
+    assert usable, f"every trainer on one node, none would survive: {placed}"
+    return usable[0]
 
 
 def _iters_after(cluster: RealCluster, since: float) -> list[tuple[float, int]]:
@@ -88,6 +104,16 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
         wait_for("1 launcher and 3 trainers Running", lambda: _running(cluster, 3), 600, every=3)
         phases = [t["to"] for t in _status(cluster).get("transitions", [])]
         assert phases[:3] == ["Pending", "Creating", "Running"], phases
+        # CCE's conditions, in CCE's words.
+        conditions = {c["type"]: c for c in _status(cluster)["conditions"]}
+        assert (conditions["Pending"]["reason"], conditions["Pending"]["message"]) == (
+            "TrainingJobPending", "all pods are waiting for scheduling")  # fmt: skip
+        assert re.fullmatch(r"pods \[[-a-z0-9 ]+\] creating containers", conditions["Creating"]["message"])
+        assert conditions["Creating"]["reason"] == "TrainingJobCreating"
+        assert (conditions["Running"]["status"], conditions["Running"]["message"]) == (
+            "True",
+            "all pods are running",
+        )
 
         # 2. Horovod trains with 3 workers.
         started = time.time() - 600
@@ -98,6 +124,11 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
         scaled_at = time.time()
         cluster.kubectl("patch", "aitrainingjob", JOB, "--type=merge", "-p",
                         '{"spec":{"replicaSpecs":{"trainer":{"replicas":4}}}}')  # fmt: skip
+        scaling = wait_for("the Scaling condition", lambda: _condition(cluster, "Scaling"), 120, every=2)
+        assert scaling["message"].startswith(
+            f"trainingJob default/{JOB} scaleout Operation scaleout scale num 1 scale pods [{JOB}-trainer-3], "
+            "replicas name trainer job version "
+        ), scaling
         wait_for("a 4th trainer Running", lambda: _running(cluster, 4), 300, every=3)
         wait_for("4 Horovod workers", lambda: _world(cluster) == 4, 400, every=3)
         _progress_after(cluster, "scale 3 -> 4", scaled_at)
@@ -114,6 +145,35 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             every=3,
         )
         _progress_after(cluster, "a trainer force-deleted", deleted_at)
+        # The new pod has a new IP, which Horovod takes for a new host (it blacklisted the old one for good).
+        wait_for("Horovod back at 4 workers", lambda: _world(cluster) == 4, 400, every=3)
+
+        # 5. The node of a trainer dies (kubelet stopped, its pods frozen, its link down): what ran there is
+        # replaced on the other node (faultTolerantPolicy: nodeNotReady), and training goes on.
+        placed = {name: pod["spec"]["nodeName"] for name, pod in _pods(cluster).items()}
+        dead = _node_to_kill(placed)
+        lost = sorted(name for name, node in placed.items() if node == dead)
+        print(f"\nplacement {placed}; stopping {dead}")
+        died_at = time.time()
+        cluster.stop_node(dead)
+        try:
+            wait_for(f"{dead} NotReady", lambda: not cluster.node_ready(dead), 90)
+            wait_for(
+                f"{', '.join(lost)} replaced on the other node",
+                lambda: (
+                    _running(cluster, 4) and all(_pods(cluster)[n]["spec"]["nodeName"] != dead for n in lost)
+                ),
+                300,
+                every=3,
+            )
+            faults = {
+                h["pod"]: h["fault"] for h in _status(cluster).get("history", []) if h.get("node") == dead
+            }
+            assert all(faults.get(name) == "NodeNotReady" for name in lost), faults
+            _progress_after(cluster, f"a node lost ({', '.join(lost)} on it)", died_at, 600)
+        finally:
+            cluster.start_node(dead)
+        wait_for(f"{dead} Ready again", lambda: cluster.node_ready(dead), 120)
 
         # 6. The launcher's process ends with 129: its first rule (exitCodes 129,101) restarts it.
         ended_at = time.time()

@@ -10,6 +10,7 @@ at, and a conflict (someone else wrote first) stops the batch: the job is read a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -42,6 +43,8 @@ from trainguard.controller.status import JobStatus
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 _MAX_ERRORS = 50
+#: Seconds the operator trusts what it learnt of a PriorityClass (that it exists, or not).
+PRIORITY_CLASS_TTL = 60.0
 
 
 class JobBackend:
@@ -325,13 +328,14 @@ class JobBackend:
 
     def _priority_class(self, job: TrainingJob) -> str | None:
         """The PriorityClass the job asks for, if the cluster has it; else a Warning on the job (once per job
-        and name) and none."""
+        and name) and none. Looked up again after ``PRIORITY_CLASS_TTL`` seconds, so that a PriorityClass
+        created (or deleted) later reaches the PodGroup."""
         name = gang.wanted_priority_class(job)
         if not name:
             return None
         with self.shared.lock:
-            known = self.shared.priority_classes.get(name)
-        if known is not None:
+            known, at = self.shared.priority_classes.get(name, (None, 0.0))
+        if known is not None and time.monotonic() - at < PRIORITY_CLASS_TTL:
             return name if known else None
         try:
             self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
@@ -349,7 +353,7 @@ class JobBackend:
                 job, EmitEvent(key, EventType.WARNING, "PriorityClassNotFound", message, self.shared.clock())
             )
         with self.shared.lock:
-            self.shared.priority_classes[name] = known
+            self.shared.priority_classes[name] = (known, time.monotonic())
         return name if known else None
 
     def _terminate(self, action: TerminatePod) -> None:
@@ -373,10 +377,10 @@ class JobBackend:
                 raise
 
     def _discovery(self, job: TrainingJob, action: UpdateDiscovery) -> None:
-        # Each host by its DNS name behind the job's headless Service, as ssh from the launcher resolves it.
-        address = manifests.network(job).address
+        # Each host by its pod's address as the pod is now: a replaced pod is a new host to Horovod.
         hosts = tuple(
-            f"{address(pod)}:{slots}" for pod, _, slots in (host.rpartition(":") for host in action.hosts)
+            f"{manifests.horovod_host(job, pod, self.shared.pods.get(self.namespace, pod))}:{slots}"
+            for pod, _, slots in (host.rpartition(":") for host in action.hosts)
         )
         body = manifests.discovery_config_map(self.kind, job, action.version, hosts)
         path = f"/api/v1/namespaces/{self.namespace}/configmaps"

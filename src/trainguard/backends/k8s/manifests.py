@@ -417,6 +417,20 @@ def discovery_script(version: int, hosts: tuple[str, ...]) -> str:
     return f"#!/bin/sh\n# trainguard host discovery, version {version}\n{lines}\n"
 
 
+def horovod_host(job: TrainingJob, name: str, observed: Obj | None) -> str:
+    """How a Horovod launcher names the worker pod ``name`` (``observed``: that pod as last seen) in its host
+    list: by the pod's IP, which is new with every pod, so that Horovod takes a replaced pod for a new host.
+    By name it would not: horovodrun blacklists a host whose worker failed, for good unless it is given
+    ``--blacklist-cooldown-range`` (CCE's command is not), and a replaced pod keeps its name here (CCE's
+    operator names each pod anew). By its DNS name behind the job's Service where the IP is not known yet, or
+    is its node's (``hostNetwork``: pods on one node would be one host)."""
+    pod = observed or {}
+    ip = (pod.get("status") or {}).get("podIP")
+    if ip and not (pod.get("spec") or {}).get("hostNetwork"):
+        return str(ip)
+    return network(job).address(name)
+
+
 def discovery_config_map(kind: JobKind, job: TrainingJob, version: int, hosts: tuple[str, ...]) -> Obj:
     return {
         "apiVersion": "v1",

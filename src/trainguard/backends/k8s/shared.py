@@ -54,8 +54,8 @@ class Shared:
     pod_access: set[str] = field(default_factory=set)
     #: Job uid -> the spec its PodGroup was last written with.
     pod_groups: dict[str, Obj] = field(default_factory=dict)
-    #: PriorityClass name -> whether it exists, as last looked up.
-    priority_classes: dict[str, bool] = field(default_factory=dict)
+    #: PriorityClass name -> whether it exists, and when (monotonic seconds) that was looked up.
+    priority_classes: dict[str, tuple[bool, float]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")

@@ -4,7 +4,9 @@ the trainers, as Kubeflow's MPI operator does it.
 For a job whose ``plugin`` names ``ssh`` the operator creates the Secret ``<job>-ssh`` (owned by the job, so
 deleted with it) holding a fresh Ed25519 key pair, the public key as ``authorized_keys``, and a client
 ``config`` that trusts the job's hosts without asking (their keys are made fresh with every pod, so there is
-nothing to pin) and logs in as the same user. Every pod of the job gets it at ``/root/.ssh`` (mode 0600), in
+nothing to pin), logs in as the same user, and gives up on a host that stops answering (``ServerAliveInterval``):
+horovodrun learns that a worker failed only when its ssh ends, and an ssh to a dead node would otherwise wait
+for TCP keepalive, two hours. Every pod of the job gets it at ``/root/.ssh`` (mode 0600), in
 its first container, unless its template mounts something there already.
 """
 
@@ -27,6 +29,12 @@ FILES = {
     "config": "config",
 }
 
+#: A host that does not answer: a new connection gives up after CONNECT_TIMEOUT seconds, an open one after
+#: ALIVE_COUNT unanswered probes ALIVE_INTERVAL seconds apart (a live host answers even while its worker waits).
+CONNECT_TIMEOUT = 10
+ALIVE_INTERVAL = 5
+ALIVE_COUNT = 3
+
 
 def wants_ssh(job: TrainingJob) -> bool:
     return isinstance(job.spec.plugin, dict) and "ssh" in job.spec.plugin
@@ -44,6 +52,9 @@ def client_config(job: TrainingJob) -> str:
         "    StrictHostKeyChecking no\n"
         "    UserKnownHostsFile /dev/null\n"
         "    LogLevel ERROR\n"
+        f"    ConnectTimeout {CONNECT_TIMEOUT}\n"
+        f"    ServerAliveInterval {ALIVE_INTERVAL}\n"
+        f"    ServerAliveCountMax {ALIVE_COUNT}\n"
     )
 
 
