@@ -7,6 +7,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,11 @@ def helm(cluster: RealCluster, *args: str) -> str:
     if done.returncode != 0:
         pytest.fail(f"helm {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
     return done.stdout
+
+
+def log_stamp(text: str) -> float:
+    """Seconds since the epoch of kubectl's RFC 3339 timestamp ("2026-11-24T21:52:25.9162Z": nanoseconds at
+    most, trailing zeros dropped)."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    seconds = datetime.fromisoformat(whole + "+00:00").timestamp()
+    return seconds + float(f"0.{fraction or '0'}")

@@ -13,13 +13,12 @@ import copy
 import re
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.realk8s.real import EXAMPLES, RealCluster, wait_for
+from tests.realk8s.real import EXAMPLES, RealCluster, log_stamp, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -52,16 +51,8 @@ def _steps(cluster: RealCluster, name: str) -> list[tuple[float, int, int]]:
         for line in done.splitlines():
             match = _STEP.match(line)
             if match:
-                found.append((_stamp(match[1]), int(match[2]), int(match[4])))
+                found.append((log_stamp(match[1]), int(match[2]), int(match[4])))
     return sorted(found)
-
-
-def _stamp(text: str) -> float:
-    """Seconds since the epoch of kubectl's RFC 3339 timestamp ("2026-11-24T21:52:25.9162Z": nanoseconds at
-    most, trailing zeros dropped)."""
-    whole, _, fraction = text.rstrip("Z").partition(".")
-    seconds = datetime.fromisoformat(whole + "+00:00").timestamp()
-    return seconds + float(f"0.{fraction or '0'}")
 
 
 def _step_after(cluster: RealCluster, name: str, since: float, world: int | None = None) -> float | None:
@@ -212,8 +203,8 @@ def _goes_on(cluster: RealCluster, scenario: str, fault_at: float) -> float:
 def _hang_seen(cluster: RealCluster, pod: str, since: float) -> float | None:
     for line in cluster.kubectl_result("logs", "--timestamps", pod).splitlines():
         said = _HANG_SAID.match(line)
-        if said and _stamp(said[1]) > since:
-            return _stamp(said[1])
+        if said and log_stamp(said[1]) > since:
+            return log_stamp(said[1])
     return None
 
 
