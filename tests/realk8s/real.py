@@ -63,6 +63,11 @@ class RealCluster(KubeCluster):
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return self.json("get", "pod", name, "-n", namespace)  # type: ignore[no-any-return]
 
+    def replica_pods(self, job: str) -> list[dict[str, Any]]:
+        """The job's replica pods (not its rendezvous store's): those with a replica index."""
+        found = self.json("get", "pods", "-l", f"trainguard.io/job={job},trainguard.io/index")["items"]
+        return list(found)
+
     def logs(self, pod: str, namespace: str = "default", container: str | None = None) -> str:
         return self.kubectl("logs", pod, "-n", namespace, *(["-c", container] if container else []))
 

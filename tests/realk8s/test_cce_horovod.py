@@ -27,10 +27,7 @@ _WORKERS = re.compile(r"Number of CPUs: (\d+)|Workers after the reset: (\d+)")
 
 
 def _pods(cluster: RealCluster) -> dict[str, dict[str, Any]]:
-    found = cluster.json("get", "pods", "-l", f"trainguard.io/job={JOB}")["items"]
-    return {
-        p["metadata"]["name"]: p for p in found if "trainguard.io/index" in p["metadata"].get("labels", {})
-    }
+    return {p["metadata"]["name"]: p for p in cluster.replica_pods(JOB)}
 
 
 def _running(cluster: RealCluster, trainers: int) -> bool:

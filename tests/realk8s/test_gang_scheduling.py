@@ -58,8 +58,7 @@ def _blocker() -> dict[str, Any]:
 
 
 def _trainers(cluster: RealCluster, job: str) -> list[dict[str, Any]]:
-    pods = cluster.json("get", "pods", "-l", f"trainguard.io/job={job}")["items"]
-    return [p for p in pods if "trainguard.io/index" in p["metadata"].get("labels", {})]
+    return cluster.replica_pods(job)
 
 
 def _placed(cluster: RealCluster, job: str) -> tuple[int, int]:
