@@ -9,6 +9,8 @@ if TYPE_CHECKING:
         CheckpointError,
         ElasticInfo,
         ElasticSampler,
+        Restored,
+        Snapshots,
         elastic,
         heartbeat,
     )
@@ -19,6 +21,8 @@ __all__ = [
     "Checkpointer",
     "ElasticInfo",
     "ElasticSampler",
+    "Restored",
+    "Snapshots",
     "__version__",
     "elastic",
     "heartbeat",

@@ -7,6 +7,7 @@ from trainguard.sdk.checkpoint import Checkpoint, Checkpointer, CheckpointError
 from trainguard.sdk.elasticity import ElasticInfo, elastic
 from trainguard.sdk.heartbeat import heartbeat
 from trainguard.sdk.sampler import ElasticSampler
+from trainguard.sdk.snapshots import Restored, Snapshots
 
 __all__ = [
     "Checkpoint",
@@ -14,6 +15,8 @@ __all__ = [
     "Checkpointer",
     "ElasticInfo",
     "ElasticSampler",
+    "Restored",
+    "Snapshots",
     "elastic",
     "heartbeat",
 ]

@@ -236,13 +236,17 @@ class Checkpointer:
         Call it from the main thread. The handler runs when the main thread next executes Python code, so a
         rank blocked inside a collective whose peer died cannot save: keep regular (async) checkpoints too.
         """
+        self.on_sigterm(get_state, self._save_for_sigterm)
+
+    def on_sigterm(self, get_state: GetState, save: Callable[[Any, int], Any]) -> None:
+        """``save_on_sigterm`` with another way to save (``trainguard.Snapshots`` saves into memory)."""
         previous = signal.getsignal(signal.SIGTERM)
 
         def handler(signum: int, frame: FrameType | None) -> None:
             if self._defer_depth > 0:
                 self._pending_signal = (signum, frame)
                 return
-            self._terminate(get_state, previous, signum, frame)
+            self._terminate(get_state, save, previous, signum, frame)
 
         try:
             signal.signal(signal.SIGTERM, handler)
@@ -262,18 +266,27 @@ class Checkpointer:
             if self._defer_depth == 0 and pending is not None and self._sigterm_handler is not None:
                 self._sigterm_handler(*pending)
 
-    def _terminate(self, get_state: GetState, previous: Any, signum: int, frame: FrameType | None) -> None:
+    def _save_for_sigterm(self, state: Any, step: int) -> None:
+        if self.is_writer():
+            started = time.monotonic()
+            path = self.save(state, step)
+            log.warning("SIGTERM: saved %s in %.2f s", path, time.monotonic() - started)
+
+    def _terminate(
+        self,
+        get_state: GetState,
+        save: Callable[[Any, int], Any],
+        previous: Any,
+        signum: int,
+        frame: FrameType | None,
+    ) -> None:
         if self._terminating:  # a second SIGTERM while saving: the first one finishes the job
             return
         self._terminating = True
-        if self.is_writer():
-            started = time.monotonic()
-            try:
-                state, step = get_state()
-                path = self.save(state, step)
-                log.warning("SIGTERM: saved %s in %.2f s", path, time.monotonic() - started)
-            except Exception:
-                log.exception("SIGTERM: saving the checkpoint failed")
+        try:
+            save(*get_state())
+        except Exception:
+            log.exception("SIGTERM: saving the checkpoint failed")
         if callable(previous):
             try:
                 previous(signum, frame)

@@ -1,0 +1,370 @@
+"""Snapshots of a training state in shared memory, as files of a tmpfs directory (``/dev/shm`` by default).
+
+A file in shared memory outlives the process that wrote it: a worker that torchrun restarts in the same pod
+(or a pod relaunched on the same node) finds the state of its last step there, without a read from disk. The
+directory is the node's: trainguard's runtime gives every pod of a node the same one and removes it when the
+node is lost or the job ends.
+
+One writer's snapshots live in a directory of their own (``own-<key>`` for a worker's own, ``buddy-<key>`` for
+the copies a peer replicates here) as numbered **slots**, each two files: ``slot-N.data``, the bytes of every
+tensor storage one after the other (64-byte aligned), and ``slot-N.meta``, a pickle of the state with its
+tensors replaced by references into the data, with the step, the rank and the world. A slot is written in that
+order and its meta is renamed into place last, so a slot with a meta is complete; its meta is removed before
+its data is written over. The writer takes the slot that holds neither its newest complete snapshot nor a
+reader (``flock``: a replication or a persist to disk reading it), so two slots suffice while readers keep up,
+and at most ``MAX_SLOTS`` are ever made.
+
+The data files are kept mapped by the writer between steps: after the first snapshot, taking one is a
+``memmove`` of the state into pages already there (no allocation, no page faults).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import mmap
+import os
+import pickle
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+FORMAT = "trainguard.snapshot/1"
+ALIGN = 64
+MAX_SLOTS = 4
+#: Copies are cut into pieces of this size so that threads share the work evenly.
+CHUNK_BYTES = 8 << 20
+
+
+class SnapshotFormatError(RuntimeError):
+    """A slot's meta file is not one of ours (another version, damaged): it is skipped."""
+
+
+class _Ref(NamedTuple):
+    """Where a tensor's bytes are in a slot's data: what the meta file holds in the tensor's place."""
+
+    offset: int
+    dtype: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    parameter: bool
+    requires_grad: bool
+
+
+class Layout:
+    """A state taken apart: its skeleton (tensors replaced by ``_Ref``), and the copies that fill a data file."""
+
+    def __init__(self, skeleton: Any, copies: list[tuple[int, Any, int]], size: int) -> None:
+        self.skeleton = skeleton
+        self.copies = copies  # (offset in the data, source tensor of the storage, bytes)
+        self.size = size
+
+
+def layout(state: Any) -> Layout:
+    """Plan where each tensor storage of ``state`` goes; tensors that share a storage share it in the copy.
+    Tensors that are not plain dense ones (sparse, quantized, subclasses) stay in the skeleton, pickled."""
+    import torch
+
+    offsets: dict[tuple[str, int, int], int] = {}
+    copies: list[tuple[int, Any, int]] = []
+    end = 0
+    memo: dict[int, Any] = {}
+
+    def ref(tensor: Any) -> Any:
+        nonlocal end
+        plain = type(tensor) in (torch.Tensor, torch.nn.Parameter)
+        unusual = tensor.layout != torch.strided or tensor.is_quantized or tensor.is_conj() or tensor.is_neg()
+        if not plain or unusual or tensor.device.type == "meta":
+            return tensor.detach().to("cpu", copy=True)
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr(), storage.nbytes())
+        offset = offsets.get(key)
+        if offset is None:
+            offset = offsets[key] = end
+            copies.append((offset, tensor, storage.nbytes()))
+            end += -(-storage.nbytes() // ALIGN) * ALIGN
+        return _Ref(offset, str(tensor.dtype).replace("torch.", ""), tuple(tensor.size()), tuple(tensor.stride()),
+                    tensor.storage_offset(), isinstance(tensor, torch.nn.Parameter), tensor.requires_grad)  # fmt: skip
+
+    def visit(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in memo:
+                memo[id(obj)] = ref(obj)
+            return memo[id(obj)]
+        kind = type(obj)
+        if kind is dict:
+            return {key: visit(value) for key, value in obj.items()}
+        if kind is OrderedDict:  # a module's state_dict, with its _metadata attribute
+            rebuilt: Any = OrderedDict((key, visit(value)) for key, value in obj.items())
+            rebuilt.__dict__.update(obj.__dict__)
+            return rebuilt
+        if kind is list:
+            return [visit(value) for value in obj]
+        if kind is tuple:
+            return tuple(visit(value) for value in obj)
+        return obj
+
+    skeleton = visit(state)
+    return Layout(skeleton, copies, max(end, 1))
+
+
+def rebuild(skeleton: Any, storage: Any) -> Any:
+    """The state of ``skeleton`` with tensors on ``storage`` (an untyped storage of the slot's data)."""
+    import torch
+
+    def visit(obj: Any) -> Any:
+        if isinstance(obj, _Ref):
+            dtype = getattr(torch, obj.dtype)
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            out = torch.empty(0, dtype=dtype).set_(
+                storage, obj.offset // itemsize + obj.storage_offset, obj.size, obj.stride
+            )
+            if obj.parameter:
+                return torch.nn.Parameter(out, requires_grad=obj.requires_grad)
+            return out
+        kind = type(obj)
+        if kind is dict:
+            return {key: visit(value) for key, value in obj.items()}
+        if kind is OrderedDict:
+            rebuilt: Any = OrderedDict((key, visit(value)) for key, value in obj.items())
+            rebuilt.__dict__.update(obj.__dict__)
+            return rebuilt
+        if kind is list:
+            return [visit(value) for value in obj]
+        if kind is tuple:
+            return tuple(visit(value) for value in obj)
+        return obj
+
+    return visit(skeleton)
+
+
+def address_of(region: mmap.mmap) -> int:
+    view = ctypes.c_char.from_buffer(region)
+    try:
+        return ctypes.addressof(view)
+    finally:
+        del view
+
+
+def copy_into(destination: int, copies: list[tuple[int, Any, int]], pool: Any) -> None:
+    """Copy each source storage to ``destination + offset``: CPU bytes by ``memmove`` in chunks spread over
+    ``pool`` (memmove releases the GIL), others (GPU) through a CPU tensor on the destination's bytes."""
+    import torch
+
+    chunks: list[tuple[int, int, int]] = []
+    for offset, tensor, size in copies:
+        if tensor.device.type == "cpu":
+            source = tensor.untyped_storage().data_ptr()
+            chunks.extend(
+                (destination + offset + at, source + at, min(CHUNK_BYTES, size - at))
+                for at in range(0, size, CHUNK_BYTES)
+            )
+        else:
+            buffer = (ctypes.c_char * size).from_address(destination + offset)
+            target = torch.frombuffer(buffer, dtype=torch.uint8)
+            target.copy_(
+                torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
+            )
+    if pool is None or len(chunks) < 2:
+        for chunk in chunks:
+            ctypes.memmove(*chunk)
+    else:
+        list(pool.map(lambda chunk: ctypes.memmove(*chunk), chunks))
+
+
+class Slot:
+    """A complete snapshot in a slot: its meta, and where its data is."""
+
+    def __init__(self, directory: Path, index: int, meta: dict[str, Any]) -> None:
+        self.directory = directory
+        self.index = index
+        self.meta = meta
+
+    @property
+    def step(self) -> int:
+        return int(self.meta["step"])
+
+    @property
+    def data_path(self) -> Path:
+        return self.directory / f"slot-{self.index}.data"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.directory / f"slot-{self.index}.meta"
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[tuple[int, int]]:
+        """(file descriptor, size) of the data, locked against the writer (``flock`` shared) while in use.
+        Raises FileNotFoundError when the slot is being written over (its meta gone)."""
+        fd = os.open(self.data_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if not self.meta_path.exists():  # written over between listing and locking
+                raise FileNotFoundError(self.meta_path)
+            yield fd, int(self.meta["size"])
+        finally:
+            os.close(fd)
+
+    def meta_bytes(self) -> bytes:
+        return self.meta_path.read_bytes()
+
+
+def committed(directory: Path) -> list[Slot]:
+    """The complete snapshots in ``directory``, newest step first; unreadable metas are skipped."""
+    found = []
+    for path in directory.glob("slot-*.meta"):
+        try:
+            index = int(path.name[len("slot-") : -len(".meta")])
+            meta = load_meta(path.read_bytes())
+        except (OSError, ValueError, SnapshotFormatError):
+            continue
+        found.append(Slot(directory, index, meta))
+    return sorted(found, key=lambda slot: slot.step, reverse=True)
+
+
+def slot_at(meta_path: Path) -> Slot:
+    """The slot whose meta file is ``meta_path`` (``slot-N.meta``)."""
+    index = int(meta_path.name[len("slot-") : -len(".meta")])
+    return Slot(meta_path.parent, index, load_meta(meta_path.read_bytes()))
+
+
+def load_meta(raw: bytes) -> dict[str, Any]:
+    try:
+        meta = pickle.loads(raw)
+    except Exception as error:
+        raise SnapshotFormatError(f"not a snapshot: {error}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise SnapshotFormatError("not a snapshot of this format")
+    return meta
+
+
+class SlotWriter:
+    """Writes one writer's snapshots into ``directory``, reusing its mapped data files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._maps: dict[int, tuple[int, mmap.mmap, int]] = {}  # index -> (size, map, fd)
+
+    def write(self, meta: dict[str, Any], fill: Any, size: int) -> Slot:
+        """Write a snapshot: ``fill(address)`` copies ``size`` bytes of data to ``address``; then the meta
+        (which must hold ``step``) is committed. Returns the complete slot."""
+        index, fd = self._free_slot()
+        try:
+            (self.directory / f"slot-{index}.meta").unlink(missing_ok=True)
+            region = self._mapped(index, fd, size)
+            fill(address_of(region))
+            body = pickle.dumps({**meta, "format": FORMAT, "size": size}, protocol=4)
+            temporary = self.directory / f".slot-{index}.meta.tmp"
+            temporary.write_bytes(body)
+            os.replace(temporary, self.directory / f"slot-{index}.meta")
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return Slot(self.directory, index, load_meta(body))
+
+    def write_bytes(self, meta_raw: bytes, receive: Any, size: int) -> Slot:
+        """Write a snapshot received as bytes: ``receive(memoryview)`` fills the data; ``meta_raw`` as given."""
+        meta = load_meta(meta_raw)
+        index, fd = self._free_slot()
+        try:
+            (self.directory / f"slot-{index}.meta").unlink(missing_ok=True)
+            region = self._mapped(index, fd, size)
+            receive(memoryview(region)[:size])
+            temporary = self.directory / f".slot-{index}.meta.tmp"
+            temporary.write_bytes(meta_raw)
+            os.replace(temporary, self.directory / f"slot-{index}.meta")
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return Slot(self.directory, index, meta)
+
+    def close(self) -> None:
+        for _, region, fd in self._maps.values():
+            with contextlib.suppress(BufferError):
+                region.close()
+            os.close(fd)
+        self._maps.clear()
+
+    def _free_slot(self) -> tuple[int, int]:
+        """A slot that holds neither the newest complete snapshot nor a reader, locked (``flock`` exclusive)."""
+        slots = committed(self.directory)
+        newest = slots[0].index if slots else None
+        for index in range(MAX_SLOTS):
+            if index == newest:
+                continue
+            fd = self._fd(index)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            return index, fd
+        # Every other slot is being read: wait for the oldest of them rather than write over the newest.
+        index = next(i for i in range(MAX_SLOTS) if i != newest)
+        fd = self._fd(index)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return index, fd
+
+    def _fd(self, index: int) -> int:
+        kept = self._maps.get(index)
+        if kept is not None:
+            return kept[2]
+        return os.open(self.directory / f"slot-{index}.data", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def _mapped(self, index: int, fd: int, size: int) -> mmap.mmap:
+        kept = self._maps.get(index)
+        if kept is not None and kept[0] == size:
+            return kept[1]
+        if kept is not None:
+            with contextlib.suppress(BufferError):
+                kept[1].close()
+        os.ftruncate(fd, size)
+        region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._maps[index] = (size, region, fd)
+        return region
+
+
+def read_into_private(slot: Slot) -> Any:
+    """The slot's state in this process's own memory (training may change it; the slot stays as it was)."""
+    import torch
+
+    with slot.reading() as (fd, size):
+        data = torch.empty(size, dtype=torch.uint8)
+        read_exactly(fd, bytes_of(data), 0)
+    return rebuild(slot.meta["skeleton"], data.untyped_storage())
+
+
+def bytes_of(tensor: Any) -> memoryview:
+    """The bytes of a contiguous CPU uint8 tensor, writable."""
+    return memoryview((ctypes.c_char * tensor.numel()).from_address(tensor.data_ptr())).cast("B")
+
+
+def read_exactly(fd: int, into: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(into):
+        got = os.preadv(fd, [into[done:]], offset + done)
+        if got <= 0:
+            raise OSError(f"short read of a snapshot ({done} of {len(into)} bytes)")
+        done += got
+
+
+def bytes_free(directory: Path) -> int:
+    """What the filesystem of ``directory`` can still take, and the memory cgroup, whichever is less."""
+    stats = os.statvfs(directory)
+    free = stats.f_bavail * stats.f_frsize
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        with contextlib.suppress(OSError, ValueError):
+            limit = Path(limit_file).read_text().strip()
+            if limit != "max" and int(limit) < (1 << 60):
+                free = min(free, int(limit) - int(Path(usage_file).read_text().strip()))
+            break
+    return free
+
+
+def tree_size(directory: Path) -> int:
+    """Bytes the data files under ``directory`` hold."""
+    return sum(path.stat().st_size for path in directory.rglob("slot-*.data") if path.is_file())

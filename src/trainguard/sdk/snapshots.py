@@ -1,0 +1,501 @@
+"""``trainguard.Snapshots``: the training state of every step in shared memory, a copy on a peer, and one step
+that every rank resumes from.
+
+```python
+checkpointer = trainguard.Checkpointer(directory)            # the disk tier, and SIGTERM's defer
+snapshots = trainguard.Snapshots(checkpointer, persist_every=100)   # every rank, after init_process_group
+restored = snapshots.restore()                                # every rank: memory, then a peer's copy, then disk
+if restored is not None:
+    load(restored.state); step = restored.step                # restored.source: memory, buddy, peer or disk
+snapshots.save_on_sigterm(lambda: (state(), step))            # a planned stop snapshots its last whole step
+for ...:
+    with checkpointer.defer_sigterm():
+        ... one step ...
+    snapshots.save(state(), step)                             # a memmove into shared memory
+```
+
+- **Memory.** ``save`` copies the state into a file of shared memory (``trainguard.sdk._shm``): the step waits
+  for that copy only. The file outlives the process, so a worker restarted in the same pod, or a pod relaunched
+  on the same node, finds it.
+- **A buddy.** A thread of the worker sends each new snapshot to a peer's worker (another node's when there is
+  one), which keeps it in its node's shared memory, so a pod or node lost as a whole leaves its state there.
+  Sending never blocks a step: a snapshot that has not reached the buddy yet is not yet *safe*
+  (``safe_step``), and a newer one takes the place of one not sent yet.
+- **One step for all.** ``restore`` gathers what every rank can reach and chooses once, the same on every rank
+  (``trainguard.sdk._snapplan``): the newest step available for all ranks, in memory or on a buddy, else on
+  disk; a rank whose node has no copy receives it from a rank whose node has (a broadcast).
+- **Disk.** Every ``persist_every``-th snapshot is written to the checkpointer's directory by a thread of its
+  own, from the shared memory (no second copy in the step).
+- **Limits.** A snapshot that would not fit (the filesystem of the directory, or the memory cgroup's limit) is
+  not taken: one warning, and the step is saved to disk instead. ``close()`` frees this rank's memory; the
+  runtime removes the node's directory when the job ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainguard.sdk import _shm
+from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError, choose
+from trainguard.sdk._world import current_world
+
+log = logging.getLogger("trainguard.snapshots")
+
+ENV_DIRECTORY = "TRAINGUARD_SNAPSHOT_DIR"
+ENV_HOST = "TRAINGUARD_SNAPSHOT_HOST"
+#: The whole of a snapshot is refused when less than this share of what is free would be left.
+HEADROOM = 1.1
+#: How long a stopping worker waits for its last snapshot to reach its buddy.
+FINAL_SEND_SECONDS = 10.0
+
+__all__ = ["BUDDY", "DISK", "MEMORY", "PEER", "ReshardError", "Restored", "Snapshots", "default_directory"]
+
+
+@dataclass(frozen=True)
+class Restored:
+    step: int
+    state: Any
+    #: Where this rank read it: ``memory`` (its node's own copy), ``buddy`` (a peer's copy on its node),
+    #: ``peer`` (sent by another rank), ``disk`` (the newest checkpoint).
+    source: str
+    #: The plan every rank followed (the same on all).
+    plan: Plan
+
+
+def default_directory() -> Path:
+    """``$TRAINGUARD_SNAPSHOT_DIR`` (trainguard's runtime sets one per node), else a directory of the run in
+    ``/dev/shm``."""
+    given = os.environ.get(ENV_DIRECTORY, "").strip()
+    if given:
+        return Path(given)
+    run = (os.environ.get("TRAININGJOB_UID") or os.environ.get("TORCHELASTIC_RUN_ID") or "default").replace(
+        "/", "_"
+    )
+    return Path("/dev/shm") / f"trainguard-snapshots-{os.getuid()}" / run
+
+
+class Snapshots:
+    """Per-step snapshots of a training state in shared memory, replicated to a peer (see the module).
+
+    ``replicated=True``: every rank holds the same state (DDP), any copy serves every rank. ``False``: each rank
+    holds its own shard; a step is usable when every shard of it can be reached, by a world of the same size.
+    Construct it on every rank at the same point (after ``init_process_group``): it exchanges addresses.
+    """
+
+    def __init__(
+        self,
+        checkpointer: Any,
+        *,
+        persist_every: int = 0,
+        replicated: bool = True,
+        buddy: bool = True,
+        directory: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if persist_every < 0:
+            raise ValueError(f"Snapshots(persist_every={persist_every}): must be 0 (never) or more")
+        self.checkpointer = checkpointer
+        self.persist_every = persist_every
+        self.replicated = replicated
+        self.directory = Path(directory) if directory is not None else default_directory()
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        world = current_world()
+        self.rank, self.world_size = world.rank, world.world_size
+        pod = os.environ.get("TRAININGJOB_POD_NAME") or socket.gethostname()
+        self.key = f"{pod}-{world.local_rank}".replace("/", "_")
+        self._writer = _shm.SlotWriter(self.directory / f"own-{self.key}")
+        threads = max(1, _torch_threads())
+        self._pool = (
+            ThreadPoolExecutor(threads, thread_name_prefix="trainguard-snapshot") if threads > 1 else None
+        )
+        self._latest: _shm.Slot | None = None
+        self._in_memory = True  # False once a snapshot did not fit: saves go to disk
+        self._changed = threading.Condition()
+        self._closed = False
+        self._safe_step: int | None = None
+        self._persisting: threading.Thread | None = None
+        self._receiver: _Receiver | None = None
+        self._buddy: tuple[str, int] | None = None
+        self._sender: threading.Thread | None = None
+        self.buddy_name: str | None = None
+        if buddy and self.world_size > 1 and _distributed():
+            self._pair_up()
+
+    # -- saving ---------------------------------------------------------------------------------------------
+
+    @property
+    def safe_step(self) -> int | None:
+        """The newest step whose snapshot has reached this rank's buddy."""
+        return self._safe_step
+
+    @property
+    def latest_step(self) -> int | None:
+        return self._latest.step if self._latest is not None else None
+
+    def save(self, state: Any, step: int) -> str:
+        """Snapshot ``state`` as of ``step`` into shared memory (or to disk when it does not fit there).
+        Returns where it went: ``memory`` or ``disk``."""
+        if not self._in_memory:
+            self.checkpointer.save_async(state, step)
+            return DISK
+        plan = _shm.layout(state)
+        if self._latest is None or plan.size > int(self._latest.meta["size"]):
+            room = _shm.bytes_free(self.directory) + _shm.tree_size(self._writer.directory)
+            if plan.size * 2 * HEADROOM > room:
+                self._in_memory = False
+                log.warning(
+                    "a snapshot of %d MB does not fit twice in %s (%d MB free, counting the memory limit): "
+                    "saving to disk instead (%s)",
+                    plan.size >> 20,
+                    self.directory,
+                    room >> 20,
+                    self.checkpointer.directory,
+                )
+                self.checkpointer.save_async(state, step)
+                return DISK
+        meta = {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
+                "skeleton": plan.skeleton, "time": time.time()}  # fmt: skip
+        slot = self._writer.write(
+            meta, lambda address: _shm.copy_into(address, plan.copies, self._pool), plan.size
+        )
+        with self._changed:
+            self._latest = slot
+            self._changed.notify_all()
+        if self.persist_every and step % self.persist_every == 0:
+            self._persist(slot)
+        return MEMORY
+
+    def save_on_sigterm(self, get_state: Callable[[], tuple[Any, int]]) -> None:
+        """On SIGTERM (torchrun's stop before a resize, a pod's stop), after the step in progress (the
+        checkpointer's ``defer_sigterm``): snapshot it, give the buddy a moment to receive it, and end."""
+        self.checkpointer.on_sigterm(get_state, self._save_final)
+
+    def _save_final(self, state: Any, step: int) -> None:
+        if self.latest_step != step:
+            self.save(state, step)
+        self.wait_safe(FINAL_SEND_SECONDS)
+        log.warning("SIGTERM: snapshot of step %d in memory%s", step,
+                    ", on the buddy too" if self.safe_step == step else "")  # fmt: skip
+
+    def wait_safe(self, seconds: float) -> bool:
+        """Wait until the newest snapshot has reached the buddy (True), or ``seconds`` (False)."""
+        deadline = time.monotonic() + seconds
+        with self._changed:
+            while (
+                self._sender is not None and self._latest is not None and self._safe_step != self._latest.step
+            ):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def wait(self) -> None:
+        """Wait for a write to disk in progress."""
+        thread = self._persisting
+        if thread is not None:
+            thread.join()
+        self.checkpointer.wait()
+
+    def close(self, free: bool = True) -> None:
+        """Stop replicating; with ``free``, remove this rank's own snapshots from memory (the job is done)."""
+        self.wait()
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        if self._receiver is not None:
+            self._receiver.stop()
+        self._writer.close()
+        if free:
+            shutil.rmtree(self._writer.directory, ignore_errors=True)
+
+    def _persist(self, slot: _shm.Slot) -> None:
+        previous = self._persisting
+        if previous is not None and previous.is_alive():
+            return  # the disk is behind: this one is skipped, memory still holds it
+        self._persisting = threading.Thread(
+            target=self._persist_slot, args=(slot,), name="trainguard-persist", daemon=False
+        )
+        self._persisting.start()
+
+    def _persist_slot(self, slot: _shm.Slot) -> None:
+        try:
+            state = _shm.read_into_private(slot) if self.checkpointer.is_writer() else None
+            if state is not None:
+                self.checkpointer.save(state, slot.step)
+        except FileNotFoundError:
+            pass  # written over already: a newer one is persisted next time
+        except Exception:
+            log.exception("persisting the snapshot of step %d to disk failed", slot.step)
+
+    # -- restoring ------------------------------------------------------------------------------------------
+
+    def restore(self, map_location: Any = "cpu") -> Restored | None:
+        """The state every rank resumes from, chosen together (call it on every rank): the newest step
+        reachable for all ranks in memory (own or buddy copies), else on disk. ``None``: start afresh."""
+        mine = self._held()
+        disk = self.checkpointer.checkpoints()
+        disk_step = disk[-1][0] if disk else None
+        if _distributed() and self.world_size > 1:
+            gathered = _all_gather((mine, disk_step))
+            held = [entries for entries, _ in gathered]
+            disk_steps = [step for _, step in gathered if step is not None]
+            disk_step = max(disk_steps) if disk_steps else None
+        else:
+            held = [mine]
+        plan = choose(held, disk_step, replicated=self.replicated)
+        if plan is None:
+            return None
+        if plan.note:
+            log.warning("%s", plan.note)
+        source = plan.sources[self.rank]
+        if source == DISK:
+            latest = self.checkpointer.load_latest(map_location=map_location)
+            if latest is None:
+                raise RuntimeError(
+                    f"the checkpoint of step {plan.step} in {self.checkpointer.directory} is gone"
+                )
+            return Restored(latest.step, latest.state, DISK, plan)
+        state = None
+        if source != PEER:
+            entry = next(
+                e for e in held[self.rank] if _serves(e, plan.step, plan.shards[self.rank], self.replicated)
+            )
+            state = _shm.read_into_private(_shm.slot_at(Path(entry.path)))
+        for fetch in plan.fetches:
+            state = self._transfer(fetch, plan, held[self.rank], state)
+        return Restored(plan.step, state, source, plan)
+
+    def _held(self) -> list[Held]:
+        """The complete snapshots in this node's directory: its writers' own, and buddies' copies."""
+        found = []
+        for directory in sorted(self.directory.glob("*-*")):
+            buddy = directory.name.startswith("buddy-")
+            if not (buddy or directory.name.startswith("own-")):
+                continue
+            for slot in _shm.committed(directory):
+                meta = slot.meta
+                entry = Held(int(meta["step"]), int(meta["rank"]), int(meta["world_size"]),
+                             bool(meta["replicated"]), buddy, str(slot.meta_path))  # fmt: skip
+                found.append(entry)
+        return found
+
+    def _transfer(self, fetch: Any, plan: Plan, mine: list[Held], state: Any) -> Any:
+        """Rank ``fetch.source`` broadcasts its copy of the shard; the ranks of ``fetch.to`` keep it."""
+        import torch
+        import torch.distributed as dist
+
+        header: list[Any] = [None]
+        data = None
+        if self.rank == fetch.source:
+            entry = next(e for e in mine if _serves(e, plan.step, fetch.shard, self.replicated))
+            slot = _shm.slot_at(Path(entry.path))
+            with slot.reading() as (fd, size):
+                data = torch.empty(size, dtype=torch.uint8)
+                _shm.read_exactly(fd, _shm.bytes_of(data), 0)
+            header = [(slot.meta["skeleton"], size)]
+        dist.broadcast_object_list(header, src=fetch.source)
+        skeleton, size = header[0]
+        if data is None:
+            data = torch.empty(size, dtype=torch.uint8)
+        dist.broadcast(data, src=fetch.source)
+        if self.rank in fetch.to:
+            return _shm.rebuild(skeleton, data.untyped_storage())
+        return state
+
+    # -- the buddy ------------------------------------------------------------------------------------------
+
+    def _pair_up(self) -> None:
+        token = _broadcast_token()
+        node = os.environ.get("TRAINGUARD_NODE_NAME") or os.environ.get("NODE_NAME") or socket.gethostname()
+        self._receiver = _Receiver(self.directory, _bind_host(), token)
+        peers = _all_gather((node, self._receiver.address, self.key))
+        buddy = _buddy_of(self.rank, [peer[0] for peer in peers])
+        if buddy is None:
+            return
+        self._buddy = peers[buddy][1]
+        self.buddy_name = peers[buddy][2]
+        self._sender = threading.Thread(
+            target=self._send_loop, args=(token,), name="trainguard-snapshot-sender", daemon=True
+        )
+        self._sender.start()
+
+    def _send_loop(self, token: str) -> None:
+        sent: int | None = None
+        failing = False
+        while True:
+            with self._changed:
+                while not self._closed and (self._latest is None or self._latest.step == sent):
+                    self._changed.wait()
+                if self._closed:
+                    return
+                slot = self._latest
+            assert slot is not None
+            assert self._buddy is not None
+            try:
+                _send(self._buddy, token, self.key, slot)
+            except FileNotFoundError:
+                continue  # written over meanwhile: the newer one goes next
+            except OSError as error:
+                if not failing:
+                    print(f"trainguard: snapshots cannot reach the buddy {self._buddy}: {error}; retrying",
+                          file=sys.stderr, flush=True)  # fmt: skip
+                failing = True
+                with self._changed:
+                    self._changed.wait(1.0)
+                continue
+            failing = False
+            sent = slot.step
+            with self._changed:
+                self._safe_step = slot.step
+                self._changed.notify_all()
+
+
+def _serves(entry: Held, step: int, shard: int, replicated: bool) -> bool:
+    return entry.step == step and (
+        entry.replicated if replicated else (not entry.replicated and entry.shard == shard)
+    )
+
+
+def _buddy_of(rank: int, nodes: list[str]) -> int | None:
+    """The next rank (cyclically) on another node, else the next rank; None alone."""
+    world = len(nodes)
+    if world < 2:
+        return None
+    order = [(rank + step) % world for step in range(1, world)]
+    elsewhere = [other for other in order if nodes[other] != nodes[rank]]
+    return (elsewhere or order)[0]
+
+
+# -- the wire: one snapshot per connection ------------------------------------------------------------------
+# header (one JSON line: token, key, meta and data lengths), the meta's bytes, the data's bytes; the receiver
+# answers one line, "ok <step>", once the slot is complete in its memory.
+
+
+def _send(address: tuple[str, int], token: str, key: str, slot: _shm.Slot) -> None:
+    meta = slot.meta_bytes()
+    with slot.reading() as (fd, size), socket.create_connection(address, timeout=30) as conn:
+        header = {"token": token, "key": key, "meta": len(meta), "data": size}
+        conn.sendall(json.dumps(header).encode() + b"\n" + meta)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            conn.sendfile(handle, 0, size)
+        answer = conn.makefile("rb").readline().decode().strip()
+    if answer != f"ok {slot.step}":
+        raise OSError(f"the buddy answered {answer!r}")
+
+
+class _Receiver:
+    """Keeps the snapshots peers send in this node's shared memory (``buddy-<sender's key>``)."""
+
+    def __init__(self, directory: Path, host: str, token: str) -> None:
+        self.directory = directory
+        self.token = token
+        self._server = socket.create_server((host, 0))
+        self.address = (host, self._server.getsockname()[1])
+        self._writers: dict[str, _shm.SlotWriter] = {}
+        self._stopped = False
+        threading.Thread(target=self._serve, name="trainguard-snapshot-receiver", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._server.close()
+        for writer in self._writers.values():
+            writer.close()
+
+    def _serve(self) -> None:
+        while not self._stopped:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._take, args=(conn,), daemon=True).start()
+
+    def _take(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(60)
+            reader = conn.makefile("rb")
+            try:
+                header = json.loads(reader.readline(4096))
+                if header.get("token") != self.token or "/" in str(header.get("key")):
+                    return
+                meta = _read_full(reader, int(header["meta"]))
+                key = str(header["key"])
+                writer = self._writers.get(key)
+                if writer is None:
+                    writer = self._writers[key] = _shm.SlotWriter(self.directory / f"buddy-{key}")
+                slot = writer.write_bytes(meta, lambda view: _read_into(reader, view), int(header["data"]))
+                conn.sendall(f"ok {slot.step}\n".encode())
+            except (OSError, ValueError, KeyError, _shm.SnapshotFormatError):
+                return
+
+
+def _read_full(reader: Any, size: int) -> bytes:
+    data = reader.read(size)
+    if len(data) != size:
+        raise OSError("the connection ended inside a snapshot")
+    return bytes(data)
+
+
+def _read_into(reader: Any, view: memoryview) -> None:
+    done = 0
+    while done < len(view):
+        got = reader.readinto(view[done:])
+        if not got:
+            raise OSError("the connection ended inside a snapshot")
+        done += got
+
+
+# -- torch.distributed ---------------------------------------------------------------------------------------
+
+
+def _distributed() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _all_gather(value: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def _broadcast_token() -> str:
+    import torch.distributed as dist
+
+    box = [secrets.token_hex(16) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return str(box[0])
+
+
+def _bind_host() -> str:
+    """Where peers reach this rank: ``$TRAINGUARD_SNAPSHOT_HOST``, loopback when the job's master is on it
+    (one machine), else ``$POD_IP`` or this host's address."""
+    given = os.environ.get(ENV_HOST, "").strip()
+    if given:
+        return given
+    master = os.environ.get("MASTER_ADDR", "")
+    try:
+        if master and socket.gethostbyname(master).startswith("127."):
+            return "127.0.0.1"
+    except OSError:
+        pass
+    return os.environ.get("POD_IP", "").strip() or socket.gethostbyname(socket.gethostname())
+
+
+def _torch_threads() -> int:
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else 1

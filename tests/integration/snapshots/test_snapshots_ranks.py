@@ -1,0 +1,69 @@
+"""Memory snapshots in a real 3-rank gloo job under torchrun: each rank a node of its own (its own shared-memory
+directory), each snapshot replicated to a buddy rank. Restores from memory, from a buddy's copy of a lost node's
+state, and from a peer, with the restored state equal to the state saved."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+WORKER = Path(__file__).with_name("snapshot_worker.py")
+STEPS = 7
+
+
+def _torchrun(base: Path, *args: str) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+               "--max-restarts=0", str(WORKER), *args]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _restored(base: Path) -> list[dict[str, object]]:
+    return [json.loads((base / f"restored-{rank}.json").read_text()) for rank in range(3)]
+
+
+def test_every_rank_resumes_from_its_own_memory(tmp_path: Path) -> None:
+    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "replicated")
+    _torchrun(tmp_path, "restore", str(tmp_path), "replicated")
+    assert [(r["step"], r["source"], r["equal"]) for r in _restored(tmp_path)] == [
+        (STEPS, "memory", True)
+    ] * 3
+    # Rank 1's own copy gone, its node still holding the copy rank 0 replicated to it: it reads that one.
+    for own in (tmp_path / "node-1").glob("own-*"):
+        shutil.rmtree(own)
+    _torchrun(tmp_path, "restore", str(tmp_path), "replicated")
+    assert [(r["source"], r["equal"]) for r in _restored(tmp_path)] == [
+        ("memory", True),
+        ("buddy", True),
+        ("memory", True),
+    ]
+
+
+def test_a_lost_nodes_rank_gets_the_step_from_a_peer(tmp_path: Path) -> None:
+    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "replicated")
+    shutil.rmtree(tmp_path / "node-1")  # the node and its memory are gone
+    _torchrun(tmp_path, "restore", str(tmp_path), "replicated")
+    restored = _restored(tmp_path)
+    assert [(r["step"], r["equal"]) for r in restored] == [(STEPS, True)] * 3
+    # Rank 1's new node has nothing (the buddy copy rank 0 had sent it went with the node): rank 0 sends it.
+    assert [r["source"] for r in restored] == ["memory", "peer", "memory"]
+    assert restored[1]["fetches"] == [[0, 0, [1]]]
+
+
+def test_a_lost_nodes_shard_comes_back_from_its_buddy(tmp_path: Path) -> None:
+    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "sharded")
+    shutil.rmtree(tmp_path / "node-1")  # rank 1's shard was replicated to its buddy, rank 2
+    _torchrun(tmp_path, "restore", str(tmp_path), "sharded")
+    restored = _restored(tmp_path)
+    assert [(r["step"], r["equal"]) for r in restored] == [(STEPS, True)] * 3
+    assert [r["source"] for r in restored] == ["memory", "peer", "memory"]
+    assert restored[1]["fetches"] == [[1, 2, [1]]]  # shard 1, sent by rank 2 from its buddy copy

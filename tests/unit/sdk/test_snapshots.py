@@ -1,0 +1,133 @@
+"""trainguard.Snapshots in one process: shared-memory slots, restoring what was saved, the fall-back to disk."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from trainguard.sdk import _shm
+from trainguard.sdk.checkpoint import Checkpointer
+from trainguard.sdk.snapshots import DISK, MEMORY, Snapshots
+
+torch = pytest.importorskip("torch")
+
+
+def _state(seed: int) -> dict[str, object]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 8)).sum().backward()
+    optimizer.step()
+    shared = torch.arange(10.0)
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "views": [shared[:5], shared[5:]],  # two views of one storage
+        "step": seed,
+        "name": "run",
+    }
+
+
+def _equal(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return (
+            type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=False))
+        )
+    return a == b
+
+
+@pytest.fixture
+def snapshots(tmp_path: Path) -> Snapshots:
+    return Snapshots(Checkpointer(tmp_path / "disk"), directory=tmp_path / "shm")
+
+
+def test_the_newest_snapshot_is_restored_equal_to_what_was_saved(
+    snapshots: Snapshots, tmp_path: Path
+) -> None:
+    for step in (1, 2, 3):
+        assert snapshots.save(_state(step), step) == MEMORY
+    restored = Snapshots(Checkpointer(tmp_path / "disk"), directory=tmp_path / "shm").restore()
+    assert restored is not None
+    assert (restored.step, restored.source) == (3, MEMORY)
+    assert _equal(restored.state, _state(3))
+    assert restored.state["model"]._metadata == _state(3)["model"]._metadata  # type: ignore[attr-defined]
+    views = restored.state["views"]
+    assert views[0].untyped_storage().data_ptr() == views[1].untyped_storage().data_ptr()  # still shared
+
+
+def test_restored_state_is_private_memory(snapshots: Snapshots, tmp_path: Path) -> None:
+    snapshots.save({"w": torch.zeros(4)}, 1)
+    restored = snapshots.restore()
+    assert restored is not None
+    restored.state["w"].fill_(9)
+    again = snapshots.restore()
+    assert again is not None
+    assert torch.equal(again.state["w"], torch.zeros(4))
+
+
+def test_two_slots_suffice_and_the_newest_is_never_written_over(snapshots: Snapshots) -> None:
+    directory = snapshots._writer.directory
+    for step in range(1, 6):
+        snapshots.save({"w": torch.full((4,), float(step))}, step)
+        slots = _shm.committed(directory)
+        assert next(slot.step for slot in slots) == step
+    assert sorted(p.name for p in directory.glob("slot-*.data")) == ["slot-0.data", "slot-1.data"]
+
+
+def test_a_slot_being_read_is_not_written_over(snapshots: Snapshots) -> None:
+    snapshots.save({"w": torch.full((4,), 1.0)}, 1)
+    snapshots.save({"w": torch.full((4,), 2.0)}, 2)
+    oldest = _shm.committed(snapshots._writer.directory)[-1]
+    with oldest.reading():
+        snapshots.save({"w": torch.full((4,), 3.0)}, 3)  # neither step 2 (newest) nor step 1 (read): a third
+        assert _shm.slot_at(oldest.meta_path).step == 1
+    assert len(list(snapshots._writer.directory.glob("slot-*.data"))) == 3
+
+
+def test_a_slot_whose_write_did_not_finish_is_not_a_snapshot(snapshots: Snapshots) -> None:
+    snapshots.save({"w": torch.ones(4)}, 1)
+
+    def dies(address: int) -> None:
+        raise KeyboardInterrupt  # the process killed in the middle of the copy
+
+    with pytest.raises(KeyboardInterrupt):
+        snapshots._writer.write({"step": 2}, dies, 16)
+    assert [slot.step for slot in _shm.committed(snapshots._writer.directory)] == [1]
+    (snapshots._writer.directory / "slot-9.meta").write_bytes(b"garbage")
+    assert [slot.step for slot in _shm.committed(snapshots._writer.directory)] == [1]
+
+
+def test_a_snapshot_that_does_not_fit_goes_to_disk_with_a_warning(
+    snapshots: Snapshots, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_shm, "bytes_free", lambda directory: 1000)
+    with caplog.at_level(logging.WARNING, logger="trainguard.snapshots"):
+        assert snapshots.save({"w": torch.ones(1000)}, 4) == DISK
+    assert "does not fit" in caplog.text
+    snapshots.wait()
+    restored = snapshots.restore()
+    assert restored is not None
+    assert (restored.step, restored.source) == (4, DISK)
+
+
+def test_persist_every_writes_a_checkpoint_from_memory(snapshots: Snapshots, tmp_path: Path) -> None:
+    persisting = Snapshots(Checkpointer(tmp_path / "disk"), directory=tmp_path / "shm", persist_every=2)
+    persisting.save({"w": torch.ones(3)}, 1)
+    persisting.save({"w": torch.full((3,), 2.0)}, 2)
+    persisting.wait()
+    assert [step for step, _ in persisting.checkpointer.checkpoints()] == [2]
+    latest = persisting.checkpointer.load_latest()
+    assert latest is not None
+    assert torch.equal(latest.state["w"], torch.full((3,), 2.0))
+
+
+def test_close_frees_the_memory(snapshots: Snapshots) -> None:
+    snapshots.save({"w": torch.ones(3)}, 1)
+    snapshots.close()
+    assert not snapshots._writer.directory.exists()
