@@ -7,7 +7,9 @@ a small MLP with DistributedDataParallel on gloo, and uses the whole SDK:
   stops workers with SIGTERM before a re-rendezvous, so a planned resize loses no step);
 - ``ElasticSampler``: after a restart or a resize the epoch continues where it stopped, each sample once;
 - ``elastic()``: the world size, torchrun's restart count, and whether the world changed;
-- ``heartbeat()``: progress for hang detection and ``trainguard describe``.
+- ``heartbeat()``: progress for hang detection and ``trainguard describe``;
+- with ``--snapshots``, ``Snapshots``: every step in shared memory and on a buddy worker, so a fault loses at
+  most the step in progress (``--checkpoint-every`` then says how often memory is persisted to disk).
 
 The data is the 1797 8x8 images of ``sklearn/datasets/data/digits.csv.gz``, read straight from the installed
 package (importing scikit-learn would add seconds to every worker start); nothing is downloaded. A fixed
@@ -98,6 +100,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of sleep per step (pacing)")
     parser.add_argument("--events", default=None, help="rank 0 appends JSON progress lines here")
     parser.add_argument(
+        "--snapshots",
+        action="store_true",
+        help="snapshot every step into shared memory, replicated to a buddy worker (trainguard.Snapshots); "
+        "every --checkpoint-every-th is persisted to disk",
+    )
+    parser.add_argument(
         "--save-on-sigterm",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -119,17 +127,26 @@ def main() -> None:
     sampler = trainguard.ElasticSampler(len(train_set), shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
     checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
+    snapshots = (
+        trainguard.Snapshots(checkpointer, persist_every=args.checkpoint_every) if args.snapshots else None
+    )
 
-    step = 0
-    latest = checkpointer.load_latest()
-    if latest is not None:
-        model.module.load_state_dict(latest.state["model"])
-        optimizer.load_state_dict(latest.state["optimizer"])
-        sampler.load_state_dict(latest.state["sampler"])
-        step = latest.step
-    events("start", step=step, world=size, restart=world.restart_count, pid=os.getpid())
+    resumed: tuple[int, dict[str, Any], str] | None = None
+    if snapshots is not None:  # every rank: the newest step all can reach (memory, a buddy's copy, disk)
+        restored = snapshots.restore()
+        resumed = (restored.step, restored.state, restored.source) if restored is not None else None
+    else:
+        latest = checkpointer.load_latest()
+        resumed = (latest.step, latest.state, "disk") if latest is not None else None
+    step, source = 0, "none"
+    if resumed is not None:
+        step, saved, source = resumed
+        model.module.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        sampler.load_state_dict(saved["sampler"])
+    events("start", step=step, world=size, restart=world.restart_count, pid=os.getpid(), source=source)
     print(
-        f"[digits] rank {rank}/{size}: starting at step {step} (epoch {sampler.epoch}, "
+        f"[digits] rank {rank}/{size}: starting at step {step} from {source} (epoch {sampler.epoch}, "
         f"torchrun restart {world.restart_count}{', world changed' if world.world_changed else ''})",
         flush=True,
     )
@@ -142,7 +159,7 @@ def main() -> None:
         }
 
     if args.save_on_sigterm:
-        checkpointer.save_on_sigterm(lambda: (state(), step))
+        (snapshots or checkpointer).save_on_sigterm(lambda: (state(), step))
     for epoch in range(sampler.epoch, args.epochs):
         sampler.set_epoch(epoch)
         with model.join():
@@ -159,11 +176,15 @@ def main() -> None:
                     step += 1
                 trainguard.heartbeat(step=step, loss=loss.item())
                 events("step", step=step, epoch=epoch, loss=round(loss.item(), 5), world=size)
-                if step % args.checkpoint_every == 0:
+                if snapshots is not None:
+                    snapshots.save(state(), step)  # memory; every --checkpoint-every-th to disk too
+                elif step % args.checkpoint_every == 0:
                     checkpointer.save_async(state(), step)
                     events("checkpoint", step=step)
                 if args.step_delay:
                     time.sleep(args.step_delay)
+    if snapshots is not None:
+        snapshots.close()
     checkpointer.wait()
     result = accuracy(model.module, test_set)
     events("done", step=step, accuracy=result, world=size)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 from dataclasses import replace
 
@@ -116,6 +117,8 @@ def node_down(runtime: Runtime, node: str) -> str:
             )
             _event(runtime, row, "NodeNotReady", f"chaos: node {node} went down with {row.name}")
             lost.append(row.name)
+    for memory in runtime.home.snapshots_root.glob(f"*/{node}"):  # its memory is gone with it
+        shutil.rmtree(memory, ignore_errors=True)
     return f"node {node}: NotReady" + (f"; lost pods {', '.join(lost)}" if lost else "")
 
 

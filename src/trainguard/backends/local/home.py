@@ -7,11 +7,14 @@ host-discovery script.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 ENV_HOME = "TRAINGUARD_HOME"
+#: Where the jobs' memory snapshots (``trainguard.Snapshots``) live: shared memory.
+SHARED_MEMORY = Path("/dev/shm")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,17 @@ class Home:
     def control_file(self, job: str, pod: str) -> Path:
         """Requests to a pod's agent (e.g. an injected exit code for ``chaos kill --exit-code``)."""
         return self.job_dir(job) / "control" / f"{pod}.json"
+
+    @property
+    def snapshots_root(self) -> Path:
+        """Shared memory of this home's jobs (tmpfs: it outlives processes, not the machine); one directory
+        per job uid, one per node below it. Named after the home, so that two homes never share one."""
+        base = SHARED_MEMORY if SHARED_MEMORY.is_dir() else self.root / "shm"
+        return base / f"trainguard-{hashlib.sha256(str(self.root).encode()).hexdigest()[:12]}"
+
+    def snapshots_dir(self, uid: str, node: str) -> Path:
+        """A node's shared memory for one job: what its pods' ``TRAINGUARD_SNAPSHOT_DIR`` names."""
+        return self.snapshots_root / uid / node
 
     def discovery_script(self, job: str) -> Path:
         return self.job_dir(job) / "discover_hosts.sh"

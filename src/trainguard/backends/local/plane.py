@@ -207,6 +207,7 @@ class ControlPlane:
         finished = result.status.phase.is_terminal
         if finished and not alive:
             self.stores.stop(record.name, record.uid)
+            self._free_memory(record)
         # A live job is reconciled on every pass (a pass is at most TICK_SECONDS, sooner on any change, so
         # result.wake_at is always met); an ended one without processes only now and then.
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0
@@ -257,6 +258,7 @@ class ControlPlane:
         if any(row.alive for row in rows):
             return True
         self.stores.stop(record.name, record.uid)
+        self._free_memory(record)
         # Files first: once the job is gone from the store, a command may look and find nothing left.
         shutil.rmtree(self.home.job_dir(record.name), ignore_errors=True)
         shutil.rmtree(self.home.logs_dir / record.name, ignore_errors=True)
@@ -264,6 +266,13 @@ class ControlPlane:
         self._next_look.pop(record.name, None)
         log.info("job %s deleted", record.name)
         return False
+
+    def _free_memory(self, record: JobRecord) -> None:
+        """The job's memory snapshots, on every node: once it has ended (or is deleted), nothing resumes."""
+        if record.uid:
+            shutil.rmtree(self.home.snapshots_root / record.uid, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the last job's: leave nothing in /dev/shm
+                self.home.snapshots_root.rmdir()
 
     def stop_all_pods(self) -> None:
         """SIGKILL every pod of every job (the control plane is told to shut down with its pods)."""

@@ -33,6 +33,8 @@ from trainguard.controller.launchspec import LaunchSpec
 
 #: Marks a pod's agent in its environment: "<job uid>/<pod>/<launch>".
 POD_ID_ENV = "TRAINGUARD_POD_ID"
+#: The node's shared memory for ``trainguard.Snapshots`` (the SDK's ``ENV_DIRECTORY``).
+ENV_SNAPSHOT_DIR = "TRAINGUARD_SNAPSHOT_DIR"
 #: Exit code of a pod whose process could not be started (bad workingDir, ...), as Kubernetes reports.
 START_ERROR_EXIT = 128
 #: Past the grace period the agent escalates to SIGKILL itself; we do too, a little later.
@@ -153,6 +155,7 @@ class Runtime:
             POD_ID_ENV: pod_marker(record.uid, row),
             "TRAINGUARD_REPORT_FILE": str(report),
             "TRAINGUARD_NODE_NAME": row.node,
+            ENV_SNAPSHOT_DIR: str(self.home.snapshots_dir(record.uid, row.node)),
         }
         if job.spec.framework_type.value == "horovod":  # our ssh, and where trainers' host processes are
             extra.update(

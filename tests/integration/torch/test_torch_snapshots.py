@@ -1,0 +1,96 @@
+"""Example 1 with memory snapshots (``--snapshots``) on the local runtime: every fault of one pod, and a
+resize, lose at most the step in progress, and each rank resumes from where its state was (its node's memory,
+a peer), as its log says."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, wait_world, workers_of
+
+from trainguard.demo.session import Session, digits_job, recovery
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+#: Disk checkpoints are rare here: what recovers is memory.
+PERSIST_EVERY = 50
+_START = re.compile(r"\[digits\] rank (\d+)/(\d+): starting at step (\d+) from (\w+)")
+
+
+def _sources(session: Session, job: str, pod: str, since: int) -> list[tuple[int, str]]:
+    """(step, source) of each start in ``pod``'s log after its first ``since`` starts."""
+    text = session.home.pod_log(job, pod).read_text(errors="replace")
+    return [(int(m[3]), m[4]) for m in _START.finditer(text)][since:]
+
+
+def _starts(session: Session, job: str, pod: str) -> int:
+    return len(_sources(session, job, pod, 0))
+
+
+def test_faults_and_a_resize_lose_at_most_one_step(session: Session) -> None:
+    spec = digits_job(
+        "digits-mem", session.root, epochs=6, step_delay=0.05, checkpoint_every=PERSIST_EVERY,
+        extra_args=("--snapshots",),
+    )  # fmt: skip
+    job = session.submit(spec)
+    wait_step(session, job, 10)
+    # The first start of every rank: nothing to resume from.
+    assert {
+        pod: _sources(session, job, pod, 0) for pod in ("digits-mem-worker-0", "digits-mem-worker-1")
+    } == {
+        "digits-mem-worker-0": [(0, "none")],
+        "digits-mem-worker-1": [(0, "none")],
+    }
+
+    # 1. The training process of one pod killed: torchrun restarts every worker; each reads its node's memory.
+    before = _starts(session, job, "digits-mem-worker-2")
+    (worker,) = workers_of(session, job, "digits-mem-worker-2")
+    worker.kill()
+    killed_at = time.time()
+    lost = session.wait("the restart after the kill", lambda: recovery(session.run(job).events(), killed_at),
+                        RECOVERY_TIMEOUT)  # fmt: skip
+    assert lost.steps_lost <= 1, lost
+    again = session.wait(
+        "worker 2's new start", lambda: _sources(session, job, "digits-mem-worker-2", before), 60
+    )
+    assert again == [(lost.resumed_from, "memory")]
+
+    # 2. A whole pod killed (its torchrun too): relaunched, and it finds its state in its node's memory or
+    # receives it from a peer; the others read their own.
+    wait_world(session, job, 3, after=lost.next_step_at)
+    before = _starts(session, job, "digits-mem-worker-1")
+    session.chaos("kill", "digits-mem-worker-1")
+    killed_at = time.time()
+    lost = session.wait("the restart after the pod's kill",
+                        lambda: recovery(session.run(job).events(), killed_at, world=3), RECOVERY_TIMEOUT)  # fmt: skip
+    assert lost.steps_lost <= 1, lost
+    (start,) = session.wait(
+        "worker 1's new start", lambda: _sources(session, job, "digits-mem-worker-1", before), 60
+    )
+    assert start[0] == lost.resumed_from
+    assert start[1] in ("memory", "buddy", "peer")
+
+    # 3. Scale-in 3 -> 2: the stopped worker and the survivors finish their step and snapshot it; nothing lost.
+    wait_step(session, job, lost.resumed_from + 10)
+    asked = time.time()
+    session.scale(job, "worker", 2)
+    two = session.wait(
+        "2 workers", lambda: recovery(session.run(job).events(), asked, world=2), RECOVERY_TIMEOUT
+    )
+    assert two.steps_lost == 0, two
+
+    # 4. A node lost with its pod: its memory went with it; the others' memory serves the replacement.
+    wait_step(session, job, two.resumed_from + 10)
+    node = session.pods(job)["digits-mem-worker-1"]["node"]
+    session.chaos("node-down", node)
+    down_at = time.time()
+    after = session.wait("recovery from node-down", lambda: recovery(session.run(job).events(), down_at),
+                         RECOVERY_TIMEOUT)  # fmt: skip
+    assert after.steps_lost <= 1, after
+
+    done = wait_done(session, job)
+    assert done.fields["accuracy"] >= 0.95
+    memory = session.home.snapshots_root
+    session.wait("the job's memory freed", lambda: not memory.exists(), 30)
