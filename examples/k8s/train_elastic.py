@@ -14,6 +14,10 @@ Every rank also sends trainguard's agent a heartbeat per step, where trainguard 
 delivers its SDK into the pod with the agent, so a stock image needs nothing for it; elsewhere the script
 trains the same without it. With heartbeats the agent tells a rank that stopped making progress from one that
 is merely quiet (hang detection, restart in place).
+
+With ``--snapshots`` (and trainguard importable) every step is kept in the pod's shared memory and on a peer
+(``trainguard.Snapshots``), and a new round resumes from the newest step every rank can reach instead of step
+1; each rank prints where it resumed from: ``rank 1 resumed at step 57 from peer``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # trainguard's SDK, where the operator delivered it; optional
+    import trainguard
     from trainguard import heartbeat
 except ImportError:
+    trainguard = None  # type: ignore[assignment]
 
     def heartbeat(step: int | None = None, **metrics: float) -> None:
         """Without trainguard, nothing to tell."""
@@ -38,6 +44,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="steps to train (40)")
     parser.add_argument("--step-seconds", type=float, default=0.25, help="pause after each step (0.25)")
+    parser.add_argument(
+        "--snapshots", action="store_true", help="resume a new round from memory (trainguard.Snapshots)"
+    )
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -45,12 +54,23 @@ def main() -> None:
     torch.manual_seed(rank)
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
-    for step in range(1, args.steps + 1):
+    snapshots, first = None, 1
+    if args.snapshots and trainguard is not None:
+        snapshots = trainguard.Snapshots(trainguard.Checkpointer(f"/tmp/checkpoints-{rank}"))
+        restored = snapshots.restore()
+        if restored is not None:
+            model.module.load_state_dict(restored.state["model"])
+            optimizer.load_state_dict(restored.state["optimizer"])
+            first = restored.step + 1
+            print(f"rank {rank} resumed at step {restored.step} from {restored.source}", flush=True)
+    for step in range(first, args.steps + 1):
         inputs = torch.randn(32, 16)
         loss = torch.nn.functional.mse_loss(model(inputs), inputs.sum(dim=1, keepdim=True))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if snapshots is not None:
+            snapshots.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}, step)
         heartbeat(step=step, loss=loss.item())
         if rank == 0:
             print(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.api.load import load_jobs
+from trainguard.api.load import load_jobs, load_object
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
@@ -184,3 +184,29 @@ def test_with_a_report_url_every_replica_reports_with_a_token_for_the_operator_o
     )
     assert "--report-url" not in plain["spec"]["containers"][0]["command"]
     assert all(v["name"] != "trainguard-report-token" for v in plain["spec"]["volumes"])
+
+
+def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own() -> None:
+    job = load_jobs(CCE_JOB)[0].job
+    pod = manifests.pod(
+        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), manifests.PodSettings()
+    )
+    container = pod["spec"]["containers"][0]
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "trainguard-snapshots"]
+    assert volume["emptyDir"] == {"medium": "Memory"}
+    assert {"name": "trainguard-snapshots", "mountPath": manifests.SNAPSHOT_DIR} in container["volumeMounts"]
+    assert {"name": "TRAINGUARD_SNAPSHOT_DIR", "value": manifests.SNAPSHOT_DIR} in container["env"]
+    # A container that names its own directory keeps it, and gets no volume of ours.
+    own = job.to_dict()
+    trainer = own["spec"]["replicaSpecs"]["trainer"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [*(trainer.get("env") or []), {"name": "TRAINGUARD_SNAPSHOT_DIR", "value": "/dev/shm/x"}]
+    reloaded = load_object(own, "test")
+    pod = manifests.pod(
+        AITRAININGJOB,
+        reloaded.job,
+        launch(reloaded.job, "trainer", 0, {"launcher": 1, "trainer": 3}),
+        manifests.PodSettings(),
+    )
+    assert all(v["name"] != "trainguard-snapshots" for v in pod["spec"]["volumes"])
+    env = pod["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "TRAINGUARD_SNAPSHOT_DIR"] == ["/dev/shm/x"]

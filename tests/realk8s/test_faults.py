@@ -332,3 +332,59 @@ def test_a_job_on_the_stock_image_survives_every_fault_in_turn(trainer: RealClus
         if dead is not None:
             trainer.start_node(dead)
         trainer.kubectl("delete", "trainingjob", JOB, "--wait=false")
+
+
+SNAPSHOT_JOB = "remembers"
+_RESUMED = re.compile(r"rank (\d+) resumed at step (\d+) from (\w+)")
+
+
+def _resumed(cluster: RealCluster) -> list[tuple[int, int, str]]:
+    """(rank, step, source) of every rank that resumed, in the workers' current containers."""
+    found = []
+    for pod in _workers(cluster, SNAPSHOT_JOB):
+        logs = cluster.kubectl_result("logs", pod["metadata"]["name"])
+        found.extend((int(m[1]), int(m[2]), m[3]) for m in _RESUMED.finditer(logs))
+    return sorted(found)
+
+
+def test_with_memory_snapshots_a_deleted_pod_costs_at_most_one_step(trainer: RealCluster) -> None:
+    """The example with ``--snapshots``: every step in the pod's shared memory (the operator's memory-backed
+    emptyDir) and on a peer pod. A worker pod force-deleted takes its memory with it; its replacement gets the
+    newest step from a peer over the pod network, the others read their own memory, and training resumes at
+    the step it had reached (rank 0's next step is the one after it, at most one step done again)."""
+    job = _survivor()
+    job["metadata"]["name"] = SNAPSHOT_JOB
+    del job["spec"]["hang"]
+    job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["command"].append(
+        "--snapshots"
+    )
+    trainer.apply(job)
+    try:
+        wait_for("the job to train", lambda: _step_after(trainer, SNAPSHOT_JOB, 0.0, world=3), 480, every=2)
+        pod = trainer.pod(f"{SNAPSHOT_JOB}-worker-0")
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "trainguard-snapshots"]
+        assert volume["emptyDir"] == {"medium": "Memory"}
+        wait_for(
+            "step 10", lambda: max((s for _, s, _ in _steps(trainer, SNAPSHOT_JOB)), default=0) >= 10, 120
+        )
+
+        victim = f"{SNAPSHOT_JOB}-worker-2"
+        fault_at = time.time()
+        reached = max(step for at, step, _ in _steps(trainer, SNAPSHOT_JOB) if at <= fault_at)
+        trainer.kubectl("delete", "pod", victim, "--force", "--grace-period=0")
+        resumed = wait_for(
+            "every rank to resume", lambda: len(_resumed(trainer)) == 3 and _resumed(trainer), 400, every=2
+        )
+        step_at = wait_for(
+            "training to go on", lambda: _step_after(trainer, SNAPSHOT_JOB, fault_at + 1), 300, every=2
+        )
+        _report("forced deletion with memory snapshots", fault_at, step_at)
+        steps = {step for _, step, _ in resumed}
+        assert len(steps) == 1, resumed  # one step for all
+        (step,) = steps
+        assert step >= reached - 1, (reached, resumed)
+        sources = sorted(source for _, _, source in resumed)
+        # The replacement pod's memory is empty: a peer sends it the step; the others have it in their own.
+        assert sources in (["memory", "memory", "peer"], ["buddy", "memory", "peer"]), resumed
+    finally:
+        trainer.kubectl("delete", "trainingjob", SNAPSHOT_JOB, "--wait=false")

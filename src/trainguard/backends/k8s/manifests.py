@@ -37,6 +37,10 @@ ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
 #: The agent's summary of its pod (hangs, restarts in place, worker restarts), written by the operator's
 #: agent-report endpoint (``trainguard.backends.k8s.agentreports``).
 ANNOTATION_AGENT_REPORT = "trainguard.io/agent-report"
+#: Shared memory of the pod for ``trainguard.Snapshots`` (an emptyDir in memory): it outlives the training
+#: process and its restarts inside the pod, not the pod; the peer's copy covers a pod or node lost.
+SNAPSHOT_DIR = "/trainguard-snapshots"
+ENV_SNAPSHOT_DIR = "TRAINGUARD_SNAPSHOT_DIR"
 #: A service-account token for the operator's audience, which the agent shows when it reports.
 REPORT_TOKEN_DIR = "/var/run/secrets/trainguard.io"
 REPORT_TOKEN_FILE = f"{REPORT_TOKEN_DIR}/token"
@@ -209,6 +213,7 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
             _mount_nudge(spec, first)
         if report:
             _mount_report_token(spec, first)
+        _mount_snapshots(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
         _mount_discovery(job, spec, first)
     if ssh.wants_ssh(job):
@@ -348,6 +353,21 @@ def _mount_nudge(spec: Obj, container: Obj) -> None:
         *(container.get("volumeMounts") or []),
         {"name": volume, "mountPath": NUDGE_DIR, "readOnly": True},
     ]
+
+
+def _mount_snapshots(spec: Obj, container: Obj) -> None:
+    """A memory-backed emptyDir for the snapshots of ``trainguard.Snapshots``, named by
+    ``TRAINGUARD_SNAPSHOT_DIR`` (unless the container names a directory of its own). Empty, it costs nothing;
+    what the script keeps there counts towards the container's memory, as any memory it uses."""
+    if any(item.get("name") == ENV_SNAPSHOT_DIR for item in container.get("env") or []):
+        return
+    volume = "trainguard-snapshots"
+    spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "emptyDir": {"medium": "Memory"}}]
+    container["volumeMounts"] = [
+        *(container.get("volumeMounts") or []),
+        {"name": volume, "mountPath": SNAPSHOT_DIR},
+    ]
+    container["env"] = [*(container.get("env") or []), {"name": ENV_SNAPSHOT_DIR, "value": SNAPSHOT_DIR}]
 
 
 def _mount_report_token(spec: Obj, container: Obj) -> None:
