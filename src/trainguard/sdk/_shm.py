@@ -231,6 +231,11 @@ def slot_at(meta_path: Path) -> Slot:
     return Slot(meta_path.parent, index, load_meta(meta_path.read_bytes()))
 
 
+def meta_body(meta: dict[str, Any], size: int) -> bytes:
+    """The bytes of a slot's meta file."""
+    return pickle.dumps({**meta, "format": FORMAT, "size": size}, protocol=4)
+
+
 def load_meta(raw: bytes) -> dict[str, Any]:
     try:
         meta = pickle.loads(raw)
@@ -239,6 +244,16 @@ def load_meta(raw: bytes) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise SnapshotFormatError("not a snapshot of this format")
     return meta
+
+
+class Pending(NamedTuple):
+    """A slot being written: not a snapshot until committed."""
+
+    slot: int
+    fd: int
+    region: mmap.mmap
+    address: int
+    size: int
 
 
 class SlotWriter:
@@ -252,33 +267,51 @@ class SlotWriter:
     def write(self, meta: dict[str, Any], fill: Any, size: int) -> Slot:
         """Write a snapshot: ``fill(address)`` copies ``size`` bytes of data to ``address``; then the meta
         (which must hold ``step``) is committed. Returns the complete slot."""
-        index, fd = self._free_slot()
+        pending = self.begin(size)
         try:
-            (self.directory / f"slot-{index}.meta").unlink(missing_ok=True)
-            region = self._mapped(index, fd, size)
-            fill(address_of(region))
-            body = pickle.dumps({**meta, "format": FORMAT, "size": size}, protocol=4)
-            temporary = self.directory / f".slot-{index}.meta.tmp"
-            temporary.write_bytes(body)
-            os.replace(temporary, self.directory / f"slot-{index}.meta")
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        return Slot(self.directory, index, load_meta(body))
+            fill(pending.address)
+        except BaseException:
+            self.abandon(pending)
+            raise
+        return self.commit(pending, meta)
 
     def write_bytes(self, meta_raw: bytes, receive: Any, size: int) -> Slot:
         """Write a snapshot received as bytes: ``receive(memoryview)`` fills the data; ``meta_raw`` as given."""
         meta = load_meta(meta_raw)
+        pending = self.begin(size)
+        try:
+            receive(memoryview(pending.region)[:size])
+        except BaseException:
+            self.abandon(pending)
+            raise
+        return self.commit_raw(pending, meta_raw, meta)
+
+    def begin(self, size: int) -> Pending:
+        """A free slot of ``size`` bytes, its meta removed, locked against readers until commit or abandon."""
         index, fd = self._free_slot()
         try:
             (self.directory / f"slot-{index}.meta").unlink(missing_ok=True)
             region = self._mapped(index, fd, size)
-            receive(memoryview(region)[:size])
-            temporary = self.directory / f".slot-{index}.meta.tmp"
-            temporary.write_bytes(meta_raw)
-            os.replace(temporary, self.directory / f"slot-{index}.meta")
-        finally:
+        except BaseException:
             fcntl.flock(fd, fcntl.LOCK_UN)
-        return Slot(self.directory, index, meta)
+            raise
+        return Pending(index, fd, region, address_of(region), size)
+
+    def commit(self, pending: Pending, meta: dict[str, Any]) -> Slot:
+        body = meta_body(meta, pending.size)
+        return self.commit_raw(pending, body, load_meta(body))
+
+    def commit_raw(self, pending: Pending, body: bytes, meta: dict[str, Any]) -> Slot:
+        try:
+            temporary = self.directory / f".slot-{pending.slot}.meta.tmp"
+            temporary.write_bytes(body)
+            os.replace(temporary, self.directory / f"slot-{pending.slot}.meta")
+        finally:
+            fcntl.flock(pending.fd, fcntl.LOCK_UN)
+        return Slot(self.directory, pending.slot, meta)
+
+    def abandon(self, pending: Pending) -> None:
+        fcntl.flock(pending.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         for _, region, fd in self._maps.values():

@@ -42,8 +42,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,7 @@ class Snapshots:
         replicated: bool = True,
         buddy: bool = True,
         directory: str | os.PathLike[str] | None = None,
+        optimizers: Sequence[Any] = (),
     ) -> None:
         if persist_every < 0:
             raise ValueError(f"Snapshots(persist_every={persist_every}): must be 0 (never) or more")
@@ -121,6 +122,10 @@ class Snapshots:
             ThreadPoolExecutor(threads, thread_name_prefix="trainguard-snapshot") if threads > 1 else None
         )
         self._latest: _shm.Slot | None = None
+        self._optimizers = list(optimizers)
+        self._copier = ThreadPoolExecutor(1, thread_name_prefix="trainguard-snapshot-copy")
+        self._copying: Future[None] | None = None
+        self._hooks = [optimizer.register_step_pre_hook(self._finish_copy) for optimizer in self._optimizers]
         self._in_memory = True  # False once a snapshot did not fit: saves go to disk
         self._changed = threading.Condition()
         self._closed = False
@@ -146,7 +151,9 @@ class Snapshots:
 
     def save(self, state: Any, step: int) -> str:
         """Snapshot ``state`` as of ``step`` into shared memory (or to disk when it does not fit there).
-        Returns where it went: ``memory`` or ``disk``."""
+        Returns where it went: ``memory`` or ``disk``. With ``optimizers``, the copy of their parameters and
+        state goes on in the background until the next ``optimizer.step()``, which waits for it."""
+        self._finish_copy()
         if not self._in_memory:
             self.checkpointer.save_async(state, step)
             return DISK
@@ -167,15 +174,53 @@ class Snapshots:
                 return DISK
         meta = {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
                 "skeleton": plan.skeleton, "time": time.time()}  # fmt: skip
-        slot = self._writer.write(
-            meta, lambda address: _shm.copy_into(address, plan.copies, self._pool), plan.size
-        )
+        body = _shm.meta_body(meta, plan.size)  # now: the state's Python objects may change after return
+        guarded = self._guarded()
+        later = [copy for copy in plan.copies if _storage_of(copy[1]) in guarded]
+        now = [copy for copy in plan.copies if _storage_of(copy[1]) not in guarded]
+        pending = self._writer.begin(plan.size)
+        try:
+            _shm.copy_into(pending.address, now, self._pool)
+        except BaseException:
+            self._writer.abandon(pending)
+            raise
+        if later:  # parameters and optimizer state: copied while the next forward and backward run
+            self._copying = self._copier.submit(self._complete, pending, later, body, step)
+        else:
+            self._complete(pending, later, body, step)
+        return MEMORY
+
+    def _complete(self, pending: _shm.Pending, copies: list[Any], body: bytes, step: int) -> None:
+        try:
+            _shm.copy_into(pending.address, copies, self._pool)
+        except BaseException:
+            self._writer.abandon(pending)
+            raise
+        slot = self._writer.commit_raw(pending, body, _shm.load_meta(body))
         with self._changed:
             self._latest = slot
             self._changed.notify_all()
         if self.persist_every and step % self.persist_every == 0:
             self._persist(slot)
-        return MEMORY
+
+    def _finish_copy(self, *_: Any) -> None:
+        """Wait for the copy of the last snapshot's parameters and optimizer state (an optimizer's step
+        pre-hook: they must not change before they are copied)."""
+        copying, self._copying = self._copying, None
+        if copying is not None:
+            copying.result()
+
+    def _guarded(self) -> set[int]:
+        """The storages that change only in an optimizer's step: the optimizers' parameters and state."""
+        import torch
+
+        found: set[int] = set()
+        for optimizer in self._optimizers:
+            for group in optimizer.param_groups:
+                found.update(_storage_of(param) for param in group["params"])
+            for state in optimizer.state.values():
+                found.update(_storage_of(v) for v in state.values() if isinstance(v, torch.Tensor))
+        return found
 
     def save_on_sigterm(self, get_state: Callable[[], tuple[Any, int]]) -> None:
         """On SIGTERM (torchrun's stop before a resize, a pod's stop), after the step in progress (the
@@ -183,14 +228,17 @@ class Snapshots:
         self.checkpointer.on_sigterm(get_state, self._save_final)
 
     def _save_final(self, state: Any, step: int) -> None:
+        self._finish_copy()
         if self.latest_step != step:
             self.save(state, step)
+            self._finish_copy()
         self.wait_safe(FINAL_SEND_SECONDS)
         log.warning("SIGTERM: snapshot of step %d in memory%s", step,
                     ", on the buddy too" if self.safe_step == step else "")  # fmt: skip
 
     def wait_safe(self, seconds: float) -> bool:
         """Wait until the newest snapshot has reached the buddy (True), or ``seconds`` (False)."""
+        self._finish_copy()
         deadline = time.monotonic() + seconds
         with self._changed:
             while (
@@ -203,7 +251,8 @@ class Snapshots:
         return True
 
     def wait(self) -> None:
-        """Wait for a write to disk in progress."""
+        """Wait for the snapshot being taken, and a write to disk in progress."""
+        self._finish_copy()
         thread = self._persisting
         if thread is not None:
             thread.join()
@@ -212,6 +261,9 @@ class Snapshots:
     def close(self, free: bool = True) -> None:
         """Stop replicating; with ``free``, remove this rank's own snapshots from memory (the job is done)."""
         self.wait()
+        for hook in self._hooks:
+            hook.remove()
+        self._copier.shutdown()
         with self._changed:
             self._closed = True
             self._changed.notify_all()
@@ -245,6 +297,7 @@ class Snapshots:
     def restore(self, map_location: Any = "cpu") -> Restored | None:
         """The state every rank resumes from, chosen together (call it on every rank): the newest step
         reachable for all ranks in memory (own or buddy copies), else on disk. ``None``: start afresh."""
+        self._finish_copy()
         mine = self._held()
         disk = self.checkpointer.checkpoints()
         disk_step = disk[-1][0] if disk else None
@@ -361,6 +414,10 @@ class Snapshots:
             with self._changed:
                 self._safe_step = slot.step
                 self._changed.notify_all()
+
+
+def _storage_of(tensor: Any) -> int:
+    return int(tensor.untyped_storage().data_ptr())
 
 
 def _serves(entry: Held, step: int, shard: int, replicated: bool) -> bool:

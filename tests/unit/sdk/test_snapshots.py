@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 
@@ -131,3 +132,37 @@ def test_close_frees_the_memory(snapshots: Snapshots) -> None:
     snapshots.save({"w": torch.ones(3)}, 1)
     snapshots.close()
     assert not snapshots._writer.directory.exists()
+
+
+def test_with_optimizers_the_copy_overlaps_the_next_step_and_holds_the_saved_state(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2048, 2048), torch.nn.BatchNorm1d(2048)
+    )  # 16 MB: a copy takes a while
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    snapshots = Snapshots(Checkpointer(tmp_path / "disk"), directory=tmp_path / "shm", optimizers=[optimizer])
+
+    def state() -> dict[str, object]:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+
+    def step() -> None:
+        model(torch.randn(8, 2048)).square().mean().backward()  # also moves BatchNorm's running statistics
+        optimizer.step()
+        optimizer.zero_grad()
+
+    step()
+    snapshots.save(state(), 1)
+    expected = copy.deepcopy(state())
+    step()  # the forward changes buffers (copied before save returned), optimizer.step() waits for the rest
+    snapshots.save(state(), 2)
+    snapshots.wait()
+    restored = Snapshots(Checkpointer(tmp_path / "disk"), directory=tmp_path / "shm").restore()
+    assert restored is not None
+    assert restored.step == 2
+    first = _shm.read_into_private(
+        next(s for s in _shm.committed(snapshots._writer.directory) if s.step == 1)
+    )
+    assert _equal(first, expected)
+    assert _equal(restored.state, state())
+    snapshots.close()
+    step()  # the hooks are gone with close()
