@@ -128,7 +128,9 @@ def main() -> None:
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
     checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
     snapshots = (
-        trainguard.Snapshots(checkpointer, persist_every=args.checkpoint_every) if args.snapshots else None
+        trainguard.Snapshots(checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer])
+        if args.snapshots
+        else None
     )
 
     resumed: tuple[int, dict[str, Any], str] | None = None

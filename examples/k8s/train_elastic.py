@@ -56,7 +56,9 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
     snapshots, first = None, 1
     if args.snapshots and trainguard is not None:
-        snapshots = trainguard.Snapshots(trainguard.Checkpointer(f"/tmp/checkpoints-{rank}"))
+        snapshots = trainguard.Snapshots(
+            trainguard.Checkpointer(f"/tmp/checkpoints-{rank}"), optimizers=[optimizer]
+        )
         restored = snapshots.restore()
         if restored is not None:
             model.module.load_state_dict(restored.state["model"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -134,7 +136,17 @@ def test_close_frees_the_memory(snapshots: Snapshots) -> None:
     assert not snapshots._writer.directory.exists()
 
 
-def test_with_optimizers_the_copy_overlaps_the_next_step_and_holds_the_saved_state(tmp_path: Path) -> None:
+def test_with_optimizers_the_copy_overlaps_the_next_step_and_holds_the_saved_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy_into = _shm.copy_into
+
+    def slow_in_the_background(address: int, copies: list[object], pool: object) -> None:
+        if threading.current_thread().name.startswith("trainguard-snapshot-copy"):
+            time.sleep(0.3)  # the next step is well under way before the copy begins
+        copy_into(address, copies, pool)
+
+    monkeypatch.setattr(_shm, "copy_into", slow_in_the_background)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(2048, 2048), torch.nn.BatchNorm1d(2048)
