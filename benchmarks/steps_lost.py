@@ -1,112 +1,148 @@
 """Steps lost, and time to the next step, at each kind of fault: memory snapshots against disk checkpoints.
 
-    python benchmarks/steps_lost.py [--quick] [--random-trials 10]
+    python benchmarks/steps_lost.py [--quick] [--random-trials 10] [--models digits big]
 
-Example 1 (examples/digits/train_digits.py, DDP on gloo, 3 workers, paced at ~0.05 s a step) runs on the local
-runtime, and each fault is injected in turn on one job, once training has gone 10 steps past the previous
-one:
+Example 1 (examples/digits/train_digits.py, DDP on gloo, 3 workers) trains, as itself (``digits``, 9 k
+parameters, paced at ~0.05 s a step) and as a synthetic model of 100 M parameters (``big``: ``--width 4096
+--layers 7``). Each fault is injected in turn on one job, once training has gone 10 steps past the previous
+recovery:
 
-- ``kill``: one pod's command (its torchrun and worker) SIGKILLed (``trainguard chaos kill``; relaunched);
+- ``kill``: one worker's command SIGKILLed (on trainguard, ``chaos kill``: the pod's torchrun and worker; the
+  pod is relaunched);
 - ``force_delete``: a pod force-deleted (replaced);
 - ``node_down``: a node lost with its pod, and its memory (``trainguard chaos node-down``);
 - ``scale_in``: 3 -> 2 workers; ``scale_out``: 2 -> 3;
-- ``random_kill``: a worker killed at a random moment, ``--random-trials`` times.
+- ``random_kill``: a worker killed at a random moment of a step, ``--random-trials`` times.
 
-Set-ups: ``disk``, trainguard with a disk checkpoint every 10 steps (and on SIGTERM); ``memory``, trainguard
-with ``--snapshots`` (every step in shared memory and on a buddy, every 10th persisted). For each fault: the
-steps lost (completed before the restart and done again) and the seconds from the fault to the next completed
-step. Then, for a model of >= 100 M parameters (``--big-params``), the time of one training step against the
-time ``Snapshots.save`` adds to it, and the shared memory the snapshots hold (peak extra memory).
+Set-ups:
 
-``--quick``: the ``memory`` set-up only, one trial of each fault, the big model at 100 M; under 5 minutes.
-The last line is one JSON object: per set-up and fault, ``steps_lost`` (the most over its trials) and
-``seconds`` (the median); ``max_steps_lost`` over every trial of ``memory``; ``overhead`` of the big model.
-Plain torchrun with a disk checkpoint (the issue's baseline (a)) is not measured here yet: its figures are
-null.
+- ``torchrun_disk`` (a): plain ``torchrun --nproc-per-node 3`` with a disk checkpoint every 10 steps; it has no
+  pods, nodes or resizes of its own, so only ``kill`` and ``random_kill`` (one training process SIGKILLed;
+  torchrun restarts all) are measured, the others are null;
+- ``disk`` (b): trainguard's local runtime, a disk checkpoint every 10 steps (and on SIGTERM);
+- ``memory`` (c): trainguard with ``--snapshots``: every step in shared memory and on a buddy, every 10th on
+  disk.
+
+Per set-up, model and fault: ``steps_lost`` (the most over its trials: steps completed before the restart and
+done again after it) and ``seconds`` (median, fault to the next completed step). ``max_steps_lost``: the most
+over every trial of ``memory``. ``overhead``: one process, the 100 M model, a whole step with a snapshot
+(``optimizers=[optimizer]``) against one without, and the shared memory held (the peak extra memory).
+
+``--quick``: ``memory`` on ``digits`` only, one trial of each fault, and the overhead; under 5 minutes, the same
+keys (the others null). The last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainguard.demo.session import Session, digits_job, recovery
+import psutil
+
+from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
 
 EVERY = 10
-STEP_DELAY = 0.05
-TIMEOUT = 150.0
+TIMEOUT = 300.0
 FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill")
+SETUPS = ("torchrun_disk", "disk", "memory")
+MODELS: dict[str, dict[str, Any]] = {
+    "digits": {"args": (), "step_delay": 0.05},
+    "big": {"args": ("--width=4096", "--layers=7"), "step_delay": 0.0},
+}
+Figure = tuple[int | None, float | None]  # steps lost, seconds to the next step
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--random-trials", type=int, default=10)
-    parser.add_argument("--big-params", type=int, default=100_000_000)
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["digits", "big"])
+    parser.add_argument("--big-params", type=int, default=100_000_000, help="the overhead's model")
     args = parser.parse_args()
-    setups = ("memory",) if args.quick else ("disk", "memory")
+    setups = ("memory",) if args.quick else SETUPS
+    models = ("digits",) if args.quick else tuple(args.models)
     trials = 1 if args.quick else args.random_trials
-    results: dict[str, Any] = {"torchrun_disk": None}
-    for setup in setups:
-        results[setup] = run_faults(setup, trials)
-    memory = results["memory"]
-    lost = [n for fault in FAULTS for n in memory[fault]["all_steps_lost"] if n is not None]
+    results: dict[str, Any] = {}
+    lost: list[int] = []
+    for setup in SETUPS:
+        results[setup] = {}
+        for model in MODELS:
+            if setup not in setups or model not in models:
+                results[setup][model] = {fault: {"steps_lost": None, "seconds": None} for fault in FAULTS}
+                continue
+            runner = torchrun_faults if setup == "torchrun_disk" else trainguard_faults
+            figures = runner(setup, model, trials)
+            if setup == "memory":
+                lost += [n for got in figures.values() for n, _ in got if n is not None]
+            results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
     results["max_steps_lost"] = max(lost) if lost else None
     results["overhead"] = overhead(args.big_params)
-    for setup in setups:
-        for fault in FAULTS:
-            results[setup][fault].pop("all_steps_lost")
+    results["load_average"] = [round(load, 1) for load in os.getloadavg()]
     print(json.dumps(results))
     return 0
 
 
-def run_faults(setup: str, random_trials: int) -> dict[str, Any]:
-    figures: dict[str, list[tuple[int | None, float | None]]] = {fault: [] for fault in FAULTS}
-    extra = ("--snapshots",) if setup == "memory" else ()
-    with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
-        spec = digits_job("steps", session.root, epochs=40, step_delay=STEP_DELAY, checkpoint_every=EVERY,
-                          extra_args=extra)  # fmt: skip
-        job = session.submit(spec)
-        _wait_step(session, job, 10)
-        for fault in FAULTS:
-            for _ in range(random_trials if fault == "random_kill" else 1):
-                figures[fault].append(_one(session, job, fault))
-                print(f"{setup} {fault}: steps lost {figures[fault][-1][0]}, {figures[fault][-1][1]} s",
-                      file=sys.stderr, flush=True)  # fmt: skip
-        session.call("delete", job=job)
+def _summary(got: list[Figure]) -> dict[str, Any]:
+    seconds = [s for _, s in got if s is not None]
     return {
-        fault: {
-            "steps_lost": max((n for n, _ in got if n is not None), default=None),
-            "seconds": statistics.median([s for _, s in got if s is not None])
-            if any(s for _, s in got)
-            else None,
-            "all_steps_lost": [n for n, _ in got],
-        }
-        for fault, got in figures.items()
+        "steps_lost": max((n for n, _ in got if n is not None), default=None),
+        "seconds": round(statistics.median(seconds), 2) if seconds else None,
+        "trials": len(got),
+        "recovered": sum(1 for n, _ in got if n is not None),
     }
 
 
-def _one(session: Session, job: str, fault: str) -> tuple[int | None, float | None]:
-    _wait_step(session, job, _last_step(session, job) + 10)
+def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
+    print(f"{setup} {model} {fault}: steps lost {figure[0]}, {figure[1]} s to the next step", file=sys.stderr,
+          flush=True)  # fmt: skip
+
+
+# ---- trainguard (b, c) ---------------------------------------------------------------------------------------
+
+
+def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
+    figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
+    extra = (*MODELS[model]["args"], *(("--snapshots",) if setup == "memory" else ()))
+    with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
+        spec = digits_job("steps", session.root, epochs=200, step_delay=MODELS[model]["step_delay"],
+                          checkpoint_every=EVERY, extra_args=extra)  # fmt: skip
+        job = session.submit(spec)
+        _wait_step(lambda: _last_step(session.run(job)), 10)
+        for fault in FAULTS:
+            for _ in range(random_trials if fault == "random_kill" else 1):
+                figures[fault].append(_one(session, job, fault))
+                _say(setup, model, fault, figures[fault][-1])
+        session.call("delete", job=job)
+    return figures
+
+
+def _one(session: Session, job: str, fault: str) -> Figure:
+    run = session.run(job)
+    _wait_step(lambda: _last_step(run), _last_step(run) + 10)
     pods = session.pods(job)
+    victim = sorted(pods)[-1]
     world = None
-    node = ""
     if fault == "random_kill":
-        time.sleep(random.uniform(0, 1.0))
+        time.sleep(random.uniform(0, _step_seconds(run)))
     if fault in ("kill", "random_kill"):
-        session.chaos("kill", sorted(pods)[-1])
+        session.chaos("kill", victim)
     elif fault == "force_delete":
-        session.chaos("force-delete", sorted(pods)[-1])
+        session.chaos("force-delete", victim)
     elif fault == "node_down":
-        node = pods[sorted(pods)[-1]]["node"]
-        session.chaos("node-down", node)
+        session.chaos("node-down", pods[victim]["node"])
     elif fault == "scale_in":
         session.scale(job, "worker", 2)
         world = 2
@@ -114,29 +150,95 @@ def _one(session: Session, job: str, fault: str) -> tuple[int | None, float | No
         session.scale(job, "worker", 3)
         world = 3
     at = time.time()
+    try:
+        return _recovered(run, at, world)
+    finally:
+        if fault == "node_down":
+            session.chaos("node-up", pods[victim]["node"])
+
+
+# ---- plain torchrun (a) --------------------------------------------------------------------------------------
+
+
+def torchrun_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
+    figures: dict[str, list[Figure]] = {"kill": [], "random_kill": []}
+    with tempfile.TemporaryDirectory() as root:
+        events = Path(root) / "events.jsonl"
+        command = [
+            sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(random_trials + 5),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+            str(DIGITS_SCRIPT), f"--checkpoint-dir={Path(root) / 'checkpoints'}", f"--checkpoint-every={EVERY}",
+            f"--events={events}", f"--step-delay={MODELS[model]['step_delay']}", "--epochs=200",
+            *MODELS[model]["args"],
+        ]  # fmt: skip
+        env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        with open(Path(root) / "torchrun.log", "wb") as log:
+            process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        run = Run(events)
+        try:
+            _wait_step(lambda: _last_step(run), 10)
+            for fault in ("kill", *["random_kill"] * random_trials):
+                _wait_step(lambda: _last_step(run), _last_step(run) + 10)
+                if fault == "random_kill":
+                    time.sleep(random.uniform(0, _step_seconds(run)))
+                rank0 = [event for event in run.events() if event.event == "start"][-1].fields["pid"]
+                victim = next(
+                    p for p in psutil.Process(process.pid).children() if p.pid != rank0 and _worker(p)
+                )
+                victim.kill()
+                figures[fault].append(_recovered(run, time.time(), None))
+                _say(setup, model, fault, figures[fault][-1])
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return figures
+
+
+def _worker(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return str(DIGITS_SCRIPT) in process.cmdline()
+    return False
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# ---- both ---------------------------------------------------------------------------------------------------
+
+
+def _recovered(run: Run, at: float, world: int | None) -> Figure:
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        found = recovery(session.run(job).events(), at, world=world)
+        found = recovery(run.events(), at, world=world)
         if found is not None:
-            if fault == "node_down":
-                session.chaos("node-up", node)
             return found.steps_lost, round(found.next_step_at - at, 2)
-        time.sleep(0.2)
+        time.sleep(0.1)
     return None, None
 
 
-def _last_step(session: Session, job: str) -> int:
-    last = session.run(job).last_step()
+def _last_step(run: Run) -> int:
+    last = run.last_step()
     return last.step if last is not None else 0
 
 
-def _wait_step(session: Session, job: str, step: int) -> int:
+def _step_seconds(run: Run) -> float:
+    steps = run.steps()[-6:]
+    return (steps[-1].t - steps[0].t) / (len(steps) - 1) if len(steps) > 1 else 0.1
+
+
+def _wait_step(last: Callable[[], int], step: int) -> None:
     deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if _last_step(session, job) >= step:
-            return step
-        time.sleep(0.2)
-    raise SystemExit(f"step {step} not reached in {TIMEOUT} s")
+    while last() < step:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"step {step} not reached in {TIMEOUT} s")
+        time.sleep(0.1)
 
 
 def overhead(params: int, steps: int = 8) -> dict[str, Any]:

@@ -61,9 +61,14 @@ def split(features: torch.Tensor, labels: torch.Tensor) -> tuple[TensorDataset, 
     return TensorDataset(features[train], labels[train]), TensorDataset(features[test], labels[test])
 
 
-def build_model() -> torch.nn.Module:
+def build_model(width: int = 128, layers: int = 1) -> torch.nn.Module:
+    """An MLP of ``layers`` hidden layers of ``width``: 64 -> 128 -> 10 by default (9 k parameters);
+    ``--width 4096 --layers 7`` makes it a synthetic 100 M-parameter model for the benchmarks."""
     torch.manual_seed(0)  # every rank starts from the same weights (DDP would broadcast them anyway)
-    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    parts: list[torch.nn.Module] = [torch.nn.Linear(64, width), torch.nn.ReLU()]
+    for _ in range(layers - 1):
+        parts += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*parts, torch.nn.Linear(width, 10))
 
 
 def accuracy(model: torch.nn.Module, data: TensorDataset) -> float:
@@ -95,6 +100,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--global-batch", type=int, default=64, help="samples per step over all ranks")
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--width", type=int, default=128, help="units of each hidden layer")
+    parser.add_argument("--layers", type=int, default=1, help="hidden layers")
     parser.add_argument("--checkpoint-dir", default="checkpoints/digits")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between async checkpoints")
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of sleep per step (pacing)")
@@ -122,7 +129,7 @@ def main() -> None:
     events = Events(args.events, rank)
     train_set, test_set = split(*load_digits())
 
-    model = DistributedDataParallel(build_model())
+    model = DistributedDataParallel(build_model(args.width, args.layers))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     sampler = trainguard.ElasticSampler(len(train_set), shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
