@@ -134,6 +134,7 @@ class Snapshots:
         self._receiver: _Receiver | None = None
         self._buddy: tuple[str, int] | None = None
         self._sender: threading.Thread | None = None
+        self._buddy_failing = False
         self.buddy_name: str | None = None
         if buddy and self.world_size > 1 and _distributed():
             self._pair_up()
@@ -237,13 +238,16 @@ class Snapshots:
                     ", on the buddy too" if self.safe_step == step else "")  # fmt: skip
 
     def wait_safe(self, seconds: float) -> bool:
-        """Wait until the newest snapshot has reached the buddy (True), or ``seconds`` (False)."""
+        """Wait until the newest snapshot has reached the buddy (True), or ``seconds`` (False); False at once
+        while the buddy cannot be reached."""
         self._finish_copy()
         deadline = time.monotonic() + seconds
         with self._changed:
             while (
                 self._sender is not None and self._latest is not None and self._safe_step != self._latest.step
             ):
+                if self._buddy_failing:  # gone (a lost peer): waiting would only delay the stop
+                    return False
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -387,7 +391,6 @@ class Snapshots:
 
     def _send_loop(self, token: str) -> None:
         sent: int | None = None
-        failing = False
         while True:
             with self._changed:
                 while not self._closed and (self._latest is None or self._latest.step == sent):
@@ -402,16 +405,17 @@ class Snapshots:
             except FileNotFoundError:
                 continue  # written over meanwhile: the newer one goes next
             except OSError as error:
-                if not failing:
-                    print(f"trainguard: snapshots cannot reach the buddy {self._buddy}: {error}; retrying",
-                          file=sys.stderr, flush=True)  # fmt: skip
-                failing = True
                 with self._changed:
+                    if not self._buddy_failing:
+                        print(f"trainguard: snapshots cannot reach the buddy {self._buddy}: {error}; retrying",
+                              file=sys.stderr, flush=True)  # fmt: skip
+                    self._buddy_failing = True
+                    self._changed.notify_all()
                     self._changed.wait(1.0)
                 continue
-            failing = False
             sent = slot.step
             with self._changed:
+                self._buddy_failing = False
                 self._safe_step = slot.step
                 self._changed.notify_all()
 
