@@ -31,7 +31,7 @@ def _starts(session: Session, job: str, pod: str) -> int:
 
 def test_faults_and_a_resize_lose_at_most_one_step(session: Session) -> None:
     spec = digits_job(
-        "digits-mem", session.root, epochs=6, step_delay=0.05, checkpoint_every=PERSIST_EVERY,
+        "digits-mem", session.root, epochs=12, step_delay=0.05, checkpoint_every=PERSIST_EVERY,
         extra_args=("--snapshots",),
     )  # fmt: skip
     job = session.submit(spec)
@@ -81,8 +81,17 @@ def test_faults_and_a_resize_lose_at_most_one_step(session: Session) -> None:
     )
     assert two.steps_lost == 0, two
 
-    # 4. A node lost with its pod: its memory went with it; the others' memory serves the replacement.
+    # 4. Scale-out 2 -> 3: the two finish their step and snapshot it before the new round; nothing lost.
     wait_step(session, job, two.resumed_from + 10)
+    asked = time.time()
+    session.scale(job, "worker", 3)
+    three = session.wait(
+        "3 workers", lambda: recovery(session.run(job).events(), asked, world=3), RECOVERY_TIMEOUT
+    )
+    assert three.steps_lost == 0, three
+
+    # 5. A node lost with its pod: its memory went with it; the others' memory serves the replacement.
+    wait_step(session, job, three.resumed_from + 10)
     node = session.pods(job)["digits-mem-worker-1"]["node"]
     session.chaos("node-down", node)
     down_at = time.time()
