@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainguard.api.model import TrainingJob
 from trainguard.policy.decide import decide
 from trainguard.policy.roles import resolve_role
-from trainguard.policy.types import Decision, Fault, FaultKind, PodCounters, PodRef, PolicyState
+from trainguard.policy.types import (
+    RULE_RESTART_POLICY,
+    Decision,
+    Fault,
+    FaultKind,
+    PodCounters,
+    PodRef,
+    PolicyState,
+)
 
 #: An arbitrary "now": every earlier restart is placed at this moment, inside any window.
 _NOW = 0.0
@@ -38,3 +48,26 @@ def what_if(
     if kind is FaultKind.OOM_KILLED and exit_code is None:
         exit_code = 137
     return decide(job, state, Fault(kind, pod, _NOW, exit_code=exit_code), _NOW, live)
+
+
+def rule_text(job: TrainingJob, decision: Decision) -> str:
+    """The rule that decided, with the role's restartPolicy named when that is what decided."""
+    pod = decision.fault.pod
+    if decision.rule != RULE_RESTART_POLICY or pod is None:
+        return decision.rule
+    return f"{decision.rule} ({resolve_role(job, pod.role)[1].restart_policy.value})"
+
+
+def decision_fields(job: TrainingJob, decision: Decision) -> dict[str, Any]:
+    """A decision as data: what ``trainguard explain -o json`` prints and the job page shows."""
+    return {
+        "action": decision.action.value,
+        "scope": decision.scope.value if decision.scope is not None else None,
+        "rule": decision.rule,
+        "rule_text": rule_text(job, decision),
+        "counted": decision.counted,
+        "backoff_s": decision.delay_seconds,
+        "another_node": decision.replace_node,
+        "limit": decision.limit,
+        "reason": decision.reason,
+    }

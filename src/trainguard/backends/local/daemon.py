@@ -21,7 +21,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from trainguard.backends.local import client, metrics, wire
+from trainguard.backends.local import client, metrics, ui, wire
 from trainguard.backends.local.clock import Clock
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.plane import ControlPlane
@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     plane.metrics = endpoint.to_dict()
     server = _listen(home)
     service = Service(plane, shutdown)
+    pages = ui.serve_pages(service)
+    plane.ui = pages.to_dict()
     threading.Thread(target=_accept_loop, args=(server, service, stop), daemon=True, name="api").start()
     try:
         plane.run(stop, _idle_exit())
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.close()
         endpoint.close()
+        pages.close()
         with contextlib.suppress(OSError):
             home.socket.unlink()
         if stop_pods.is_set():

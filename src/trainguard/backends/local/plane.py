@@ -110,6 +110,8 @@ class ControlPlane:
         self.stats = ControllerStats()
         #: Where the metrics are served (set by the daemon; ``metrics.Endpoint.to_dict()``).
         self.metrics: dict[str, object] = {"url": None, "problem": "metrics are not served"}
+        #: Where the job pages are served (set by the daemon; ``trainguard.ui.server.Endpoint.to_dict()``).
+        self.ui: dict[str, object] = {"url": None, "problem": "the job pages are not served"}
 
     def recover(self) -> None:
         """After a start: finish what a killed predecessor left half-done."""

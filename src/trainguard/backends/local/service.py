@@ -224,6 +224,10 @@ class Service:
         """Where the Prometheus metrics are served: ``{"url": ..., "problem": ...}``."""
         return self.plane.metrics
 
+    def op_ui(self) -> dict[str, object]:
+        """Where the job pages are served: ``{"url", "secret_url", "problem"}`` (``secret_url`` may act)."""
+        return self.plane.ui
+
     def op_nodes(self) -> list[dict[str, Any]]:
         return [{"name": n.name, "slots": n.slots, "ready": n.ready} for n in self.store.list_nodes()]
 

@@ -14,7 +14,7 @@ from trainguard.api.model import TrainingJob
 from trainguard.cli.errors import CliError
 from trainguard.cli.verbs._jobfiles import add_overlay_argument, load_files
 from trainguard.policy import Decision, FaultKind, PodRef, resolve_role, what_if
-from trainguard.policy.types import RULE_RESTART_POLICY
+from trainguard.policy.whatif import decision_fields, rule_text
 
 #: --event names (matched case-insensitively) and the fault each one is.
 EVENTS: dict[str, FaultKind] = {
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         kind, code = FaultKind.EXITED, args.exit_code
     decision = what_if(job, PodRef(role, args.index), kind, code, args.restarts, args.hangs)
-    print(_as_json(decision) if args.output == "json" else _as_text(job, decision, args.restarts))
+    print(_as_json(job, decision) if args.output == "json" else _as_text(job, decision, args.restarts))
     return 0
 
 
@@ -101,16 +101,9 @@ def _pick_job(file: str, overlays: list[str], name: str | None) -> TrainingJob:
     return jobs[0]
 
 
-def _as_json(decision: Decision) -> str:
-    return json.dumps(
-        {
-            "action": decision.action.value,
-            "scope": decision.scope.value if decision.scope is not None else None,
-            "rule": decision.rule,
-            "counted": decision.counted,
-            "reason": decision.reason,
-        }
-    )
+def _as_json(job: TrainingJob, decision: Decision) -> str:
+    fields = decision_fields(job, decision)
+    return json.dumps({key: fields[key] for key in ("action", "scope", "rule", "counted", "reason")})
 
 
 def _as_text(job: TrainingJob, decision: Decision, restarts: int) -> str:
@@ -120,7 +113,7 @@ def _as_text(job: TrainingJob, decision: Decision, restarts: int) -> str:
         f"job {job.name}, pod {pod}{spent}:",
         f"  action:   {decision.action.value}",
         f"  scope:    {decision.scope.value if decision.scope is not None else '-'}",
-        f"  rule:     {_rule(job, decision)}",
+        f"  rule:     {rule_text(job, decision)}",
         f"  counted:  {'yes' if decision.counted else 'no'}",
     ]
     if decision.delay_seconds > 0:
@@ -131,14 +124,6 @@ def _as_text(job: TrainingJob, decision: Decision, restarts: int) -> str:
         lines.append(f"  limit:    {decision.limit}")
     lines.append(f"  reason:   {decision.reason}")
     return "\n".join(lines)
-
-
-def _rule(job: TrainingJob, decision: Decision) -> str:
-    """The rule, with the role's restartPolicy named when that is what decided."""
-    pod = decision.fault.pod
-    if decision.rule != RULE_RESTART_POLICY or pod is None:
-        return decision.rule
-    return f"{decision.rule} ({resolve_role(job, pod.role)[1].restart_policy.value})"
 
 
 def _non_negative(text: str) -> int:

@@ -1,0 +1,145 @@
+"""What the job pages show, from what every backend has: the job (``TrainingJob``) and its view (the resource
+with its status, as ``trainguard get -o json`` prints it and the operator stores it), and its events.
+
+Pure functions: the local control plane and the operator serve the same data, so the page is the same on both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from trainguard.api.model import TrainingJob
+from trainguard.observability import timeline
+from trainguard.policy import FaultKind, PodRef, resolve_role, what_if
+from trainguard.policy.whatif import decision_fields
+
+#: The events a job page lists (the newest).
+EVENTS_SHOWN = 50
+#: The faults a what-if can ask about, as the page names them; exit codes come as numbers.
+WHAT_IF_EVENTS: dict[str, FaultKind] = {
+    "Hang": FaultKind.HANG,
+    "NodeNotReady": FaultKind.NODE_NOT_READY,
+    "PodForceDeleted": FaultKind.POD_FORCE_DELETED,
+    "PodEvicted": FaultKind.POD_EVICTED,
+    "OOMKilled": FaultKind.OOM_KILLED,
+    "StartTimeout": FaultKind.START_TIMEOUT,
+}
+
+
+class PageError(ValueError):
+    """A request the page cannot answer: ``status`` is the HTTP status, the message is for the user."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def roles(job: TrainingJob, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per role: pods running / desired, and the [min, max] a scale must stay within."""
+    running: dict[str, int] = {}
+    for pod in status.get("pods", []):
+        if pod.get("phase") == "Running":
+            running[pod["role"]] = running.get(pod["role"], 0) + 1
+    desired = status.get("desired") or {}
+    return [
+        {
+            "name": name,
+            "ready": running.get(name, 0),
+            "desired": int(desired.get(name, spec.replicas)),
+            "min": spec.min_count,
+            "max": spec.max_count,
+        }
+        for name, spec in job.spec.replica_specs.items()
+    ]
+
+
+def job_row(job: TrainingJob, view: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
+    """A line of the jobs list."""
+    status = view.get("status") or {}
+    return {
+        "name": job.name,
+        "namespace": job.metadata.namespace,
+        "kind": view.get("kind", "TrainingJob"),
+        "phase": status.get("phase", "Pending"),
+        "roles": roles(job, status),
+        "restarts": sum(int(n) for n in (status.get("restartCounts") or {}).values()),
+        "age_s": _age(view, now),
+    }
+
+
+def job_detail(
+    job: TrainingJob, view: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: float | None = None
+) -> dict[str, Any]:
+    """Everything a job's page shows."""
+    now = time.time() if now is None else now
+    status = view.get("status") or {}
+    drawn = timeline.build(job.name, status, now=None if _ended(status) else now)
+    return {
+        **job_row(job, view, now),
+        "conditions": list(status.get("conditions", [])),
+        "pods": list(status.get("pods", [])),
+        "history": list(status.get("history", [])),
+        "timeline": drawn.to_dict(),
+        "events": list(events)[-EVENTS_SHOWN:],
+        "time": time_lost(status, drawn.start, drawn.end),
+    }
+
+
+def time_lost(status: Mapping[str, Any], start: float, end: float) -> dict[str, Any]:
+    """Seconds from the first start to now (or the end), the seconds faults took to recover from, by fault,
+    and goodput: the share of the time not spent recovering."""
+    lost: dict[str, float] = {}
+    for entry in status.get("history", []):
+        if entry.get("kind") == "fault" and entry.get("recoverySeconds") is not None:
+            cause = str(entry.get("fault") or "Unknown")
+            lost[cause] = lost.get(cause, 0.0) + float(entry["recoverySeconds"])
+    elapsed = max(end - start, 0.0)
+    total = sum(lost.values())
+    return {
+        "elapsed_s": round(elapsed, 1),
+        "lost_s": round(total, 1),
+        "lost_by_cause": {cause: round(seconds, 1) for cause, seconds in sorted(lost.items())},
+        "goodput": round(1 - min(total, elapsed) / elapsed, 4) if elapsed > 0 else None,
+    }
+
+
+def what_if_answer(job: TrainingJob, view: Mapping[str, Any], pod: str, fault: str) -> dict[str, Any]:
+    """What the policy does if ``pod`` of the job had ``fault`` now (an exit code, or one of
+    ``WHAT_IF_EVENTS``), with the restarts its role has spent so far: ``trainguard explain``'s engine."""
+    status = view.get("status") or {}
+    found = [p for p in status.get("pods", []) if p.get("name") == pod]
+    if not found:
+        names = ", ".join(p["name"] for p in status.get("pods", [])) or "none"
+        raise PageError(f"job {job.name} has no pod {pod!r} (pods: {names})", 404)
+    role, _ = resolve_role(job, found[0]["role"])
+    text = fault.strip()
+    code: int | None = None
+    if text.isdigit():
+        kind, code = FaultKind.EXITED, int(text)
+        if code > 255:
+            raise PageError(f"exit code {code}: exit codes are 0-255")
+    elif text in WHAT_IF_EVENTS:
+        kind = WHAT_IF_EVENTS[text]
+    else:
+        raise PageError(f"fault {text!r}: an exit code (0-255) or one of {', '.join(WHAT_IF_EVENTS)}")
+    spent = int((status.get("restartCounts") or {}).get(role, 0))
+    decision = what_if(job, PodRef(role, int(found[0]["index"])), kind, code, restarts=spent)
+    return {"pod": pod, "fault": text, "restarts_spent": spent, **decision_fields(job, decision)}
+
+
+def _age(view: Mapping[str, Any], now: float | None) -> float | None:
+    stamp = (view.get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return None
+    try:
+        created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return round((time.time() if now is None else now) - created, 1)
+
+
+def _ended(status: Mapping[str, Any]) -> bool:
+    return status.get("phase") in ("Succeeded", "Failed", "Timeout")

@@ -1,0 +1,121 @@
+"""The job pages in a real browser (Debian's Chromium, driven by Playwright) against a real local job.
+
+Screenshots of the job page are saved as artifacts (``$TRAINGUARD_ARTIFACTS``, else the test's directory)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.integration.local.harness import LocalRuntime
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+playwright_api = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    pytest.skip(
+        "Debian's chromium is not installed (scripts/test installs it as root)", allow_module_level=True
+    )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, secret_url: str) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on("dialog", lambda dialog: errors.append(f"a dialog opened: {dialog.message}"))
+    yield opened
+    context.close()
+    assert not errors, errors  # no script error, no injected alert()
+
+
+def _artifact(name: str, tmp_path: Path) -> Path:
+    directory = Path(os.environ.get("TRAINGUARD_ARTIFACTS", tmp_path))
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / name
+
+
+def test_a_job_seen_faulted_and_scaled_from_its_page(
+    local: LocalRuntime, job: str, secret_url: str, page: Any, tmp_path: Path
+) -> None:
+    expect = playwright_api.expect
+    page.goto(secret_url)
+    expect(page.locator("#access")).to_have_text("local · actions allowed")
+    # The jobs list shows the job, live.
+    link = page.locator("a.job-link", has_text="pages")
+    expect(link).to_be_visible()
+    expect(page.locator("#jobs")).to_contain_text("worker 2/2 (1\u20133)")
+    link.click()
+    expect(page.locator("#phase")).to_have_text("Running")
+    expect(page.locator("#pods tbody tr")).to_have_count(2)
+
+    # A chaos kill (from the CLI) appears in the history and the timeline within 2 s.
+    assert local.cli("chaos", "kill", "pages-worker-1").code == 0
+    killed = time.monotonic()
+    expect(page.locator("#history tbody tr").first).to_contain_text("pages-worker-1", timeout=2000)
+    expect(page.locator("#timeline svg path.fault")).to_have_count(1, timeout=2000)
+    assert time.monotonic() - killed < 2.5
+    expect(page.locator("#history tbody tr").first).to_contain_text("Exited 137")
+
+    # Scaling from the page: out of [min, max] refused with the CLI's words; within, the pods change.
+    form = page.locator("form.scale[data-role=worker]")
+    form.locator("input").fill("7")
+    form.locator("button").click()
+    expect(page.locator("#notice")).to_contain_text("replicas 7 outside [1, 3]")
+    form.locator("input").fill("3")
+    form.locator("button").click()
+    expect(page.locator("#notice")).to_have_text("pages: worker scaled to 3")
+    expect(page.locator("#pods tbody tr")).to_have_count(3, timeout=15000)
+    local.wait_running(job, 3)
+
+    # What if: the same engine as trainguard explain.
+    page.locator("#whatif select[name=pod]").select_option("pages-worker-0")
+    page.locator("#whatif input[name=exit-code]").fill("137")
+    page.locator("#whatif button").click()
+    expect(page.locator("#whatif-answer [data-field=rule]")).to_have_text("restartPolicy (OnFailure)")
+
+    # Log lines with markup in them are text.
+    page.locator("#logs select").select_option("pages-worker-0")
+    page.locator("#logs button").click()
+    expect(page.locator("#log")).to_contain_text("<img src=x onerror=alert(1)><b>bold</b>")
+    assert page.locator("#log img, #log b").count() == 0
+    page.screenshot(path=str(_artifact("job-page.png", tmp_path)), full_page=True)
+
+
+def test_a_job_name_with_markup_is_text_and_a_page_without_the_secret_is_read_only(
+    job: str, secret_url: str, page: Any
+) -> None:
+    expect = playwright_api.expect
+    split = urlsplit(secret_url)
+    plain = f"{split.scheme}://{split.netloc}/"
+    page.goto(plain + "#job=" + "<b id=injected>x</b><img src=x onerror=alert(1)>")
+    expect(page.locator("#where")).to_have_text("job <b id=injected>x</b><img src=x onerror=alert(1)>")
+    expect(page.locator("#notice")).to_contain_text("no job '<b id=injected>x</b>")
+    assert page.locator("#injected, main img").count() == 0
+    page.goto(plain + "#job=" + job)
+    expect(page.locator("#access")).to_have_text("local · read-only")
+    expect(page.locator("form.scale[data-role=worker] button")).to_be_disabled()
+    # A POST without the session's token is refused, whatever the page does.
+    status = page.evaluate(
+        """async (job) => (await fetch(`/api/jobs/${job}/scale`, {method: "POST",
+            headers: {"Content-Type": "application/json"}, body: JSON.stringify({role: "worker", replicas: 3})})).status""",
+        job,
+    )
+    assert status == 403

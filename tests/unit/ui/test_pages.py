@@ -1,0 +1,120 @@
+"""What the job pages show, from a job and its status (trainguard.ui.pages): pure, table-driven."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from trainguard.api.load import load_object
+from trainguard.cli.main import main
+from trainguard.ui.pages import PageError, job_row, roles, time_lost, what_if_answer
+
+JOB: dict[str, Any] = {
+    "apiVersion": "trainguard.io/v1",
+    "kind": "TrainingJob",
+    "metadata": {"name": "demo"},
+    "spec": {
+        "replicaSpecs": {
+            "worker": {
+                "replicas": 3,
+                "minReplicas": 1,
+                "maxReplicas": 5,
+                "restartPolicy": "ExitCode",
+                "template": {"spec": {"containers": [{"name": "c", "command": ["true"]}]}},
+            }
+        }
+    },
+}
+
+
+def _pod(index: int, phase: str) -> dict[str, Any]:
+    return {"name": f"demo-worker-{index}", "role": "worker", "index": index, "phase": phase, "restarts": 0}
+
+
+def _view(**status: Any) -> dict[str, Any]:
+    return {
+        "kind": "TrainingJob",
+        "metadata": {"creationTimestamp": "2026-11-25T10:00:00Z"},
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("pods", "desired", "expected"),
+    [
+        ([], {}, {"ready": 0, "desired": 3}),
+        ([_pod(0, "Running"), _pod(1, "Pending"), _pod(2, "Running")], {}, {"ready": 2, "desired": 3}),
+        ([_pod(0, "Running")], {"worker": 1}, {"ready": 1, "desired": 1}),
+    ],
+)
+def test_roles_count_running_pods_against_the_desired_within_min_and_max(pods, desired, expected) -> None:  # type: ignore[no-untyped-def]
+    job = load_object(JOB, "test").job
+    assert roles(job, {"pods": pods, "desired": desired}) == [
+        {"name": "worker", **expected, "min": 1, "max": 5}
+    ]
+
+
+def test_a_row_of_the_jobs_list() -> None:
+    job = load_object(JOB, "test").job
+    row = job_row(job, _view(phase="Running", restartCounts={"worker": 2}, pods=[]), now=1795600800.0 + 90)
+    assert (row["name"], row["phase"], row["restarts"], row["age_s"]) == ("demo", "Running", 2, 90.0)
+
+
+@pytest.mark.parametrize(
+    ("history", "lost", "by_cause", "goodput"),
+    [
+        ([], 0, {}, 1.0),
+        (
+            [
+                {"kind": "fault", "fault": "Exited", "recoverySeconds": 10},
+                {"kind": "fault", "fault": "Exited", "recoverySeconds": 5},
+                {"kind": "fault", "fault": "NodeNotReady", "recoverySeconds": 25},
+                {"kind": "fault", "fault": "Hang", "recoverySeconds": None},  # not recovered (yet)
+                {"kind": "scale", "recoverySeconds": 99},  # not a fault
+            ],
+            40,
+            {"Exited": 15, "NodeNotReady": 25},
+            0.6,
+        ),
+    ],
+)
+def test_time_lost_by_cause_and_goodput(history, lost, by_cause, goodput) -> None:  # type: ignore[no-untyped-def]
+    figures = time_lost({"history": history}, start=0.0, end=100.0)
+    assert figures == {"elapsed_s": 100.0, "lost_s": lost, "lost_by_cause": by_cause, "goodput": goodput}
+
+
+@pytest.mark.parametrize(("fault", "flag"), [("137", ["--exit-code", "137"]), ("1", ["--exit-code", "1"]),
+                                              ("NodeNotReady", ["--event", "nodeNotReady"]), ("Hang", ["--hang"])])  # fmt: skip
+def test_what_if_is_trainguard_explains_answer(
+    fault: str, flag: list[str], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = load_object(JOB, "test").job
+    answer = what_if_answer(job, _view(pods=[_pod(1, "Running")]), "demo-worker-1", fault)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(JOB))
+    assert main(["explain", str(path), "--role", "worker", "--index", "1", *flag, "-o", "json"]) == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert {key: answer[key] for key in explained} == explained
+
+
+def test_what_if_counts_the_restarts_the_role_spent() -> None:
+    job = load_object(JOB, "test").job
+    view = _view(pods=[_pod(0, "Running")], restartCounts={"worker": 4})
+    assert what_if_answer(job, view, "demo-worker-0", "137")["restarts_spent"] == 4
+
+
+@pytest.mark.parametrize(
+    ("pod", "fault", "status", "message"),
+    [
+        ("demo-worker-9", "137", 404, "no pod 'demo-worker-9'"),
+        ("demo-worker-0", "256", 400, "exit codes are 0-255"),
+        ("demo-worker-0", "<b>x</b>", 400, "fault '<b>x</b>': an exit code"),
+    ],
+)
+def test_what_if_refuses_what_it_cannot_answer(pod: str, fault: str, status: int, message: str) -> None:
+    job = load_object(JOB, "test").job
+    with pytest.raises(PageError, match=message) as raised:
+        what_if_answer(job, _view(pods=[_pod(0, "Running")]), pod, fault)
+    assert raised.value.status == status
