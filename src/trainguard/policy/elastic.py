@@ -1,7 +1,7 @@
 """Elastic roles: a role is elastic when minReplicas < maxReplicas (docs/policy.md §6, Elastic roles, success
 and failure).
 
-- ``validate_scale`` rejects a new ``replicas`` outside [min, max].
+- ``validate_scale`` rejects a new ``replicas`` outside [min, max]; ``scale_refusal`` says so to a user.
 - A permanently failed pod that the role's failPolicy tolerates shrinks the role (the pod is not replaced)
   as long as the pods still alive are at least minReplicas (see decide.py).
 - ``pods_to_add`` says which slots to start when capacity returns, growing back toward the desired replicas.
@@ -23,6 +23,19 @@ def validate_scale(job: TrainingJob, role: str, replicas: int) -> None:
     low, high = spec.min_count, spec.max_count
     if not low <= replicas <= high:
         raise ValueError(f"replicas {replicas} outside [{low}, {high}]")
+
+
+def scale_refusal(job: TrainingJob, role: str, replicas: int) -> str | None:
+    """Why a request to scale ``role`` to ``replicas`` is refused, in the words every front end shows (the
+    CLI, the job pages), or None when it may go ahead."""
+    key, spec = resolve_role(job, role)
+    low, high = spec.min_count, spec.max_count
+    if low <= replicas <= high:
+        return None
+    return (
+        f"job {job.name}: role {key}: replicas {replicas} outside [{low}, {high}] "
+        "(minReplicas..maxReplicas); choose a value in that range"
+    )
 
 
 def pods_to_add(

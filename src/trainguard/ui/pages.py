@@ -56,11 +56,14 @@ def roles(job: TrainingJob, status: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def job_row(job: TrainingJob, view: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
-    """A line of the jobs list."""
+def job_row(
+    job: TrainingJob, view: Mapping[str, Any], now: float | None = None, key: str | None = None
+) -> dict[str, Any]:
+    """A line of the jobs list; ``key`` names the job in the pages' addresses (default: its name)."""
     status = view.get("status") or {}
     return {
-        "name": job.name,
+        "name": key or job.name,
+        "job": job.name,
         "namespace": job.metadata.namespace,
         "kind": view.get("kind", "TrainingJob"),
         "phase": status.get("phase", "Pending"),
@@ -71,14 +74,18 @@ def job_row(job: TrainingJob, view: Mapping[str, Any], now: float | None = None)
 
 
 def job_detail(
-    job: TrainingJob, view: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now: float | None = None
+    job: TrainingJob,
+    view: Mapping[str, Any],
+    events: Sequence[Mapping[str, Any]],
+    now: float | None = None,
+    key: str | None = None,
 ) -> dict[str, Any]:
     """Everything a job's page shows."""
     now = time.time() if now is None else now
     status = view.get("status") or {}
     drawn = timeline.build(job.name, status, now=None if _ended(status) else now)
     return {
-        **job_row(job, view, now),
+        **job_row(job, view, now, key),
         "conditions": list(status.get("conditions", [])),
         "pods": list(status.get("pods", [])),
         "history": list(status.get("history", [])),

@@ -15,7 +15,8 @@ session's own token from ``/api/session``, which it sends with every POST (``X-T
 without both is refused (403), so no other site can make a browser act (it can neither send the cookie nor
 read the token), and a page opened without the secret is read-only. Only the user who can read the CLI's files
 can read the secret: the same right as the CLI's. Requests naming another host than the server's own
-(``Host``) are refused, against DNS rebinding. Every value reaches the page as JSON and is put in as text.
+(``Host``: only the address it listens on, ``127.0.0.1``, ``localhost`` or ``[::1]``, with any port, as
+through ``kubectl port-forward``) are refused, against DNS rebinding. Every value reaches the page as JSON and is put in as text.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ class Source(Protocol):
     backend: str  # "local" or "kubernetes"
     chaos_actions: tuple[str, ...]  # the chaos the backend can inject (none on Kubernetes)
 
-    def jobs(self) -> list[tuple[TrainingJob, dict[str, Any]]]: ...
+    def jobs(self) -> list[tuple[str, TrainingJob, dict[str, Any]]]:
+        """(key, job, view) of every job; the key names the job in the pages (its name, or namespace/name)."""
+        ...
 
-    def job(self, name: str) -> tuple[TrainingJob, dict[str, Any]]: ...
+    def job(self, key: str) -> tuple[TrainingJob, dict[str, Any]]: ...
 
     def events(self, name: str) -> list[dict[str, Any]]: ...
 
@@ -120,9 +123,10 @@ class Endpoint:
         return {"url": self.url, "secret_url": self.secret_url, "problem": self.problem}
 
 
-def serve(source: Source, address: str = "127.0.0.1", port: int = 0) -> Endpoint:
-    """Serve the pages from a thread of this process; a port that cannot be had is a problem, not a crash."""
-    sessions = Sessions()
+def serve(source: Source, address: str = "127.0.0.1", port: int = 0, secret: str | None = None) -> Endpoint:
+    """Serve the pages from a thread of this process; a port that cannot be had is a problem, not a crash.
+    ``secret``: the one that opens sessions that may act (default: a fresh random one)."""
+    sessions = Sessions(secret) if secret else Sessions()
     try:
         server = _Server((address, port), _handler(source, sessions))
     except OSError as error:
@@ -131,7 +135,8 @@ def serve(source: Source, address: str = "127.0.0.1", port: int = 0) -> Endpoint
         return Endpoint(None, problem=problem)
     host = f"[{address}]" if ":" in address else address
     url = f"http://{host}:{server.server_port}/"
-    server.allowed_hosts = {f"{host}:{server.server_port}", f"localhost:{server.server_port}"}
+    # Reached directly or through a port forward (kubectl port-forward: another port), by these names only.
+    server.allowed_hosts = {host, "127.0.0.1", "localhost", "[::1]"}
     thread = threading.Thread(target=server.serve_forever, name="trainguard-ui", daemon=True)
     thread.start()
     log.info("job pages at %s", url)
@@ -170,7 +175,7 @@ def _handler(source: Source, sessions: Sessions) -> type[BaseHTTPRequestHandler]
             self._route("POST")
 
         def _route(self, method: str) -> None:
-            if self.headers.get("Host", "") not in self.server.allowed_hosts:
+            if _hostname(self.headers.get("Host", "")) not in self.server.allowed_hosts:
                 self._send_json({"error": "unknown host; open the address trainguard printed"}, 421)
                 return
             split = urlsplit(self.path)
@@ -332,18 +337,25 @@ def _handler(source: Source, sessions: Sessions) -> type[BaseHTTPRequestHandler]
 
 
 def _jobs(source: Source) -> list[dict[str, Any]]:
-    return [pages.job_row(job, view, _now()) for job, view in source.jobs()]
+    return [pages.job_row(job, view, _now(), key) for key, job, view in source.jobs()]
 
 
-def _job(source: Source, name: str) -> dict[str, Any]:
-    job, view = source.job(name)
-    return {"job": pages.job_detail(job, view, source.events(name), _now())}
+def _job(source: Source, key: str) -> dict[str, Any]:
+    job, view = source.job(key)
+    return {"job": pages.job_detail(job, view, source.events(key), _now(), key)}
 
 
 def _now() -> float:
     """The clock the pages show ages and the timeline's end by: in steps of ``CLOCK_STEP_S``, so that a stream
     sends a job again when something happened, or when that much time has passed, not at every look."""
     return (time.time() // CLOCK_STEP_S) * CLOCK_STEP_S
+
+
+def _hostname(host: str) -> str:
+    """``127.0.0.1`` of ``127.0.0.1:8080``, ``[::1]`` of ``[::1]:8080``."""
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0]
 
 
 def _int(text: str, what: str, low: int, high: int) -> int:

@@ -88,6 +88,17 @@ class Kube:
     def get(self, path: str) -> Obj:
         return self.request("GET", path)
 
+    def text(self, path: str, **query: Any) -> str:
+        """A GET whose answer is text, not JSON (a pod's log)."""
+        response = self._send("GET", path, query, None, "application/json", 30)
+        try:
+            data = response.read()
+        finally:
+            response.release_conn()
+        if response.status >= 400:
+            raise ApiError(response.status, _message(data) or f"GET {path}: HTTP {response.status}")
+        return bytes(data).decode(errors="replace")
+
     def list(self, path: str, **query: Any) -> Obj:
         return self.request("GET", path, query=query, timeout=120)
 

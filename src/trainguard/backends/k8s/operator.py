@@ -32,9 +32,11 @@ from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.status import StatusConflict, read_status
+from trainguard.backends.k8s.ui import KubeSource
 from trainguard.controller import SettledSlots, reconcile
 from trainguard.controller.launchspec import check_runnable
 from trainguard.observability.metrics import ControllerStats
+from trainguard.ui import server as ui_server
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str, str]  # kind, namespace, name
@@ -59,6 +61,11 @@ class Options:
     #: Take the agents' reports on this port (0: any free one; None: not at all), on ``agent_report_address``.
     agent_report_port: int | None = None
     agent_report_address: str = "127.0.0.1"
+    #: Serve the job pages on this port (0: any free one; None: not at all), on ``ui_address``; sessions
+    #: opened with ``ui_secret`` may act (scale).
+    ui_port: int | None = None
+    ui_address: str = "127.0.0.1"
+    ui_secret: str | None = None
 
 
 class Operator:
@@ -92,6 +99,7 @@ class Operator:
         self.metrics_url: str | None = None
         self.agent_report_url: str | None = None
         self._report_server: ThreadingHTTPServer | None = None
+        self.ui: ui_server.Endpoint | None = None
 
     # ---- running -----------------------------------------------------------------------------------
 
@@ -111,6 +119,11 @@ class Operator:
                 self.options.agent_report_address,
             )
             log.info("agent reports at %s", self.agent_report_url)
+        if self.options.ui_port is not None:
+            source = KubeSource(self.kube, self.kinds, self.jobs, self.pods)
+            self.ui = ui_server.serve(
+                source, self.options.ui_address, self.options.ui_port, self.options.ui_secret
+            )
         self.leader.start()
         for number in range(self.options.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)
@@ -137,6 +150,8 @@ class Operator:
         if self._report_server is not None:
             self._report_server.shutdown()
             self._report_server.server_close()
+        if self.ui is not None:
+            self.ui.close()
         for cache in (*self.jobs.values(), self.pods, self.nodes):
             cache.stop()
         self.shared.pool.shutdown(wait=False)

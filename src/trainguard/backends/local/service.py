@@ -22,6 +22,7 @@ from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.store import AlreadyExists, Conflict
 from trainguard.backends.local.views import job_view
 from trainguard.controller.launchspec import check_runnable
+from trainguard.policy.elastic import scale_refusal
 
 #: Exit status of a request the user must change (unknown job, value out of range, ...).
 USAGE = 2
@@ -151,13 +152,9 @@ class Service:
             record = self._record(job)
             model = TrainingJob.model_validate(record.spec)
             role_name = _role(model, role)
-            spec = model.spec.replica_specs[role_name]
-            low, high = spec.min_count, spec.max_count
-            if not low <= replicas <= high:
-                raise RequestError(
-                    f"job {job}: role {role_name}: replicas {replicas} outside [{low}, {high}] "
-                    f"(minReplicas..maxReplicas); choose a value in that range"
-                )
+            refusal = scale_refusal(model, role_name, replicas)
+            if refusal is not None:
+                raise RequestError(refusal)
             phase = record.status.get("phase", "Pending")
             if phase in ("Succeeded", "Failed", "Timeout"):
                 raise RequestError(f"job {job} has ended ({phase}); it cannot be scaled")

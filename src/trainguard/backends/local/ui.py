@@ -29,10 +29,12 @@ class LocalSource:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    def jobs(self) -> list[tuple[TrainingJob, dict[str, Any]]]:
+    def jobs(self) -> list[tuple[str, TrainingJob, dict[str, Any]]]:
         found = []
         for record in self.service.store.list_jobs():
-            found.append((TrainingJob.model_validate(record.spec), self.service.op_get(record.name)))
+            found.append(
+                (record.name, TrainingJob.model_validate(record.spec), self.service.op_get(record.name))
+            )
         return found
 
     def job(self, name: str) -> tuple[TrainingJob, dict[str, Any]]:

@@ -11,6 +11,7 @@ import argparse
 import logging
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -83,6 +84,23 @@ def register(subparsers: Any) -> None:
         "http://trainguard-operator.trainguard-system.svc:8081/v1/agent-report (default: the agents report "
         "nothing but their end)",
     )
+    parser.add_argument(
+        "--ui-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the job pages on PORT (0: any free port; default: off); reach them with kubectl port-forward",
+    )
+    parser.add_argument(
+        "--ui-address", default="127.0.0.1", metavar="ADDR", help="address for the job pages (127.0.0.1)"
+    )
+    parser.add_argument(
+        "--ui-token-file",
+        default=None,
+        metavar="FILE",
+        help="the secret that lets a browser act (scale) on the job pages: open /?token=SECRET (default: a "
+        "random one, in the log; the chart mounts its Secret <release>-ui here)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -112,6 +130,14 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"--agent-report-url: expected an http:// or https:// URL the pods can reach, got {url!r}"
         )
+    secret = None
+    if args.ui_token_file is not None:
+        try:
+            secret = Path(args.ui_token_file).read_text().strip()
+        except OSError as error:
+            raise CliError(f"--ui-token-file {args.ui_token_file}: {error.strerror or error}") from None
+        if not secret:
+            raise CliError(f"--ui-token-file {args.ui_token_file}: the file is empty; put the secret in it")
     options = Options(
         namespace=args.namespace,
         kinds=kinds,
@@ -127,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
         metrics_address=args.metrics_address,
         agent_report_port=args.agent_report_port,
         agent_report_address=args.agent_report_address,
+        ui_port=args.ui_port,
+        ui_address=args.ui_address,
+        ui_secret=secret,
     )
     operator = Operator(kube, options)
     stopped = threading.Event()

@@ -105,7 +105,7 @@ function showJob(name) {
     el("section", { id: "events" }, el("h2", {}, "Events"), parts.events),
   );
   listen(`/api/stream?job=${encodeURIComponent(name)}`, ({ job }) => {
-    parts.head.replaceChildren(el("h1", {}, job.name, " ", el("span", { class: `phase ${job.phase}`, id: "phase" }, job.phase)));
+    parts.head.replaceChildren(el("h1", {}, job.job, job.name !== job.job ? el("span", { class: "quiet" }, ` (${job.namespace})`) : "", " ", el("span", { class: `phase ${job.phase}`, id: "phase" }, job.phase)));
     const t = job.time;
     const causes = Object.entries(t.lost_by_cause).map(([cause, s]) => `${cause} ${s} s`).join(", ");
     parts.time.replaceChildren(el("p", { class: "quiet", id: "goodput" },
