@@ -29,11 +29,15 @@ export function drawTimeline(timeline, width = 1100) {
   for (let i = 0; i <= 5; i += 1) {
     const at = timeline.start + (span * i) / 5;
     svg.appendChild(node("line", { class: "axis", x1: x(at), x2: x(at), y1: TOP - 6, y2: height - 18 }));
-    svg.appendChild(node("text", { x: x(at), y: height - 4, "text-anchor": "middle" }, seconds(at - timeline.start)));
+    const anchor = i === 0 ? "start" : i === 5 ? "end" : "middle";
+    svg.appendChild(node("text", { x: x(at), y: height - 4, "text-anchor": anchor }, seconds(at - timeline.start)));
   }
   lanes.forEach((lane, row) => {
     const y = TOP + row * LANE;
-    svg.appendChild(node("text", { x: 4, y: y + 14 }, lane.pod));
+    const short = lane.pod.startsWith(`${timeline.job}-`) ? lane.pod.slice(timeline.job.length + 1) : lane.pod;
+    const label = node("text", { x: 4, y: y + 14 }, short);
+    label.appendChild(node("title", {}, lane.pod));
+    svg.appendChild(label);
     for (const segment of lane.segments) {
       const rect = node("rect", {
         class: segment.state, x: x(segment.start), y: y + 3,
