@@ -107,6 +107,9 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
     assert set(local) == set(kube) == {f"{job.name}-{pod}" for pod in ranks}
     for name, launch in local.items():
         on_local, on_kube = _local_env(job, launch), _kubernetes_env(job, kube[name])
+        # Where memory snapshots go is each backend's own: the pod's memory here, the node's on the local runtime
+        # (which its runtime adds, tests/integration/torch/test_torch_snapshots.py).
+        assert on_kube.pop("TRAINGUARD_SNAPSHOT_DIR") == manifests.SNAPSHOT_DIR
         assert launch.spec.rank == kube[name].spec.rank == ranks[name.removeprefix(f"{job.name}-")], name
         assert int(on_local["RANK"]) == int(on_kube["RANK"]) == launch.spec.rank
         assert on_local.keys() == on_kube.keys(), name
