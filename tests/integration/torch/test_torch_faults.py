@@ -143,7 +143,9 @@ def test_a_restart_of_scope_all_resumes_from_the_previous_checkpoint_when_the_la
 
     # The first start after the kill (a round may form with fewer workers first, on a slow machine: its own
     # checkpoints would then come after the damaged one).
-    again = session.wait("the restart", lambda: recovery(session.run(job).events(), killed_at), RECOVERY_TIMEOUT)
+    again = session.wait(
+        "the restart", lambda: recovery(session.run(job).events(), killed_at), RECOVERY_TIMEOUT
+    )
     assert again.resumed_from == previous  # not the damaged one, and not from scratch
     assert (directory / f"ckpt-{latest:012d}.pt.corrupt").exists()
     entry = next(e for e in session.view(job)["status"]["history"] if e["kind"] == "fault")
