@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
+from tests.integration.local import conftest as local_conftest
 from tests.integration.local.harness import LocalRuntime
 from tests.integration.local.jobs import simple_job
-from trainguard.backends.local.home import ENV_HOME
+
+#: Every test here gets a local runtime of its own, as the local runtime's tests do.
+local = local_conftest.local
 
 #: A worker that says something with markup in it now and then, and runs until stopped.
 WORKER = [
@@ -19,16 +19,6 @@ WORKER = [
     "import time\nfor i in range(100000):\n    print(f'step {i} <img src=x onerror=alert(1)><b>bold</b>')\n"
     "    time.sleep(0.5)",
 ]
-
-
-@pytest.fixture
-def local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalRuntime]:
-    runtime = LocalRuntime(tmp_path)
-    monkeypatch.setenv(ENV_HOME, str(runtime.home.root))
-    monkeypatch.setenv("TRAINGUARD_IDLE_EXIT", "120")
-    yield runtime
-    leftovers = runtime.stop()
-    assert not leftovers, f"processes left behind: {leftovers}"
 
 
 @pytest.fixture

@@ -89,56 +89,50 @@ def layout(state: Any) -> Layout:
         return _Ref(offset, str(tensor.dtype).replace("torch.", ""), tuple(tensor.size()), tuple(tensor.stride()),
                     tensor.storage_offset(), isinstance(tensor, torch.nn.Parameter), tensor.requires_grad)  # fmt: skip
 
-    def visit(obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
-            if id(obj) not in memo:
-                memo[id(obj)] = ref(obj)
-            return memo[id(obj)]
-        kind = type(obj)
-        if kind is dict:
-            return {key: visit(value) for key, value in obj.items()}
-        if kind is OrderedDict:  # a module's state_dict, with its _metadata attribute
-            rebuilt: Any = OrderedDict((key, visit(value)) for key, value in obj.items())
-            rebuilt.__dict__.update(obj.__dict__)
-            return rebuilt
-        if kind is list:
-            return [visit(value) for value in obj]
-        if kind is tuple:
-            return tuple(visit(value) for value in obj)
-        return obj
+    def leaf(obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor):
+            return obj
+        if id(obj) not in memo:
+            memo[id(obj)] = ref(obj)
+        return memo[id(obj)]
 
-    skeleton = visit(state)
-    return Layout(skeleton, copies, max(end, 1))
+    return Layout(_replace_leaves(state, leaf), copies, max(end, 1))
 
 
 def rebuild(skeleton: Any, storage: Any) -> Any:
     """The state of ``skeleton`` with tensors on ``storage`` (an untyped storage of the slot's data)."""
     import torch
 
-    def visit(obj: Any) -> Any:
-        if isinstance(obj, _Ref):
-            dtype = getattr(torch, obj.dtype)
-            itemsize = torch.empty(0, dtype=dtype).element_size()
-            out = torch.empty(0, dtype=dtype).set_(
-                storage, obj.offset // itemsize + obj.storage_offset, obj.size, obj.stride
-            )
-            if obj.parameter:
-                return torch.nn.Parameter(out, requires_grad=obj.requires_grad)
-            return out
-        kind = type(obj)
-        if kind is dict:
-            return {key: visit(value) for key, value in obj.items()}
-        if kind is OrderedDict:
-            rebuilt: Any = OrderedDict((key, visit(value)) for key, value in obj.items())
-            rebuilt.__dict__.update(obj.__dict__)
-            return rebuilt
-        if kind is list:
-            return [visit(value) for value in obj]
-        if kind is tuple:
-            return tuple(visit(value) for value in obj)
-        return obj
+    def leaf(obj: Any) -> Any:
+        if not isinstance(obj, _Ref):
+            return obj
+        dtype = getattr(torch, obj.dtype)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        out = torch.empty(0, dtype=dtype).set_(
+            storage, obj.offset // itemsize + obj.storage_offset, obj.size, obj.stride
+        )
+        if obj.parameter:
+            return torch.nn.Parameter(out, requires_grad=obj.requires_grad)
+        return out
 
-    return visit(skeleton)
+    return _replace_leaves(skeleton, leaf)
+
+
+def _replace_leaves(obj: Any, leaf: Any) -> Any:
+    """``obj`` with its plain containers rebuilt (dicts; a module's ``OrderedDict`` state dict with its
+    ``_metadata``; lists; tuples, not named ones) and every other value ``leaf(value)``."""
+    kind = type(obj)
+    if kind is dict:
+        return {key: _replace_leaves(value, leaf) for key, value in obj.items()}
+    if kind is OrderedDict:
+        rebuilt: Any = OrderedDict((key, _replace_leaves(value, leaf)) for key, value in obj.items())
+        rebuilt.__dict__.update(obj.__dict__)
+        return rebuilt
+    if kind is list:
+        return [_replace_leaves(value, leaf) for value in obj]
+    if kind is tuple:
+        return tuple(_replace_leaves(value, leaf) for value in obj)
+    return leaf(obj)
 
 
 def address_of(region: mmap.mmap) -> int:
