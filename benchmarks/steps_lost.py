@@ -131,8 +131,10 @@ def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, l
 
 def _one(session: Session, job: str, fault: str) -> Figure:
     run = session.run(job)
+    # Every fault finds the job whole (3 workers; 2 before the scale-out), 10 steps on.
+    _wait_world(run, 2 if fault == "scale_out" else 3)
     _wait_step(lambda: _last_step(run), _last_step(run) + 10)
-    pods = session.pods(job)
+    pods = {name: pod for name, pod in session.pods(job).items() if pod["phase"] == "Running"}
     victim = sorted(pods)[-1]
     world = None
     if fault == "random_kill":
@@ -221,6 +223,14 @@ def _recovered(run: Run, at: float, world: int | None) -> Figure:
             return found.steps_lost, round(found.next_step_at - at, 2)
         time.sleep(0.1)
     return None, None
+
+
+def _wait_world(run: Run, world: int) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while (last := run.last_step()) is None or last.world != world:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no step in a world of {world} within {TIMEOUT} s")
+        time.sleep(0.1)
 
 
 def _last_step(run: Run) -> int:
