@@ -70,9 +70,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--random-trials", type=int, default=10)
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["digits", "big"])
+    parser.add_argument("--setups", nargs="+", choices=SETUPS, default=list(SETUPS))
     parser.add_argument("--big-params", type=int, default=100_000_000, help="the overhead's model")
     args = parser.parse_args()
-    setups = ("memory",) if args.quick else SETUPS
+    setups = ("memory",) if args.quick else tuple(args.setups)
     models = ("digits",) if args.quick else tuple(args.models)
     trials = 1 if args.quick else args.random_trials
     results: dict[str, Any] = {}

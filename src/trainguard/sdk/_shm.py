@@ -26,6 +26,8 @@ import fcntl
 import mmap
 import os
 import pickle
+import shutil
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -390,6 +392,31 @@ def bytes_free(directory: Path) -> int:
                 free = min(free, int(limit) - int(Path(usage_file).read_text().strip()))
             break
     return free
+
+
+#: A writer's snapshots are stale once they are this many steps behind a writer of the same node and this many
+#: seconds old: a pod relaunched elsewhere, a buddy that changed, a rank scaled away.
+STALE_STEPS = 3
+STALE_SECONDS = 10.0
+
+
+def prune_stale(directory: Path, step: int, keep: set[Path], now: float | None = None) -> list[Path]:
+    """Remove the writers' directories under ``directory`` (a node's) whose newest snapshot is older than
+    ``step - STALE_STEPS`` and ``STALE_SECONDS``: the ranks of a job move in step, so no restore can want it
+    any more (after a fault every rank resumes, then writes newer steps). ``keep``: never removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for writer in directory.glob("*-*"):
+        if writer in keep or not writer.name.startswith(("own-", "buddy-")):
+            continue
+        slots = committed(writer)
+        newest = slots[0] if slots else None
+        if newest is None:
+            continue  # being written for the first time
+        if newest.step < step - STALE_STEPS and now - float(newest.meta.get("time", now)) > STALE_SECONDS:
+            shutil.rmtree(writer, ignore_errors=True)
+            removed.append(writer)
+    return removed
 
 
 def tree_size(directory: Path) -> int:

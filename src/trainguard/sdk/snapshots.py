@@ -58,6 +58,8 @@ ENV_DIRECTORY = "TRAINGUARD_SNAPSHOT_DIR"
 ENV_HOST = "TRAINGUARD_SNAPSHOT_HOST"
 #: The whole of a snapshot is refused when less than this share of what is free would be left.
 HEADROOM = 1.1
+#: Every this many steps a writer removes the node's stale copies (``_shm.prune_stale``).
+PRUNE_EVERY = 5
 #: How long a stopping worker waits for its last snapshot to reach its buddy.
 FINAL_SEND_SECONDS = 10.0
 
@@ -203,6 +205,8 @@ class Snapshots:
             self._changed.notify_all()
         if self.persist_every and step % self.persist_every == 0:
             self._persist(slot)
+        if step % PRUNE_EVERY == 0:
+            _shm.prune_stale(self.directory, step, keep={self._writer.directory})
 
     def _finish_copy(self, *_: Any) -> None:
         """Wait for the copy of the last snapshot's parameters and optimizer state (an optimizer's step
@@ -492,11 +496,15 @@ class _Receiver:
                 if header.get("token") != self.token or "/" in str(header.get("key")):
                     return
                 meta = _read_full(reader, int(header["meta"]))
-                key = str(header["key"])
+                key, size = str(header["key"]), int(header["data"])
                 writer = self._writers.get(key)
+                held = _shm.tree_size(self.directory / f"buddy-{key}")
+                if size * HEADROOM > _shm.bytes_free(self.directory) + held:
+                    conn.sendall(b"full\n")  # the sender's snapshot stays unsafe; this node keeps working
+                    return
                 if writer is None:
                     writer = self._writers[key] = _shm.SlotWriter(self.directory / f"buddy-{key}")
-                slot = writer.write_bytes(meta, lambda view: _read_into(reader, view), int(header["data"]))
+                slot = writer.write_bytes(meta, lambda view: _read_into(reader, view), size)
                 conn.sendall(f"ok {slot.step}\n".encode())
             except (OSError, ValueError, KeyError, _shm.SnapshotFormatError):
                 return

@@ -178,3 +178,32 @@ def test_with_optimizers_the_copy_overlaps_the_next_step_and_holds_the_saved_sta
     assert _equal(restored.state, state())
     snapshots.close()
     step()  # the hooks are gone with close()
+
+
+def test_stale_copies_are_pruned_and_nothing_else(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    now = 1_000_000.0
+
+    def writer(name: str, step: int, age: float) -> Path:
+        directory = node / name
+        _shm.SlotWriter(directory).write({"step": step, "time": now - age}, lambda address: None, 8)
+        return directory
+
+    mine = writer("own-me-0", 100, 0)
+    behind = writer("buddy-gone-0", 90, 60)  # a buddy that changed a while ago
+    lagging = writer("buddy-slow-0", 90, 2)  # far behind but recent: a slow sender, kept
+    close = writer("own-other-0", 98, 60)  # within STALE_STEPS: kept
+    starting = node / "buddy-new-0"
+    starting.mkdir()  # nothing committed yet: kept
+    (node / "unrelated").mkdir()
+    removed = _shm.prune_stale(node, 100, keep={mine}, now=now)
+    assert removed == [behind]
+    assert {p.name for p in node.iterdir()} == {
+        "own-me-0",
+        "buddy-slow-0",
+        "own-other-0",
+        "buddy-new-0",
+        "unrelated",
+    }
+    assert lagging.exists()
+    assert close.exists()

@@ -284,3 +284,4 @@ class ControlPlane:
                     self.runtime.kill_now(row)
             for record in self.store.list_jobs(include_deleted=True):
                 self.stores.stop(record.name, record.uid)
+                self._free_memory(record)  # its pods are gone: nothing will resume from it
