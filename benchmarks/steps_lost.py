@@ -62,6 +62,9 @@ MODELS: dict[str, dict[str, Any]] = {
     "digits": {"args": (), "step_delay": 0.05},
     "big": {"args": ("--width=4096", "--layers=7"), "step_delay": 0.0},
 }
+#: ``--no-buddy``: memory snapshots without the buddy copy (under DDP each worker's own copy is the whole state);
+#: the 100 M model's buddy copies do not fit beside 3 workers in 24 GB.
+NO_BUDDY = ("--no-buddy",)
 Figure = tuple[int | None, float | None]  # steps lost, seconds to the next step
 
 
@@ -71,6 +74,7 @@ def main() -> int:
     parser.add_argument("--random-trials", type=int, default=10)
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["digits", "big"])
     parser.add_argument("--setups", nargs="+", choices=SETUPS, default=list(SETUPS))
+    parser.add_argument("--no-buddy", action="store_true", help="memory snapshots without the buddy copy")
     parser.add_argument("--big-params", type=int, default=100_000_000, help="the overhead's model")
     args = parser.parse_args()
     setups = ("memory",) if args.quick else tuple(args.setups)
@@ -85,7 +89,7 @@ def main() -> int:
                 results[setup][model] = {fault: {"steps_lost": None, "seconds": None} for fault in FAULTS}
                 continue
             runner = torchrun_faults if setup == "torchrun_disk" else trainguard_faults
-            figures = runner(setup, model, trials)
+            figures = runner(setup, model, trials, NO_BUDDY if args.no_buddy else ())
             if setup == "memory":
                 lost += [n for got in figures.values() for n, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
@@ -114,9 +118,11 @@ def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
 # ---- trainguard (b, c) ---------------------------------------------------------------------------------------
 
 
-def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
+def trainguard_faults(
+    setup: str, model: str, random_trials: int, memory_args: tuple[str, ...] = ()
+) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
-    extra = (*MODELS[model]["args"], *(("--snapshots",) if setup == "memory" else ()))
+    extra = (*MODELS[model]["args"], *(("--snapshots", *memory_args) if setup == "memory" else ()))
     with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
         spec = digits_job("steps", session.root, epochs=200, step_delay=MODELS[model]["step_delay"],
                           checkpoint_every=EVERY, extra_args=extra)  # fmt: skip
@@ -163,7 +169,9 @@ def _one(session: Session, job: str, fault: str) -> Figure:
 # ---- plain torchrun (a) --------------------------------------------------------------------------------------
 
 
-def torchrun_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
+def torchrun_faults(
+    setup: str, model: str, random_trials: int, memory_args: tuple[str, ...] = ()
+) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {"kill": [], "random_kill": []}
     with tempfile.TemporaryDirectory() as root:
         events = Path(root) / "events.jsonl"

@@ -113,6 +113,13 @@ def parse_args() -> argparse.Namespace:
         "every --checkpoint-every-th is persisted to disk",
     )
     parser.add_argument(
+        "--buddy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --snapshots: also keep each snapshot in a buddy worker's memory (under DDP every worker's own "
+        "copy is the whole state already)",
+    )
+    parser.add_argument(
         "--save-on-sigterm",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -135,7 +142,9 @@ def main() -> None:
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
     checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
     snapshots = (
-        trainguard.Snapshots(checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer])
+        trainguard.Snapshots(
+            checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer], buddy=args.buddy
+        )
         if args.snapshots
         else None
     )
