@@ -101,23 +101,45 @@ def layout(state: Any) -> Layout:
     return Layout(_replace_leaves(state, leaf), copies, max(end, 1))
 
 
-def rebuild(skeleton: Any, storage: Any) -> Any:
-    """The state of ``skeleton`` with tensors on ``storage`` (an untyped storage of the slot's data)."""
+def rebuild(skeleton: Any, storages: dict[int, Any]) -> Any:
+    """The state of ``skeleton`` with its tensors on ``storages`` (``split``'s: a storage of its own for each
+    storage of the original, so that tensors share memory exactly as the original's did)."""
     import torch
 
     def leaf(obj: Any) -> Any:
         if not isinstance(obj, _Ref):
             return obj
         dtype = getattr(torch, obj.dtype)
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        out = torch.empty(0, dtype=dtype).set_(
-            storage, obj.offset // itemsize + obj.storage_offset, obj.size, obj.stride
-        )
+        out = torch.empty(0, dtype=dtype).set_(storages[obj.offset], obj.storage_offset, obj.size, obj.stride)
         if obj.parameter:
             return torch.nn.Parameter(out, requires_grad=obj.requires_grad)
         return out
 
     return _replace_leaves(skeleton, leaf)
+
+
+def split(skeleton: Any, size: int, fill: Any) -> dict[int, Any]:
+    """A CPU storage of its own for each storage the skeleton's tensors were on (by its offset in the data),
+    ``fill(buffer, offset)`` filling each from the data. Never one storage for all: a restored optimizer keeps
+    its state tensors, which would keep the whole snapshot alive and be snapshotted whole again."""
+    import torch
+
+    offsets: set[int] = set()
+
+    def note(obj: Any) -> Any:
+        if isinstance(obj, _Ref):
+            offsets.add(obj.offset)
+        return obj
+
+    _replace_leaves(skeleton, note)
+    ordered = sorted(offsets)
+    storages = {}
+    for index, start in enumerate(ordered):
+        end = ordered[index + 1] if index + 1 < len(ordered) else size
+        buffer = torch.empty(end - start, dtype=torch.uint8)
+        fill(buffer, start)
+        storages[start] = buffer.untyped_storage()
+    return storages
 
 
 def _replace_leaves(obj: Any, leaf: Any) -> Any:
@@ -356,12 +378,11 @@ class SlotWriter:
 
 def read_into_private(slot: Slot) -> Any:
     """The slot's state in this process's own memory (training may change it; the slot stays as it was)."""
-    import torch
 
+    skeleton = slot.meta["skeleton"]
     with slot.reading() as (fd, size):
-        data = torch.empty(size, dtype=torch.uint8)
-        read_exactly(fd, bytes_of(data), 0)
-    return rebuild(slot.meta["skeleton"], data.untyped_storage())
+        storages = split(skeleton, size, lambda buffer, offset: read_exactly(fd, bytes_of(buffer), offset))
+    return rebuild(skeleton, storages)
 
 
 def bytes_of(tensor: Any) -> memoryview:

@@ -373,7 +373,13 @@ class Snapshots:
             data = torch.empty(size, dtype=torch.uint8)
         dist.broadcast(data, src=fetch.source)
         if self.rank in fetch.to:
-            return _shm.rebuild(skeleton, data.untyped_storage())
+            received = data
+            storages = _shm.split(
+                skeleton,
+                size,
+                lambda buffer, offset: buffer.copy_(received[offset : offset + buffer.numel()]),
+            )
+            return _shm.rebuild(skeleton, storages)
         return state
 
     # -- the buddy ------------------------------------------------------------------------------------------

@@ -207,3 +207,22 @@ def test_stale_copies_are_pruned_and_nothing_else(tmp_path: Path) -> None:
     }
     assert lagging.exists()
     assert close.exists()
+
+
+def test_a_restored_optimizer_does_not_hold_the_whole_snapshot(snapshots: Snapshots, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 64)).sum().backward()
+    optimizer.step()
+    snapshots.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, 1)
+    size = _shm.layout({"model": model.state_dict(), "optimizer": optimizer.state_dict()}).size
+    restored = snapshots.restore()
+    assert restored is not None
+    again = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    again_optimizer = torch.optim.SGD(again.parameters(), lr=0.1, momentum=0.9)
+    again.load_state_dict(restored.state["model"])
+    again_optimizer.load_state_dict(restored.state["optimizer"])  # keeps the restored momentum tensors
+    # Each momentum buffer is on a storage of its own, not a view of one buffer holding the whole snapshot,
+    # which the next snapshot would copy whole (and which would stay alive for as long as the optimizer).
+    assert _shm.layout({"model": again.state_dict(), "optimizer": again_optimizer.state_dict()}).size == size
