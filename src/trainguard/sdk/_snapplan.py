@@ -85,7 +85,7 @@ def choose(held: Sequence[Sequence[Held]], disk_step: int | None, *, replicated:
     missing: dict[int, list[int]] = {}
     for rank, mine in enumerate(held):
         shard = 0 if replicated else rank
-        found = [h for h in mine if h.step == step and _serves(h, shard, replicated)]
+        found = [h for h in mine if serves(h, step, shard, replicated)]
         shards.append(shard)
         if any(not h.buddy for h in found):
             sources.append(MEMORY)
@@ -97,17 +97,17 @@ def choose(held: Sequence[Sequence[Held]], disk_step: int | None, *, replicated:
     fetches = []
     for shard, ranks in sorted(missing.items()):
         holder = min(
-            rank
-            for rank, mine in enumerate(held)
-            if any(h.step == step and _serves(h, shard, replicated) for h in mine)
+            rank for rank, mine in enumerate(held) if any(serves(h, step, shard, replicated) for h in mine)
         )
         fetches.append(Fetch(shard, holder, tuple(ranks)))
     return Plan(step, tuple(sources), tuple(shards), tuple(fetches))
 
 
-def _serves(held: Held, shard: int, replicated: bool) -> bool:
-    """Whether ``held`` is what a rank needing ``shard`` loads (any copy, for replicated state)."""
-    return held.replicated if replicated else (not held.replicated and held.shard == shard)
+def serves(held: Held, step: int, shard: int, replicated: bool) -> bool:
+    """Whether ``held`` is what a rank needing ``shard`` of ``step`` loads (any copy, for replicated state)."""
+    return held.step == step and (
+        held.replicated if replicated else (not held.replicated and held.shard == shard)
+    )
 
 
 def _best_replicated(held: Sequence[Sequence[Held]]) -> int | None:

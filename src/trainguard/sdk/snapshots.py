@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.sdk import _shm
-from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError, choose
+from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError, choose, serves
 from trainguard.sdk._world import current_world
 
 log = logging.getLogger("trainguard.snapshots")
@@ -199,6 +199,7 @@ class Snapshots:
         except BaseException:
             self._writer.abandon(pending)
             raise
+        # The meta read back from its bytes, not the live objects: the state may have changed since save().
         slot = self._writer.commit_raw(pending, body, _shm.load_meta(body))
         with self._changed:
             self._latest = slot
@@ -332,7 +333,7 @@ class Snapshots:
         state = None
         if source != PEER:
             entry = next(
-                e for e in held[self.rank] if _serves(e, plan.step, plan.shards[self.rank], self.replicated)
+                e for e in held[self.rank] if serves(e, plan.step, plan.shards[self.rank], self.replicated)
             )
             state = _shm.read_into_private(_shm.slot_at(Path(entry.path)))
         for fetch in plan.fetches:
@@ -361,7 +362,7 @@ class Snapshots:
         header: list[Any] = [None]
         data = None
         if self.rank == fetch.source:
-            entry = next(e for e in mine if _serves(e, plan.step, fetch.shard, self.replicated))
+            entry = next(e for e in mine if serves(e, plan.step, fetch.shard, self.replicated))
             slot = _shm.slot_at(Path(entry.path))
             with slot.reading() as (fd, size):
                 data = torch.empty(size, dtype=torch.uint8)
@@ -432,12 +433,6 @@ class Snapshots:
 
 def _storage_of(tensor: Any) -> int:
     return int(tensor.untyped_storage().data_ptr())
-
-
-def _serves(entry: Held, step: int, shard: int, replicated: bool) -> bool:
-    return entry.step == step and (
-        entry.replicated if replicated else (not entry.replicated and entry.shard == shard)
-    )
 
 
 def _buddy_of(rank: int, nodes: list[str]) -> int | None:

@@ -76,28 +76,28 @@ class Kube:
         content_type: str = "application/json",
         timeout: float = 30,
     ) -> Obj:
-        response = self._send(method, path, query or {}, body, content_type, timeout)
+        data = self._read(method, path, query or {}, body, content_type, timeout)
+        return json.loads(data) if data else {}
+
+    def _read(
+        self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: float
+    ) -> bytes:
+        """The answer's body; ApiError for an HTTP error."""
+        response = self._send(method, path, query, body, content_type, timeout)
         try:
-            data = response.read()
+            data = bytes(response.read())
         finally:
             response.release_conn()
         if response.status >= 400:
             raise ApiError(response.status, _message(data) or f"{method} {path}: HTTP {response.status}")
-        return json.loads(data) if data else {}
+        return data
 
     def get(self, path: str) -> Obj:
         return self.request("GET", path)
 
     def text(self, path: str, **query: Any) -> str:
         """A GET whose answer is text, not JSON (a pod's log)."""
-        response = self._send("GET", path, query, None, "application/json", 30)
-        try:
-            data = response.read()
-        finally:
-            response.release_conn()
-        if response.status >= 400:
-            raise ApiError(response.status, _message(data) or f"GET {path}: HTTP {response.status}")
-        return bytes(data).decode(errors="replace")
+        return self._read("GET", path, query, None, "application/json", 30).decode(errors="replace")
 
     def list(self, path: str, **query: Any) -> Obj:
         return self.request("GET", path, query=query, timeout=120)
