@@ -136,7 +136,9 @@ class LocalRuntime:
                 continue
             if "trainguard.agent" in command:
                 found.setdefault(marker.split("/")[1], []).append(process)
-        return found
+        # An agent's child between fork and exec still shows the agent's command line and environment: it
+        # is that agent's command starting, not a second agent.
+        return {name: _leaders(procs) for name, procs in found.items()}
 
     def own_commands(self, needle: str) -> list[psutil.Process]:
         """This home's live processes whose command line contains `needle`."""
@@ -218,3 +220,14 @@ def _brief(view: dict[str, Any]) -> str:
         json.dumps({"phase": status["phase"], "restartCounts": status.get("restartCounts")})
         + f" pods: {pods}"
     )
+
+
+def _leaders(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` whose parent is not one of them."""
+    pids = {process.pid for process in processes}
+    leaders = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            if process.ppid() not in pids:
+                leaders.append(process)
+    return leaders

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from trainguard.backends.local import processes
+from trainguard.backends.local.runtime import POD_ID_ENV, find_by_marker
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +53,31 @@ def test_kill_marked_kills_the_processes_with_the_marker_and_spares_the_others(
     assert [p.wait(timeout=10) for p in ours] == [-9, -9]
     assert other_launch.poll() is None
     assert processes.kill_marked(MARKER, "uid-1/job-worker-0/2") == []
+
+
+def test_an_agent_found_by_its_marker_is_the_agent_and_not_its_child_before_exec(
+    started: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = "uid-2/job-launcher-0/8"
+    # A parent and a forked child that never execs: the same command line ("trainguard.agent" in it) and the
+    # same environment, as an agent and its command have between fork and exec.
+    forks = "import os, time\nif os.fork() == 0:\n    time.sleep(300)\nelse:\n    time.sleep(300)\n"
+    env = {**os.environ, POD_ID_ENV: marker}
+    agent = subprocess.Popen(
+        [sys.executable, "-c", forks, "trainguard.agent"], env=env, start_new_session=True
+    )
+    started.append(agent)
+    deadline = time.monotonic() + 10
+    while not psutil.Process(agent.pid).children():
+        assert time.monotonic() < deadline, "the agent never forked"
+        time.sleep(0.02)
+    listed = psutil.process_iter
+    try:
+        for order in (lambda found: found, lambda found: reversed(list(found))):  # either order of listing
+            monkeypatch.setattr(psutil, "process_iter", lambda *a, o=order, **k: o(listed(*a, **k)))
+            found = find_by_marker(marker)
+            assert found is not None
+            assert found.pid == agent.pid
+        assert find_by_marker("uid-2/job-launcher-0/9") is None
+    finally:
+        os.killpg(agent.pid, 9)

@@ -373,17 +373,23 @@ def pod_marker(job_uid: str, row: PodRecord) -> str:
 
 
 def find_by_marker(marker: str) -> psutil.Process | None:
-    """The agent whose environment carries ``TRAINGUARD_POD_ID=<marker>`` (a launch we lost track of)."""
-    for process in psutil.process_iter(["cmdline"]):
+    """The agent whose environment carries ``TRAINGUARD_POD_ID=<marker>`` (a launch we lost track of).
+
+    The agent's own child, between fork and exec, shows the same command line and environment; the agent
+    is the one whose parent is not a match.
+    """
+    matches = []
+    for process in psutil.process_iter(["cmdline", "ppid"]):
         try:
             cmdline = process.info.get("cmdline") or []
             if "trainguard.agent" not in cmdline or process.status() == psutil.STATUS_ZOMBIE:
                 continue
             if process.environ().get(POD_ID_ENV) == marker:
-                return process
+                matches.append(process)
         except psutil.Error:
             continue
-    return None
+    pids = {process.pid for process in matches}
+    return next((process for process in matches if process.info.get("ppid") not in pids), None)
 
 
 def log_path(home: Home, job: str, pod: str) -> Path:
