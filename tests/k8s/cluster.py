@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,16 @@ class KubeCluster:
         if done.returncode != 0:
             pytest.fail(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
         return done.stdout
+
+    def wait_established(self, crd: str, timeout: float = 60) -> None:
+        """Until the CRD named ``crd`` serves its resource (``kubectl wait`` fails, rather than waits, on a CRD
+        so new that it has no conditions yet)."""
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + timeout
+        while self.kubectl_result("get", "crd", crd, "-o", f"jsonpath={jsonpath}") != "True":
+            if time.monotonic() > deadline:
+                pytest.fail(f"CRD {crd} not established within {timeout:g} s")
+            time.sleep(0.2)
 
     def kubectl_result(self, *args: str, timeout: float = 60) -> str:
         """kubectl's stdout, or "" where it failed (a container not started yet, a pod just deleted)."""

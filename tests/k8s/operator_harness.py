@@ -31,7 +31,7 @@ Obj = dict[str, Any]
 def install_crds(cluster: KubeCluster) -> None:
     cluster.kubectl("apply", "-f", str(CRDS))
     for crd in ("trainingjobs.trainguard.io", "aitrainingjobs.kongming.cce.baiudbce.com"):
-        cluster.kubectl("wait", "--for=condition=established", f"crd/{crd}", "--timeout=60s")
+        cluster.wait_established(crd)
 
 
 class OperatorProcess:

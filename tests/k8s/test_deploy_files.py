@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainguard.api.crd import aitrainingjob_crd, native_crd
+from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GENERATED = {
@@ -21,6 +21,16 @@ GENERATED = {
 def test_checked_in_crds_match_the_generator(folder: str, name: str) -> None:
     checked_in = yaml.safe_load((DEPLOY / folder / name).read_text())
     assert checked_in == GENERATED[name](), f"regenerate: trainguard crd ... > deploy/{folder}/{name}"
+
+
+def test_the_charts_pytorchjob_crd_is_the_generators() -> None:
+    lines = (DEPLOY / "helm/trainguard/templates/pytorchjob-crd.yaml").read_text().splitlines()
+    # The template's body: between its condition ({{- if ...) and the condition's end.
+    first = next(i for i, line in enumerate(lines) if line.startswith("{{- if")) + 1
+    body = yaml.safe_load("\n".join(lines[first : lines.index("{{- end }}")]))
+    expected = pytorchjob_crd()
+    expected["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    assert body == expected
 
 
 def test_operator_manifests_parse_and_grant_what_the_operator_does() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import Scenario, pod_names
+from trainguard.api.crd import pytorchjob_crd
 from trainguard.backends.k8s.manifests import ANNOTATION_NUDGE as ANNOTATION
 from trainguard.controller.nudges import NUDGE_AFTER_SECONDS
 
@@ -26,29 +27,6 @@ JOB = "elastic"
 WORKERS = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
 STORE = f"{JOB}-rendezvous"
 SERVICE = f"{JOB}-rdzv"
-
-#: Kubeflow's CRD as far as the operator needs it: the kind, its status subresource, any content.
-PYTORCHJOB_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "pytorchjobs.kubeflow.org"},
-    "spec": {
-        "group": "kubeflow.org",
-        "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
 
 
 def _pytorchjob() -> Obj:
@@ -105,8 +83,8 @@ def _native_horovod() -> Obj:
 
 @contextmanager
 def _pytorch_scenario(cluster: KubeCluster, tmp: Path) -> Iterator[Scenario]:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(PYTORCHJOB_CRD))
-    cluster.kubectl("wait", "--for=condition=established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pytorchjob_crd()))
+    cluster.wait_established("pytorchjobs.kubeflow.org")
     chosen = Scenario(cluster, tmp, nodes=4)
     chosen.operator.extra_args = ["--pytorchjobs"]
     chosen.set_up()

@@ -54,6 +54,46 @@ def aitrainingjob_crd(group: str = aitrainingjob.GROUPS[0]) -> dict[str, Any]:
     )
 
 
+def pytorchjob_crd() -> dict[str, Any]:
+    """Kubeflow's ``PyTorchJob`` CRD as the chart installs it where a cluster has none (``--set
+    pytorchjobs=true``): every field kept (trainguard validates the jobs itself and reports what is wrong in
+    their status), the scale subresource on the Worker role."""
+    plural, scale_role = "pytorchjobs", "Worker"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kubeflow.org"},
+        "spec": {
+            "group": "kubeflow.org",
+            "names": {
+                "kind": "PyTorchJob",
+                "listKind": "PyTorchJobList",
+                "plural": plural,
+                "singular": "pytorchjob",
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": f".spec.pytorchReplicaSpecs.{scale_role}.replicas",
+                            "statusReplicasPath": f".status.replicas.{scale_role}",
+                            "labelSelectorPath": STATUS_SELECTOR_PATH,
+                        },
+                    },
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+
+
 def spec_schema() -> dict[str, Any]:
     """The OpenAPI v3 schema of ``spec``, shared by both resources."""
     return _model_schema(TrainingJobSpec)

@@ -71,7 +71,9 @@ def test_faults_and_a_resize_lose_at_most_one_step(session: Session) -> None:
     again = session.wait(
         "worker 2's new start", lambda: _sources(session, job, "digits-mem-worker-2", before), 60
     )
-    assert again == [(lost.resumed_from, "memory")]
+    # Its node's memory; or, where the kill came while its newest snapshot was being copied and the others had
+    # theirs of that step (one replicated state), a peer sends it: either way no disk.
+    assert again in ([(lost.resumed_from, "memory")], [(lost.resumed_from, "peer")])
 
     # 2. A whole pod killed (its torchrun too): relaunched, and it finds its state in its node's memory or
     # receives it from a peer; the others read their own.
