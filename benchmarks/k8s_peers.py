@@ -220,13 +220,13 @@ class Operator:
             self.process.wait(timeout=10)
 
 
-def trainguard_operator(kubeconfig: str) -> Operator:
+def trainguard_operator(kubeconfig: str, pytorchjobs: Obj) -> Operator:
     binary = Path(sys.executable).with_name("trainguard")
     argv = [str(binary), "operator", "--namespace", NAMESPACE, "--kubeconfig", kubeconfig]
     argv += ["--scheduler-name", "default-scheduler", "--pytorchjobs", "--lease-namespace", NAMESPACE]
     argv += ["--id", "peers"]
     # Its chart installs the CRDs of the kinds it serves.
-    return Operator("trainguard", argv, [native_crd(), aitrainingjob_crd(), pytorchjob_crd()])
+    return Operator("trainguard", argv, [native_crd(), aitrainingjob_crd(), pytorchjobs])
 
 
 def kubeflow_operator(kubeconfig: str, built: Path) -> Operator:
@@ -234,9 +234,14 @@ def kubeflow_operator(kubeconfig: str, built: Path) -> Operator:
     argv += ["--enable-scheme", "pytorchjob", "--webhook-server-port", str(free_port())]
     argv += ["--metrics-bind-address", f"127.0.0.1:{free_port()}"]
     argv += ["--health-probe-bind-address", f"127.0.0.1:{free_port()}", "--zap-log-level", "info"]
-    crd = yaml.safe_load((built / "crds" / "kubeflow.org_pytorchjobs.yaml").read_text())
+    crd = kubeflow_crd(built)
     # MY_POD_NAMESPACE: its Deployment's namespace, where it keeps its certificate Secret.
     return Operator("kubeflow", argv, [crd], env={"MY_POD_NAMESPACE": NAMESPACE, "KUBECONFIG": kubeconfig})
+
+
+def kubeflow_crd(built: Path) -> Obj:
+    crd: Obj = yaml.safe_load((built / "crds" / "kubeflow.org_pytorchjobs.yaml").read_text())
+    return crd
 
 
 def probe_address(operator: Operator) -> str:
@@ -547,6 +552,11 @@ def main() -> int:
     parser.add_argument(
         "--only", choices=["trainguard", "kubeflow"], default=None, help="run one operator (for debugging)"
     )
+    parser.add_argument(
+        "--trainguard-on-kubeflows-crd",
+        action="store_true",
+        help="give trainguard Kubeflow's PyTorchJob CRD rather than its chart's (it refuses to start on it)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
     defaults = (20, 10, 4, 180.0) if args.quick else (1000, 500, 8, 600.0)
@@ -577,7 +587,8 @@ def main() -> int:
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         )
-        operators = [trainguard_operator(kubeconfig), kubeflow_operator(kubeconfig, built)]
+        ours = kubeflow_crd(built) if args.trainguard_on_kubeflows_crd else pytorchjob_crd()
+        operators = [trainguard_operator(kubeconfig, ours), kubeflow_operator(kubeconfig, built)]
         for operator in operators:
             if args.only in (None, operator.name):
                 results[operator.name] = run_one(kube, operator, size, logs / f"{operator.name}.log")

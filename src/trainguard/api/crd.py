@@ -94,6 +94,22 @@ def pytorchjob_crd() -> dict[str, Any]:
     }
 
 
+def keeps_status(crd: dict[str, Any], version: str) -> bool:
+    """Whether the API server stores, unpruned, whatever the operator writes under ``.status`` of ``version``:
+    the status keeps unknown fields and names none of its own (where it names some, their own schemas would
+    prune inside them), or the schema leaves ``status`` to a root that keeps unknown fields. Kubeflow's own
+    PyTorchJob CRD does not: its status has a schema of Kubeflow's fields only."""
+    for served in crd.get("spec", {}).get("versions", []):
+        if served.get("name") != version:
+            continue
+        root = (served.get("schema") or {}).get("openAPIV3Schema") or {}
+        status = (root.get("properties") or {}).get("status")
+        if status is None:
+            return bool(root.get("x-kubernetes-preserve-unknown-fields"))
+        return bool(status.get("x-kubernetes-preserve-unknown-fields")) and not status.get("properties")
+    return False
+
+
 def spec_schema() -> dict[str, Any]:
     """The OpenAPI v3 schema of ``spec``, shared by both resources."""
     return _model_schema(TrainingJobSpec)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.api.jobdata import EXAMPLES, cce_job
-from trainguard.api.crd import aitrainingjob_crd, native_crd
+from trainguard.api.crd import aitrainingjob_crd, keeps_status, native_crd, pytorchjob_crd
 from trainguard.api.load import load_jobs
 
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
@@ -152,3 +152,54 @@ def test_the_crd_rejects_what_the_model_rejects() -> None:
         ".spec.replicaSpecs.trainer.replicas: below minimum",
         ".spec.replicaSpecs.trainer.restartPolicy: 'OnFailed' not in enum",
     ]
+
+
+#: Kubeflow's PyTorchJob CRD as its training operator installs it, cut to what matters here: a status schema
+#: of Kubeflow's own fields.
+KUBEFLOWS = {
+    "spec": {
+        "versions": [
+            {
+                "name": "v1",
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            "status": {
+                                "type": "object",
+                                "properties": {
+                                    "conditions": {"type": "array"},
+                                    "startTime": {"type": "string"},
+                                },
+                            },
+                        },
+                    }
+                },
+            }
+        ]
+    }
+}
+
+
+def _with_root(root: dict[str, object]) -> dict[str, object]:
+    return {"spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": root}}]}}
+
+
+@pytest.mark.parametrize(
+    ("crd", "version", "kept"),
+    [
+        (pytorchjob_crd(), "v1", True),
+        (native_crd(), "v1", True),
+        (aitrainingjob_crd(), "v1", True),
+        (KUBEFLOWS, "v1", False),
+        (pytorchjob_crd(), "v2", False),  # no such version
+        (_with_root({"type": "object"}), "v1", False),  # a root that prunes, no status named
+        # a status that keeps unknown fields but names some: inside those, their schemas prune
+        (_with_root({"properties": {"status": {"x-kubernetes-preserve-unknown-fields": True,
+                                               "properties": {"conditions": {"type": "array"}}}}}), "v1", False),
+        (_with_root({"properties": {"status": {"x-kubernetes-preserve-unknown-fields": True}}}), "v1", True),
+    ],
+)  # fmt: skip
+def test_keeps_status(crd: dict[str, object], version: str, kept: bool) -> None:
+    assert keeps_status(crd, version) is kept

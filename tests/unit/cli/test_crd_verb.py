@@ -7,12 +7,17 @@ import json
 import pytest
 import yaml
 
-from trainguard.api.crd import aitrainingjob_crd, native_crd
+from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
 from trainguard.cli.main import main
 
 
 @pytest.mark.parametrize(
-    ("argv", "expected"), [([], native_crd), (["--dialect", "aitrainingjob"], aitrainingjob_crd)]
+    ("argv", "expected"),
+    [
+        ([], native_crd),
+        (["--dialect", "aitrainingjob"], aitrainingjob_crd),
+        (["--dialect", "pytorchjob"], pytorchjob_crd),
+    ],
 )
 def test_prints_the_crd(capsys: pytest.CaptureFixture[str], argv: list[str], expected: object) -> None:
     assert main(["crd", *argv]) == 0

@@ -1,4 +1,4 @@
-"""``trainguard crd [--dialect native|aitrainingjob]``: print the CustomResourceDefinition."""
+"""``trainguard crd [--dialect native|aitrainingjob|pytorchjob]``: print the CustomResourceDefinition."""
 
 from __future__ import annotations
 
@@ -8,23 +8,27 @@ from typing import Any
 
 import yaml
 
-from trainguard.api.crd import aitrainingjob_crd, native_crd
+from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "crd",
         help="print the CustomResourceDefinition generated from the job model",
-        description="Print the CRD for trainingjobs.trainguard.io (native) or "
-        "aitrainingjobs.kongming.cce.baiudbce.com (aitrainingjob), ready for kubectl apply -f -.",
+        description="Print the CRD for trainingjobs.trainguard.io (native), "
+        "aitrainingjobs.kongming.cce.baiudbce.com (aitrainingjob) or pytorchjobs.kubeflow.org as trainguard "
+        "serves it (pytorchjob), ready for kubectl apply -f -.",
     )
-    parser.add_argument("--dialect", choices=["native", "aitrainingjob"], default="native")
+    parser.add_argument("--dialect", choices=sorted(CRDS), default="native")
     parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     parser.set_defaults(func=run)
 
 
+CRDS = {"native": native_crd, "aitrainingjob": aitrainingjob_crd, "pytorchjob": pytorchjob_crd}
+
+
 def run(args: argparse.Namespace) -> int:
-    crd = native_crd() if args.dialect == "native" else aitrainingjob_crd()
+    crd = CRDS[args.dialect]()
     if args.output == "json":
         print(json.dumps(crd, indent=2))
     else:

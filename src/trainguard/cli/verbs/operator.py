@@ -157,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
         ui_address=args.ui_address,
         ui_secret=secret,
     )
+    if args.pytorchjobs:
+        check_pytorchjob_crd(kube)
     operator = Operator(kube, options)
     stopped = threading.Event()
 
@@ -172,3 +174,27 @@ def run(args: argparse.Namespace) -> int:
         operator.stop()
         kube.close()
     return 0
+
+
+def check_pytorchjob_crd(kube: Any) -> None:
+    """Refuse to serve PyTorchJobs whose CRD drops the status the operator keeps (Kubeflow's own CRD has a
+    status schema of Kubeflow's fields: the restart counts and pods would be pruned at every write, and every
+    fault forgotten)."""
+    from trainguard.api.crd import keeps_status
+    from trainguard.backends.k8s.client import ApiError
+    from trainguard.backends.k8s.kinds import PYTORCHJOB
+
+    name = f"{PYTORCHJOB.plural}.{PYTORCHJOB.group}"
+    try:
+        crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    except (ApiError, OSError) as error:
+        # Not installed yet (the operator waits for it), or no right to read it: nothing to check.
+        logging.getLogger(__name__).warning("cannot check the CRD %s (%s)", name, error)
+        return
+    if not keeps_status(crd, PYTORCHJOB.version):
+        raise CliError(
+            f"--pytorchjobs: the CRD {name} on this cluster (Kubeflow's own, as its training operator installs "
+            "it) has a status schema that drops the status trainguard keeps (restart counts, pods, history). "
+            f"Replace it with trainguard's (same spec, every field kept): trainguard crd --dialect pytorchjob | "
+            "kubectl replace -f -  (and do not run Kubeflow's training operator on the same PyTorchJobs)"
+        )
