@@ -60,7 +60,7 @@ ENV_HOST = "TRAINGUARD_SNAPSHOT_HOST"
 HEADROOM = 1.1
 #: Every this many steps a writer removes the node's stale copies (``_shm.prune_stale``).
 PRUNE_EVERY = 5
-#: How long a stopping worker waits for its last snapshot to reach its buddy.
+#: How long a stopping worker of a sharded state waits for its last snapshot to reach its buddy.
 FINAL_SEND_SECONDS = 10.0
 
 __all__ = ["BUDDY", "DISK", "MEMORY", "PEER", "ReshardError", "Restored", "Snapshots", "default_directory"]
@@ -238,7 +238,11 @@ class Snapshots:
         if self.latest_step != step:
             self.save(state, step)
             self._finish_copy()
-        self.wait_safe(FINAL_SEND_SECONDS)
+        # A shard lives on this rank alone: its buddy's copy is what survives this node. A replicated state's
+        # step is in every stopping rank's memory alike, so nobody waits for a send (for a large state, the
+        # sender is behind and the wait would delay every restart by FINAL_SEND_SECONDS).
+        if not self.replicated:
+            self.wait_safe(FINAL_SEND_SECONDS)
         log.warning("SIGTERM: snapshot of step %d in memory%s", step,
                     ", on the buddy too" if self.safe_step == step else "")  # fmt: skip
 

@@ -226,3 +226,18 @@ def test_a_restored_optimizer_does_not_hold_the_whole_snapshot(snapshots: Snapsh
     # Each momentum buffer is on a storage of its own, not a view of one buffer holding the whole snapshot,
     # which the next snapshot would copy whole (and which would stay alive for as long as the optimizer).
     assert _shm.layout({"model": again.state_dict(), "optimizer": again_optimizer.state_dict()}).size == size
+
+
+@pytest.mark.parametrize(("replicated", "waits"), [(True, False), (False, True)])
+def test_on_sigterm_only_a_shard_waits_for_its_buddy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replicated: bool, waits: bool
+) -> None:
+    """A stopping rank of a replicated state holds the same step as every other: it ends without waiting for
+    its last snapshot to reach the buddy; a shard's only other copy is the buddy's, so it waits (bounded)."""
+    snapshots = Snapshots(Checkpointer(tmp_path / "disk"), directory=tmp_path / "shm", replicated=replicated)
+    waited: list[float] = []
+    monkeypatch.setattr(snapshots, "wait_safe", lambda seconds: waited.append(seconds) or False)
+    snapshots._save_final(_state(1), 7)
+    assert snapshots.latest_step == 7
+    assert bool(waited) is waits
+    snapshots.close()
