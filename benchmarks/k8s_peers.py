@@ -54,7 +54,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.k8s.nodes import NOT_READY_LABEL, kwok_node  # noqa: E402
+from tests.k8s.nodes import exit_code_patch, kwok_node, not_ready_patch  # noqa: E402
 
 from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd  # noqa: E402
 from trainguard.backends.k8s.cache import Cache  # noqa: E402
@@ -68,8 +68,6 @@ SCRIPTS = ROOT / "scripts"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 JOBS = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-#: kwok's chaos Stage that ends a running pod's containers with the exit code its annotation gives.
-EXIT_STAGE = "pod-container-running-failed.stage.kwok.x-k8s.io"
 #: The pods of a job's roles, as both operators name them (a rendezvous pod of trainguard's is not one).
 POD_NAME = re.compile(r"^(?P<job>.+)-(?P<role>master|worker)-(?P<index>\d+)$")
 #: Kubeflow's operator reads its webhook certificates from here (fixed in its code; its Deployment mounts the
@@ -457,15 +455,9 @@ def run_one(kube: Kube, operator: Operator, size: Size, log: Path) -> Obj:
             by_name = {p.name: p for p in role_pods(pods)}
             hit = [by_name[f"{job}-worker-0"] for job in hit_jobs]
             old = {p.uid for p in hit}
-            label = {
-                "metadata": {
-                    "labels": {EXIT_STAGE: "true"},
-                    "annotations": {f"{EXIT_STAGE}/exit-code": "137", f"{EXIT_STAGE}/delay": "100"},
-                }
-            }
             say(f"{operator.name}: exit code 137 in {len(hit)} pods")
             faulted = time.monotonic()
-            in_parallel(lambda p: kube.patch(f"{PODS}/{p.name}", label), hit)
+            in_parallel(lambda p: kube.patch(f"{PODS}/{p.name}", exit_code_patch(137)), hit)
 
             def replaced() -> bool:
                 current = role_pods(pods)
@@ -484,15 +476,9 @@ def run_one(kube: Kube, operator: Operator, size: Size, log: Path) -> Obj:
             busiest = sorted(names, key=lambda n: (-held[n], n))
             down = frozenset(busiest[: max(1, math.ceil(size.nodes * size.fraction))])
             lost = [p for p in role_pods(pods) if p.node in down]
-            patch = {
-                "metadata": {
-                    "labels": {NOT_READY_LABEL: "true"},
-                    "annotations": {f"{NOT_READY_LABEL}/delay": "100"},
-                }
-            }
             say(f"{operator.name}: {len(down)} nodes NotReady, {len(lost)} pods on them")
             faulted = time.monotonic()
-            in_parallel(lambda n: kube.patch(f"/api/v1/nodes/{n}", patch), sorted(down))
+            in_parallel(lambda n: kube.patch(f"/api/v1/nodes/{n}", not_ready_patch()), sorted(down))
             took = wait_for(
                 "back after the node loss",
                 lambda: missing(pods, jobs, size.pods, down) == 0,

@@ -11,7 +11,23 @@ CCE_TRAINER_GPU = {
     "baidu.com/v100_32g_cgpu_core": "800",
     "baidu.com/v100_32g_cgpu_memory": "256",
 }
+#: kwok's chaos Stages act on the objects that carry their label: a node that goes NotReady, a running pod whose
+#: containers end with the exit code its annotation gives.
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+EXIT_STAGE = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+
+def not_ready_patch() -> dict[str, Any]:
+    """A merge patch that makes kwok take a node NotReady (0.1 s later)."""
+    return {
+        "metadata": {"labels": {NOT_READY_LABEL: "true"}, "annotations": {f"{NOT_READY_LABEL}/delay": "100"}}
+    }
+
+
+def exit_code_patch(code: int) -> dict[str, Any]:
+    """A merge patch that makes kwok end a running pod's containers with ``code`` (0.1 s later)."""
+    annotations = {f"{EXIT_STAGE}/exit-code": str(code), f"{EXIT_STAGE}/delay": "100"}
+    return {"metadata": {"labels": {EXIT_STAGE: "true"}, "annotations": annotations}}
 
 
 def kwok_node(name: str, pods: int = 1, group: str = "trainguard-test") -> dict[str, Any]:

@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 from tests.k8s.cluster import KubeCluster
-from tests.k8s.nodes import NOT_READY_LABEL, node_list
+from tests.k8s.nodes import exit_code_patch, node_list, not_ready_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy" / "crds"
 TRAINGUARD = Path(sys.executable).parent / "trainguard"
-EXIT_STAGE = "pod-container-running-failed.stage.kwok.x-k8s.io"
 
 Obj = dict[str, Any]
 
@@ -176,22 +175,10 @@ class Scenario:
 
     def exit_pod(self, pod: str, code: int) -> None:
         """kwok's chaos Stage ends the pod's container with ``code`` (it acts on pods with its label)."""
-        patch = {
-            "metadata": {
-                "labels": {EXIT_STAGE: "true"},
-                "annotations": {f"{EXIT_STAGE}/exit-code": str(code), f"{EXIT_STAGE}/delay": "100"},
-            }
-        }
-        self.kubectl("patch", "pod", pod, "--type=merge", "-p", json.dumps(patch))
+        self.kubectl("patch", "pod", pod, "--type=merge", "-p", json.dumps(exit_code_patch(code)))
 
     def node_down(self, node: str) -> None:
-        patch = {
-            "metadata": {
-                "labels": {NOT_READY_LABEL: "true"},
-                "annotations": {f"{NOT_READY_LABEL}/delay": "100"},
-            }
-        }
-        self.cluster.kubectl("patch", "node", node, "--type=merge", "-p", json.dumps(patch))
+        self.cluster.kubectl("patch", "node", node, "--type=merge", "-p", json.dumps(not_ready_patch()))
 
     def force_delete(self, pod: str) -> None:
         self.kubectl("delete", "pod", pod, "--grace-period=0", "--force", "--wait=false")
