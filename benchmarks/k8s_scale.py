@@ -24,11 +24,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.k8s.nodes import NOT_READY_LABEL, kwok_node  # noqa: E402
+from tests.k8s.nodes import kwok_node, not_ready_patch  # noqa: E402
 
 from trainguard.api.crd import native_crd  # noqa: E402
 from trainguard.backends.k8s.client import ApiError, Kube  # noqa: E402
 from trainguard.backends.k8s.kinds import NATIVE  # noqa: E402
+from trainguard.backends.k8s.manifests import PodSettings  # noqa: E402
 from trainguard.backends.k8s.operator import Operator, Options  # noqa: E402
 
 NAMESPACE = "bench"
@@ -140,7 +141,7 @@ def main() -> int:
             Options(
                 namespace=NAMESPACE,
                 kinds=(NATIVE,),
-                scheduler="default-scheduler",
+                pod_settings=PodSettings(scheduler="default-scheduler"),
                 lease_namespace=NAMESPACE,
                 workers=args.workers,
             ),
@@ -179,14 +180,8 @@ def main() -> int:
         hit_jobs = {p["metadata"]["labels"]["trainguard.io/job"] for p in hit}
         _, restarts_before = jobs_running(operator, args.pods)
         faulted = time.monotonic()
-        patch = {
-            "metadata": {
-                "labels": {NOT_READY_LABEL: "true"},
-                "annotations": {f"{NOT_READY_LABEL}/delay": "100"},
-            }
-        }
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: kube.patch(f"/api/v1/nodes/{n}", patch), sorted(failed)))
+            list(pool.map(lambda n: kube.patch(f"/api/v1/nodes/{n}", not_ready_patch()), sorted(failed)))
 
         def recovered() -> bool:
             running, restarts = jobs_running(operator, args.pods)
