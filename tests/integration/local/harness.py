@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 import yaml
 
+from trainguard.backends.local import processes
 from trainguard.backends.local.client import Client, ClientError, control_plane_pid
 from trainguard.backends.local.home import ENV_HOME, Home
 from trainguard.cli.main import main
@@ -136,9 +137,8 @@ class LocalRuntime:
                 continue
             if "trainguard.agent" in command:
                 found.setdefault(marker.split("/")[1], []).append(process)
-        # An agent's child between fork and exec still shows the agent's command line and environment: it
-        # is that agent's command starting, not a second agent.
-        return {name: _leaders(procs) for name, procs in found.items()}
+        # An agent's child between fork and exec is that agent's command starting, not a second agent.
+        return {name: processes.leaders(procs) for name, procs in found.items()}
 
     def own_commands(self, needle: str) -> list[psutil.Process]:
         """This home's live processes whose command line contains `needle`."""
@@ -220,14 +220,3 @@ def _brief(view: dict[str, Any]) -> str:
         json.dumps({"phase": status["phase"], "restartCounts": status.get("restartCounts")})
         + f" pods: {pods}"
     )
-
-
-def _leaders(processes: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of ``processes`` whose parent is not one of them."""
-    pids = {process.pid for process in processes}
-    leaders = []
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            if process.ppid() not in pids:
-                leaders.append(process)
-    return leaders

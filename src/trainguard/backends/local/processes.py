@@ -101,6 +101,19 @@ def kill_tree(leader: psutil.Process) -> None:
             os.killpg(group, signal.SIGKILL)
 
 
+def leaders(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` whose parent is not one of them. A process between fork and exec still shows
+    its parent's command line and environment: among the processes that look like a pod's agent, the agent
+    is the one whose parent is not such a process."""
+    pids = {process.pid for process in processes}
+    found = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            if process.ppid() not in pids:
+                found.append(process)
+    return found
+
+
 def kill_marked(name: str, value: str) -> list[int]:
     """SIGKILL every live process whose environment has ``name=value``; returns their pids.
 

@@ -373,13 +373,10 @@ def pod_marker(job_uid: str, row: PodRecord) -> str:
 
 
 def find_by_marker(marker: str) -> psutil.Process | None:
-    """The agent whose environment carries ``TRAINGUARD_POD_ID=<marker>`` (a launch we lost track of).
-
-    The agent's own child, between fork and exec, shows the same command line and environment; the agent
-    is the one whose parent is not a match.
-    """
+    """The agent whose environment carries ``TRAINGUARD_POD_ID=<marker>`` (a launch we lost track of); not
+    its own child between fork and exec, which looks the same (``processes.leaders``)."""
     matches = []
-    for process in psutil.process_iter(["cmdline", "ppid"]):
+    for process in psutil.process_iter(["cmdline"]):
         try:
             cmdline = process.info.get("cmdline") or []
             if "trainguard.agent" not in cmdline or process.status() == psutil.STATUS_ZOMBIE:
@@ -388,8 +385,7 @@ def find_by_marker(marker: str) -> psutil.Process | None:
                 matches.append(process)
         except psutil.Error:
             continue
-    pids = {process.pid for process in matches}
-    return next((process for process in matches if process.info.get("ppid") not in pids), None)
+    return next(iter(processes.leaders(matches)), None)
 
 
 def log_path(home: Home, job: str, pod: str) -> Path:
