@@ -28,8 +28,10 @@ done again after it) and ``seconds`` (median, fault to the next completed step).
 over every trial of ``memory``. ``overhead``: one process, the 100 M model, a whole step with a snapshot
 (``optimizers=[optimizer]``) against one without, and the shared memory held (the peak extra memory).
 
-``--quick``: ``memory`` on ``digits`` only, one trial of each fault, and the overhead; under 5 minutes, the same
-keys (the others null). The last line is one JSON object.
+``overhead_by_batch``: the overhead's fraction at other batch sizes (the copy costs about the same whatever
+the batch; the step grows with it). ``--quick``: ``memory`` on ``digits`` only, one trial of each fault, and the
+overhead at a batch of 32; under 5 minutes, the same keys (the others null, ``overhead_by_batch`` empty). The
+last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -56,15 +58,14 @@ from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, rec
 
 EVERY = 10
 TIMEOUT = 300.0
+#: Samples per step of the overhead's model (``--overhead-batches``: also measured at others).
+BATCH = 32
 FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill")
 SETUPS = ("torchrun_disk", "disk", "memory")
 MODELS: dict[str, dict[str, Any]] = {
     "digits": {"args": (), "step_delay": 0.05},
     "big": {"args": ("--width=4096", "--layers=7"), "step_delay": 0.0},
 }
-#: ``--no-buddy``: memory snapshots without the buddy copy (under DDP each worker's own copy is the whole state);
-#: the 100 M model's buddy copies do not fit beside 3 workers in 24 GB.
-NO_BUDDY = ("--no-buddy",)
 Figure = tuple[int | None, float | None]  # steps lost, seconds to the next step
 
 
@@ -74,8 +75,9 @@ def main() -> int:
     parser.add_argument("--random-trials", type=int, default=10)
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["digits", "big"])
     parser.add_argument("--setups", nargs="+", choices=SETUPS, default=list(SETUPS))
-    parser.add_argument("--no-buddy", action="store_true", help="memory snapshots without the buddy copy")
     parser.add_argument("--big-params", type=int, default=100_000_000, help="the overhead's model")
+    parser.add_argument("--overhead-batches", type=int, nargs="*", default=[256, 1024],
+                        help="batch sizes the overhead is also measured at (not with --quick)")  # fmt: skip
     args = parser.parse_args()
     setups = ("memory",) if args.quick else tuple(args.setups)
     models = ("digits",) if args.quick else tuple(args.models)
@@ -89,12 +91,17 @@ def main() -> int:
                 results[setup][model] = {fault: {"steps_lost": None, "seconds": None} for fault in FAULTS}
                 continue
             runner = torchrun_faults if setup == "torchrun_disk" else trainguard_faults
-            figures = runner(setup, model, trials, NO_BUDDY if args.no_buddy else ())
+            figures = runner(setup, model, trials)
             if setup == "memory":
                 lost += [n for got in figures.values() for n, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
     results["max_steps_lost"] = max(lost) if lost else None
-    results["overhead"] = overhead(args.big_params)
+    results["overhead"] = overhead(args.big_params, BATCH)
+    # The copy's cost is fixed by the state's size; the step's grows with the batch.
+    batches = () if args.quick else args.overhead_batches
+    results["overhead_by_batch"] = {
+        str(batch): overhead(args.big_params, batch)["overhead_fraction"] for batch in batches
+    }
     results["load_average"] = [round(load, 1) for load in os.getloadavg()]
     print(json.dumps(results))
     return 0
@@ -118,11 +125,9 @@ def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
 # ---- trainguard (b, c) ---------------------------------------------------------------------------------------
 
 
-def trainguard_faults(
-    setup: str, model: str, random_trials: int, memory_args: tuple[str, ...] = ()
-) -> dict[str, list[Figure]]:
+def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
-    extra = (*MODELS[model]["args"], *(("--snapshots", *memory_args) if setup == "memory" else ()))
+    extra = (*MODELS[model]["args"], *(("--snapshots",) if setup == "memory" else ()))
     with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
         spec = digits_job("steps", session.root, epochs=200, step_delay=MODELS[model]["step_delay"],
                           checkpoint_every=EVERY, extra_args=extra)  # fmt: skip
@@ -169,9 +174,7 @@ def _one(session: Session, job: str, fault: str) -> Figure:
 # ---- plain torchrun (a) --------------------------------------------------------------------------------------
 
 
-def torchrun_faults(
-    setup: str, model: str, random_trials: int, memory_args: tuple[str, ...] = ()
-) -> dict[str, list[Figure]]:
+def torchrun_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {"kill": [], "random_kill": []}
     with tempfile.TemporaryDirectory() as root:
         events = Path(root) / "events.jsonl"
@@ -260,7 +263,7 @@ def _wait_step(last: Callable[[], int], step: int) -> None:
         time.sleep(0.1)
 
 
-def overhead(params: int, steps: int = 8) -> dict[str, Any]:
+def overhead(params: int, batch_size: int, steps: int = 8) -> dict[str, Any]:
     """One process, a model of ``params`` parameters (SGD with momentum: twice that in state): the median
     seconds of a whole training step without snapshots and with one per step (``optimizers=[optimizer]``: the
     copy of parameters and momentum overlaps the next forward and backward), their ratio, and the shared memory
@@ -274,7 +277,7 @@ def overhead(params: int, steps: int = 8) -> dict[str, Any]:
     layers = max(1, round(params / (width * width)))
     model = torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    batch = torch.randn(32, width)
+    batch = torch.randn(batch_size, width)
 
     def timed(snapshots: Any) -> list[float]:
         took = []
@@ -303,6 +306,7 @@ def overhead(params: int, steps: int = 8) -> dict[str, Any]:
     plain_s, with_s = statistics.median(plain), statistics.median(snapshotted)
     return {
         "params": sum(p.numel() for p in model.parameters()),
+        "batch": batch_size,
         "step_s": round(plain_s, 4),
         "step_with_snapshot_s": round(with_s, 4),
         "overhead_fraction": round((with_s - plain_s) / plain_s, 4),

@@ -8,8 +8,8 @@ a small MLP with DistributedDataParallel on gloo, and uses the whole SDK:
 - ``ElasticSampler``: after a restart or a resize the epoch continues where it stopped, each sample once;
 - ``elastic()``: the world size, torchrun's restart count, and whether the world changed;
 - ``heartbeat()``: progress for hang detection and ``trainguard describe``;
-- with ``--snapshots``, ``Snapshots``: every step in shared memory and on a buddy worker, so a fault loses at
-  most the step in progress (``--checkpoint-every`` then says how often memory is persisted to disk).
+- with ``--snapshots``, ``Snapshots``: every step in shared memory (each worker's copy, under DDP, a replica
+  of the others'), so a fault loses at most the step in progress (``--checkpoint-every`` then says how often memory is persisted to disk).
 
 The data is the 1797 8x8 images of ``sklearn/datasets/data/digits.csv.gz``, read straight from the installed
 package (importing scikit-learn would add seconds to every worker start); nothing is downloaded. A fixed
@@ -109,15 +109,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--snapshots",
         action="store_true",
-        help="snapshot every step into shared memory, replicated to a buddy worker (trainguard.Snapshots); "
+        help="snapshot every step into shared memory (trainguard.Snapshots; under DDP each worker's copy is "
+        "the others' replica); "
         "every --checkpoint-every-th is persisted to disk",
-    )
-    parser.add_argument(
-        "--buddy",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with --snapshots: also keep each snapshot in a buddy worker's memory (under DDP every worker's own "
-        "copy is the whole state already)",
     )
     parser.add_argument(
         "--save-on-sigterm",
@@ -142,9 +136,7 @@ def main() -> None:
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
     checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
     snapshots = (
-        trainguard.Snapshots(
-            checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer], buddy=args.buddy
-        )
+        trainguard.Snapshots(checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer])
         if args.snapshots
         else None
     )

@@ -17,13 +17,15 @@ for ...:
 - **Memory.** ``save`` copies the state into a file of shared memory (``trainguard.sdk._shm``): the step waits
   for that copy only. The file outlives the process, so a worker restarted in the same pod, or a pod relaunched
   on the same node, finds it.
-- **A buddy.** A thread of the worker sends each new snapshot to a peer's worker (another node's when there is
-  one), which keeps it in its node's shared memory, so a pod or node lost as a whole leaves its state there.
-  Sending never blocks a step: a snapshot that has not reached the buddy yet is not yet *safe*
+- **A buddy.** A replicated state (DDP: every rank holds the same) needs nothing sent: every other rank's own
+  copy of a step is this rank's too, and it outlives this rank's pod and node. A shard (``replicated=False``) is
+  held by its rank alone, so a thread of the worker sends each new one to a peer's worker (another node's when
+  there is one), which keeps it in its node's shared memory, so a pod or node lost as a whole leaves the shard
+  there. Sending never blocks a step: a shard that has not reached the buddy yet is not yet *safe*
   (``safe_step``), and a newer one takes the place of one not sent yet.
 - **One step for all.** ``restore`` gathers what every rank can reach and chooses once, the same on every rank
   (``trainguard.sdk._snapplan``): the newest step available for all ranks, in memory or on a buddy, else on
-  disk; a rank whose node has no copy receives it from a rank whose node has (a broadcast).
+  disk; a rank whose node has no copy receives it from a rank whose node has (sent to it alone).
 - **Disk.** Every ``persist_every``-th snapshot is written to the checkpointer's directory by a thread of its
   own, from the shared memory (no second copy in the step).
 - **Limits.** A snapshot that would not fit (the filesystem of the directory, or the memory cgroup's limit) is
@@ -138,14 +140,19 @@ class Snapshots:
         self._sender: threading.Thread | None = None
         self._buddy_failing = False
         self.buddy_name: str | None = None
-        if buddy and self.world_size > 1 and _distributed():
+        # A replicated state needs no copy sent: every other rank's own copy of a step is this rank's, and
+        # outlives this rank's pod and node. Only a shard, held by its rank alone, is sent to a buddy.
+        if buddy and not replicated and self.world_size > 1 and _distributed():
             self._pair_up()
 
     # -- saving ---------------------------------------------------------------------------------------------
 
     @property
     def safe_step(self) -> int | None:
-        """The newest step whose snapshot has reached this rank's buddy."""
+        """The newest step with a copy outside this rank's memory: for a shard, the newest that reached its
+        buddy; for a replicated state, the newest in memory (every other rank's own copy of it is a replica)."""
+        if self.replicated and self.world_size > 1:
+            return self.latest_step
         return self._safe_step
 
     @property
@@ -243,8 +250,9 @@ class Snapshots:
         # sender is behind and the wait would delay every restart by FINAL_SEND_SECONDS).
         if not self.replicated:
             self.wait_safe(FINAL_SEND_SECONDS)
+        elsewhere = " (every rank holds it)" if self.replicated else ", on the buddy too"
         log.warning("SIGTERM: snapshot of step %d in memory%s", step,
-                    ", on the buddy too" if self.safe_step == step else "")  # fmt: skip
+                    elsewhere if self.safe_step == step else "")  # fmt: skip
 
     def wait_safe(self, seconds: float) -> bool:
         """Wait until the newest snapshot has reached the buddy (True), or ``seconds`` (False); False at once
@@ -359,7 +367,8 @@ class Snapshots:
         return found
 
     def _transfer(self, fetch: Any, plan: Plan, mine: list[Held], state: Any) -> Any:
-        """Rank ``fetch.source`` broadcasts its copy of the shard; the ranks of ``fetch.to`` keep it."""
+        """Rank ``fetch.source`` sends its copy of the shard to each rank of ``fetch.to``, and to no other (the
+        header, small, goes to all: every rank takes part in the same collectives)."""
         import torch
         import torch.distributed as dist
 
@@ -374,11 +383,13 @@ class Snapshots:
             header = [(slot.meta["skeleton"], size)]
         dist.broadcast_object_list(header, src=fetch.source)
         skeleton, size = header[0]
-        if data is None:
-            data = torch.empty(size, dtype=torch.uint8)
-        dist.broadcast(data, src=fetch.source)
+        if self.rank == fetch.source:
+            assert data is not None
+            for rank in fetch.to:
+                dist.send(data, dst=rank)
         if self.rank in fetch.to:
-            received = data
+            received = torch.empty(size, dtype=torch.uint8)
+            dist.recv(received, src=fetch.source)
             storages = _shm.split(
                 skeleton,
                 size,

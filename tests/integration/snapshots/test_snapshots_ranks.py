@@ -1,6 +1,6 @@
 """Memory snapshots in a real 3-rank gloo job under torchrun: each rank a node of its own (its own shared-memory
-directory), each snapshot replicated to a buddy rank. Restores from memory, from a buddy's copy of a lost node's
-state, and from a peer, with the restored state equal to the state saved."""
+directory); a shard replicated to a buddy rank, a replicated state's copies being each other's. Restores from
+memory, from a buddy's copy, and from a peer, with the restored state equal to the state saved."""
 
 from __future__ import annotations
 
@@ -33,19 +33,45 @@ def _restored(base: Path) -> list[dict[str, object]]:
 
 def test_every_rank_resumes_from_its_own_memory(tmp_path: Path) -> None:
     _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "replicated")
+    # A replicated state sends nothing: every rank's own copy is the others' replica.
+    assert sorted(path.name.split("-")[0] for path in tmp_path.glob("node-*/*-*")) == ["own"] * 3
     _torchrun(tmp_path, "restore", str(tmp_path), "replicated")
     assert [(r["step"], r["source"], r["equal"]) for r in _restored(tmp_path)] == [
         (STEPS, "memory", True)
     ] * 3
-    # Rank 1's own copy gone, its node still holding the copy rank 0 replicated to it: it reads that one.
+    # Rank 1's own copy gone (its pod's memory, say): rank 0 sends it the step, to it alone.
     for own in (tmp_path / "node-1").glob("own-*"):
         shutil.rmtree(own)
     _torchrun(tmp_path, "restore", str(tmp_path), "replicated")
-    assert [(r["source"], r["equal"]) for r in _restored(tmp_path)] == [
+    restored = _restored(tmp_path)
+    assert [(r["source"], r["equal"]) for r in restored] == [
         ("memory", True),
-        ("buddy", True),
+        ("peer", True),
         ("memory", True),
     ]
+    assert restored[1]["fetches"] == [[0, 0, [1]]]
+
+
+def test_a_shard_is_read_from_the_buddy_copy_on_its_node(tmp_path: Path) -> None:
+    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "sharded")
+    # Each shard has a buddy copy on the next rank's node.
+    assert (
+        sorted(path.name.split("-")[0] for path in tmp_path.glob("node-*/*-*")) == ["buddy"] * 3 + ["own"] * 3
+    )
+    # Rank 1's own copy gone, and the copy its buddy (rank 2) holds on rank 1's node instead (as when rank 1's
+    # replacement lands on the buddy's node): rank 1 reads its shard from there.
+    for own in (tmp_path / "node-1").glob("own-*"):
+        shutil.rmtree(own)
+    (held,) = (tmp_path / "node-2").glob("buddy-*")  # rank 1's shard
+    held.rename(tmp_path / "node-1" / held.name)
+    _torchrun(tmp_path, "restore", str(tmp_path), "sharded")
+    restored = _restored(tmp_path)
+    assert [(r["step"], r["source"], r["equal"]) for r in restored] == [
+        (STEPS, "memory", True),
+        (STEPS, "buddy", True),
+        (STEPS, "memory", True),
+    ]
+    assert all(not r["fetches"] for r in restored)
 
 
 def test_a_lost_nodes_rank_gets_the_step_from_a_peer(tmp_path: Path) -> None:
