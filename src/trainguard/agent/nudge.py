@@ -111,6 +111,6 @@ def kill_workers_older_than(command: int, failed_at: float) -> list[int]:
     """SIGKILL the command's workers that were started before ``failed_at``; their pids, ascending."""
     killed = []
     for worker in workers(command):
-        if worker.create_time < failed_at and proc.send_signal(worker, signal.SIGKILL):
+        if worker.started_at < failed_at and proc.send_signal(worker, signal.SIGKILL):
             killed.append(worker.pid)
     return sorted(killed)

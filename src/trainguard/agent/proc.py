@@ -3,7 +3,9 @@
 
 - ``/proc/<pid>/stat``: the parent (field 4), the state (3), the CPU time in clock ticks (14-17: user and
   system, its own and that of its reaped children) and the start time in clock ticks since boot (22);
-- ``/proc/stat``'s ``btime``: the boot time, which turns a start time into wall-clock seconds;
+- ``/proc/stat``'s ``btime``: the boot time in whole seconds, which turns a start time into the seconds since
+  the epoch psutil gives (a process's stable name); ``CLOCK_BOOTTIME`` against the wall clock turns it into the
+  moment it started, to a clock tick (``btime`` alone is up to a second early);
 - ``/proc/<pid>/cmdline``: the arguments, NUL-separated (empty for a zombie or a kernel thread).
 
 A ``Process`` is a snapshot taken when it was read. Its pid and start time together name one process even
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 
 _PROC = "/proc"
@@ -43,8 +46,15 @@ class Process:
 
     @property
     def create_time(self) -> float:
-        """When it started, in seconds since the epoch (as ``psutil.Process.create_time``)."""
+        """When it started, in seconds since the epoch (as ``psutil.Process.create_time``): a name for the
+        process, stable across reads, but up to a second early (``btime`` is whole seconds)."""
         return boot_time() + self.start_ticks / CLOCK_TICKS
+
+    @property
+    def started_at(self) -> float:
+        """When it started, on the wall clock to a clock tick: for comparing with moments ``time.time()`` gave
+        (a failure's), which ``create_time`` cannot do."""
+        return wall_clock_at_boot() + self.start_ticks / CLOCK_TICKS
 
 
 def parse_stat(pid: int, text: str) -> Process | None:
@@ -138,6 +148,14 @@ def send_signal(process: Process, signum: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def wall_clock_at_boot() -> float:
+    """The wall clock's reading at boot, to the microsecond, as the wall clock stands now (the clock of the
+    start times, ``CLOCK_BOOTTIME``, against ``time.time()``); ``boot_time()`` where that clock is missing."""
+    if not hasattr(time, "CLOCK_BOOTTIME"):
+        return boot_time()
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def boot_time() -> float:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.unit.agent.waiting import wait_until
 from trainguard.agent import proc
+from trainguard.backends.local import nudge as local_nudge
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 
@@ -155,3 +157,23 @@ def test_parse_stat(text: str, expected: proc.Process | None) -> None:
 
 def test_boot_time_is_psutils() -> None:
     assert proc.boot_time() == pytest.approx(psutil.boot_time(), abs=1.0)
+
+
+def test_started_at_is_the_wall_clock_moment_of_the_start() -> None:
+    """A failure's moment (``time.time()``) is compared with workers' starts: a start read from ``btime``
+    (whole seconds) is up to a second early, and a worker started just after a failure looked older than it."""
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    after = time.time()
+    try:
+        process = proc.stat(child.pid)
+        assert process is not None
+        tick = 1 / proc.CLOCK_TICKS
+        assert before - tick <= process.started_at <= after + tick
+        # The local runtime reads psutil's processes: the same moment.
+        assert local_nudge.started_at(psutil.Process(child.pid)) == pytest.approx(
+            process.started_at, abs=0.005
+        )
+    finally:
+        child.kill()
+        child.wait(10)

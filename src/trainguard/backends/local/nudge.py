@@ -8,6 +8,7 @@ left alone.
 from __future__ import annotations
 
 import contextlib
+import time
 
 import psutil
 
@@ -22,10 +23,18 @@ def restart_workers(command: int | None, before: float) -> list[int]:
     killed = []
     for worker in workers(command):
         with contextlib.suppress(psutil.Error):
-            if worker.create_time() < before:
+            if started_at(worker) < before:
                 worker.kill()
                 killed.append(worker.pid)
     return killed
+
+
+def started_at(process: psutil.Process) -> float:
+    """When ``process`` started, on the wall clock to a clock tick. psutil's ``create_time`` adds its start
+    (clock ticks since boot) to the boot time in whole seconds (``btime``), so it is up to a second early: a
+    worker that re-formed a moment after the failure would look older than it."""
+    since_boot = process.create_time() - psutil.boot_time()
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + since_boot
 
 
 def workers(command: int) -> list[psutil.Process]:
