@@ -61,6 +61,8 @@ EVERY = 10
 TIMEOUT = 300.0
 #: The benchmark's jobs wait at most this long before relaunching a pod that failed again (see trainguard_faults).
 BACKOFF_MAX_SECONDS = 4
+#: Long enough that no job ends before its faults are done (the digits model: 22 steps an epoch, 0.05 s each).
+EPOCHS = 5000
 #: Samples per step of the overhead's model (``--overhead-batches``: also measured at others).
 BATCH = 32
 FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill")
@@ -132,7 +134,7 @@ def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, l
     figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
     extra = (*MODELS[model]["args"], *(("--snapshots",) if setup == "memory" else ()))
     with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
-        spec = digits_job("steps", session.root, epochs=200, step_delay=MODELS[model]["step_delay"],
+        spec = digits_job("steps", session.root, epochs=EPOCHS, step_delay=MODELS[model]["step_delay"],
                           checkpoint_every=EVERY, extra_args=extra)  # fmt: skip
         # Fifteen faults in a few minutes, most on the same pod: with the default backoff (doubling up to 300 s
         # while the pod fails again within 10 minutes) the later ones would measure the wait, not the recovery.
@@ -189,7 +191,7 @@ def torchrun_faults(setup: str, model: str, random_trials: int) -> dict[str, lis
             "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(random_trials + 5),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
             str(DIGITS_SCRIPT), f"--checkpoint-dir={Path(root) / 'checkpoints'}", f"--checkpoint-every={EVERY}",
-            f"--events={events}", f"--step-delay={MODELS[model]['step_delay']}", "--epochs=200",
+            f"--events={events}", f"--step-delay={MODELS[model]['step_delay']}", f"--epochs={EPOCHS}",
             *MODELS[model]["args"],
         ]  # fmt: skip
         env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
