@@ -95,8 +95,9 @@ class Snapshots:
     """Per-step snapshots of a training state in shared memory, replicated to a peer (see the module).
 
     ``replicated=True``: every rank holds the same state (DDP), any copy serves every rank. ``False``: each rank
-    holds its own shard; a step is usable when every shard of it can be reached, by a world of the same size.
-    Construct it on every rank at the same point (after ``init_process_group``): it exchanges addresses.
+    holds its own shard; a step is usable when every shard of it can be reached, by a world of the same size,
+    and with ``buddy`` each shard is also sent to a peer. Construct it on every rank at the same point (after
+    ``init_process_group``): the ranks of a sharded state exchange addresses there.
     """
 
     def __init__(
