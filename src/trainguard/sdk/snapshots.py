@@ -246,9 +246,8 @@ class Snapshots:
         if self.latest_step != step:
             self.save(state, step)
             self._finish_copy()
-        # A shard lives on this rank alone: its buddy's copy is what survives this node. A replicated state's
-        # step is in every stopping rank's memory alike, so nobody waits for a send (for a large state, the
-        # sender is behind and the wait would delay every restart by FINAL_SEND_SECONDS).
+        # A shard lives on this rank alone: its buddy's copy is what survives this node. A replicated state
+        # sends nothing: its step is in every stopping rank's memory alike.
         if not self.replicated:
             self.wait_safe(FINAL_SEND_SECONDS)
         elsewhere = " (every rank holds it)" if self.replicated else ", on the buddy too"

@@ -8,33 +8,21 @@ left alone.
 from __future__ import annotations
 
 import contextlib
-import time
 
 import psutil
+
+from trainguard.agent.nudge import kill_workers_older_than
 
 _HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
 def restart_workers(command: int | None, before: float) -> list[int]:
     """SIGKILL the workers under the torchrun agent ``command`` that started before ``before`` (epoch
-    seconds); returns their pids."""
+    seconds); returns their pids. The agent's own nudge does it (``trainguard.agent.nudge``): the same workers,
+    their starts on the wall clock, and a pid reused meanwhile never signalled."""
     if not command:
         return []
-    killed = []
-    for worker in workers(command):
-        with contextlib.suppress(psutil.Error):
-            if started_at(worker) < before:
-                worker.kill()
-                killed.append(worker.pid)
-    return killed
-
-
-def started_at(process: psutil.Process) -> float:
-    """When ``process`` started, on the wall clock to a clock tick. psutil's ``create_time`` adds its start
-    (clock ticks since boot) to the boot time in whole seconds (``btime``), so it is up to a second early: a
-    worker that re-formed a moment after the failure would look older than it."""
-    since_boot = process.create_time() - psutil.boot_time()
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME) + since_boot
+    return kill_workers_older_than(command, before)
 
 
 def workers(command: int) -> list[psutil.Process]:
