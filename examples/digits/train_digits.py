@@ -9,7 +9,8 @@ a small MLP with DistributedDataParallel on gloo, and uses the whole SDK:
 - ``elastic()``: the world size, torchrun's restart count, and whether the world changed;
 - ``heartbeat()``: progress for hang detection and ``trainguard describe``;
 - with ``--snapshots``, ``Snapshots``: every step in shared memory (each worker's copy, under DDP, a replica
-  of the others'), so a fault loses at most the step in progress (``--checkpoint-every`` then says how often memory is persisted to disk).
+  of the others'), so a fault loses at most the step in progress (``--checkpoint-every`` then says how often
+  memory is persisted to disk).
 
 The data is the 1797 8x8 images of ``sklearn/datasets/data/digits.csv.gz``, read straight from the installed
 package (importing scikit-learn would add seconds to every worker start); nothing is downloaded. A fixed

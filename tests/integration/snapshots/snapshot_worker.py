@@ -1,8 +1,8 @@
 """A rank of a real gloo job (run by torchrun) that saves per-step snapshots, or restores from them.
 
 ``train BASE STEPS MODE``: each rank ``r`` acts as a node of its own (shared memory ``BASE/node-r``), takes
-STEPS steps of a small DDP model, snapshots each, waits until the last reached its buddy, writes what it saved
-to ``BASE/saved-r.pt`` and ends. ``restore BASE MODE``: restores, and writes ``BASE/restored-r.json`` (step,
+STEPS steps of a small DDP model, snapshots each, waits until the last is safe (a shard: on its buddy), writes
+what it saved to ``BASE/saved-r.pt`` and ends. ``restore BASE MODE``: restores, and writes ``BASE/restored-r.json`` (step,
 source, plan, and whether the state equals what the rank that held it saved). MODE: ``replicated`` (DDP: every
 rank holds the same state) or ``sharded`` (each rank its own part)."""
 
