@@ -685,8 +685,16 @@ state = "{d / "containerd" / "state"}"
 
     @staticmethod
     def kill_cgroup(root: str) -> None:
-        for procs in Path("/sys/fs/cgroup/pids").joinpath(root.lstrip("/")).rglob("cgroup.procs"):
-            for pid in procs.read_text().split():
+        """SIGKILL every process of the cgroups under ``root``. The kubelet and runc remove cgroups while
+        this walks them: one gone meanwhile has no process left to kill."""
+        for directory, _, files in os.walk(Path("/sys/fs/cgroup/pids").joinpath(root.lstrip("/"))):
+            if "cgroup.procs" not in files:
+                continue
+            try:
+                pids = Path(directory, "cgroup.procs").read_text().split()
+            except FileNotFoundError:
+                continue
+            for pid in pids:
                 _kill(int(pid))
 
     @staticmethod

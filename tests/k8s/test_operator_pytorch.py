@@ -173,7 +173,10 @@ def test_pytorchjob_workers_run_torchrun_against_the_operators_rendezvous_store(
         pods = _pods(s)
         assert {n: pods[n]["metadata"]["labels"]["trainguard.io/generation"] for n in WORKERS} == generations
         reasons = json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
-        assert not [e for e in reasons if e["involvedObject"].get("name") == STORE and e["type"] == "Warning"]
+        warnings = [e for e in reasons if e["involvedObject"].get("name") == STORE and e["type"] == "Warning"]
+        assert not warnings, [
+            (e.get("reason"), e["involvedObject"].get("uid"), old_uid, e.get("message")) for e in warnings
+        ]
 
         # A worker finishes: the job succeeds, cleanPodPolicy Running stops the other, the store goes too.
         s.exit_pod(WORKERS[0], 0)
