@@ -100,6 +100,14 @@ def ssh(hosts_dir: Path, *argv: str, timeout: float = DEADLINE_S) -> subprocess.
     )
 
 
+def _ended(process: psutil.Process) -> bool:
+    """The process is gone or a zombie (it may end between two questions about it)."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def wait_for(condition: Callable[[], object], what: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not condition():
@@ -152,9 +160,7 @@ def test_the_command_is_stopped_when_its_ssh_goes_away(
     assert os.getpgid(command.pid) == os.getpgid(host.pid)  # in the pod's process group: a pod kill takes it
     client.kill()
     client.wait()
-    wait_for(
-        lambda: not command.is_running() or command.status() == psutil.STATUS_ZOMBIE, "the command to stop"
-    )
+    wait_for(lambda: _ended(command), "the command to stop")
 
 
 def test_an_unreachable_host_fails_like_ssh_after_the_wait(hosts_dir: Path) -> None:

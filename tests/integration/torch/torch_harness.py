@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from trainguard.demo.session import Event, Session
+from trainguard.demo.session import Event, Session, Timeout
 
 #: Generous bounds for a busy 2-core machine: a cold start of a pod (importing torch) takes 10-40 s there.
 START_TIMEOUT = 150.0
@@ -39,13 +39,37 @@ def wait_step(session: Session, job: str, step: int, timeout: float = START_TIME
 def wait_world(
     session: Session, job: str, world: int, after: float, timeout: float = RECOVERY_TIMEOUT
 ) -> Event:
-    """The first step after ``after`` trained by ``world`` workers."""
-    return session.wait(
-        f"a step of {job} with {world} workers",
-        lambda: next((e for e in session.run(job).steps() if e.t > after and e.world == world), None),
-        timeout,
-        poll=0.2,
-    )
+    """The first step after ``after`` trained by ``world`` workers; fails with what the job did meanwhile."""
+    try:
+        return session.wait(
+            f"a step of {job} with {world} workers",
+            lambda: next((e for e in session.run(job).steps() if e.t > after and e.world == world), None),
+            timeout,
+            poll=0.2,
+        )
+    except Timeout as timeout_error:
+        raise Timeout(
+            f"{timeout_error}; {brief(session, job)}; since then: {since(session, job, after)}"
+        ) from None
+
+
+def since(session: Session, job: str, after: float) -> str:
+    """The job's worlds and step ranges after ``after``, and its events then (why it did not get further)."""
+    runs: list[list[int]] = []  # [world, first step, last step]
+    for step in session.run(job).steps():
+        if step.t <= after:
+            continue
+        if runs and runs[-1][0] == step.world:
+            runs[-1][2] = step.step
+        else:
+            runs.append([step.world, step.step, step.step])
+    trained = ", ".join(f"world {w}: steps {a}-{b}" for w, a, b in runs) or "no step"
+    events = [
+        f"{e['time'] - after:+.1f}s {e['reason']} {e['object']}: {e['message']}"
+        for e in session.call("events", job=job)
+        if e["time"] > after
+    ]
+    return f"{trained}; events: {events[-15:]}"
 
 
 def wait_done(session: Session, job: str, timeout: float = RECOVERY_TIMEOUT * 2) -> Event:
