@@ -72,15 +72,23 @@ class RealCluster(KubeCluster):
         return self.kubectl("logs", pod, "-n", namespace, *(["-c", container] if container else []))
 
 
-def wait_for(what: str, condition: Callable[[], Any], seconds: float, every: float = 1.0) -> Any:
-    """Polls condition until it returns something truthy, which it returns; fails the test past the deadline."""
+def wait_for(
+    what: str,
+    condition: Callable[[], Any],
+    seconds: float,
+    every: float = 1.0,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Polls condition until it returns something truthy, which it returns; fails the test past the deadline,
+    with what ``explain`` says of the state then."""
     deadline = time.monotonic() + seconds
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {seconds:.0f}s waiting for {what}")
+            seen = f"\n{explain()}" if explain is not None else ""
+            pytest.fail(f"gave up after {seconds:.0f}s waiting for {what}{seen}")
         time.sleep(every)
 
 
