@@ -1,6 +1,6 @@
 """Steps lost, and time to the next step, at each kind of fault: memory snapshots against disk checkpoints.
 
-    python benchmarks/steps_lost.py [--quick] [--random-trials 10] [--models digits big]
+    python benchmarks/steps_lost.py [--quick] [--random-trials 10] [--fault-trials 1] [--models digits big]
 
 Example 1 (examples/digits/train_digits.py, DDP on gloo, 3 workers) trains, as itself (``digits``, 9 k
 parameters, paced at ~0.05 s a step) and as a synthetic model of 100 M parameters (``big``: ``--width 4096
@@ -13,6 +13,8 @@ recovery:
 - ``node_down``: a node lost with its pod, and its memory (``trainguard chaos node-down``);
 - ``scale_in``: 3 -> 2 workers; ``scale_out``: 2 -> 3;
 - ``random_kill``: a worker killed at a random moment of a step, ``--random-trials`` times.
+
+Each of the other faults is injected ``--fault-trials`` times (default once).
 
 Set-ups:
 
@@ -78,6 +80,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--random-trials", type=int, default=10)
+    parser.add_argument("--fault-trials", type=int, default=1,
+                        help="times each other fault is injected (its seconds: the median)")  # fmt: skip
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["digits", "big"])
     parser.add_argument("--setups", nargs="+", choices=SETUPS, default=list(SETUPS))
     parser.add_argument("--big-params", type=int, default=100_000_000, help="the overhead's model")
@@ -86,7 +90,7 @@ def main() -> int:
     args = parser.parse_args()
     setups = ("memory",) if args.quick else tuple(args.setups)
     models = ("digits",) if args.quick else tuple(args.models)
-    trials = 1 if args.quick else args.random_trials
+    trials = (1, 1) if args.quick else (args.fault_trials, args.random_trials)
     results: dict[str, Any] = {}
     lost: list[int] = []
     for setup in SETUPS:
@@ -130,7 +134,7 @@ def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
 # ---- trainguard (b, c) ---------------------------------------------------------------------------------------
 
 
-def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
+def trainguard_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
     extra = (*MODELS[model]["args"], *(("--snapshots",) if setup == "memory" else ()))
     with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
@@ -141,12 +145,19 @@ def trainguard_faults(setup: str, model: str, random_trials: int) -> dict[str, l
         spec["spec"]["backoff"] = {"maxSeconds": BACKOFF_MAX_SECONDS}
         job = session.submit(spec)
         _wait_step(lambda: _last_step(session.run(job)), 10)
-        for fault in FAULTS:
-            for _ in range(random_trials if fault == "random_kill" else 1):
-                figures[fault].append(_one(session, job, fault))
-                _say(setup, model, fault, figures[fault][-1])
+        for fault in _sequence(trials):
+            figures[fault].append(_one(session, job, fault))
+            _say(setup, model, fault, figures[fault][-1])
         session.call("delete", job=job)
     return figures
+
+
+def _sequence(trials: tuple[int, int]) -> list[str]:
+    """The faults in the order injected: each fixed one ``trials[0]`` times (a scale-in and the scale-out back
+    in turn), then ``trials[1]`` random kills."""
+    fixed, random_kills = trials
+    order = [fault for fault in ("kill", "force_delete", "node_down") for _ in range(fixed)]
+    return order + ["scale_in", "scale_out"] * fixed + ["random_kill"] * random_kills
 
 
 def _one(session: Session, job: str, fault: str) -> Figure:
@@ -182,13 +193,13 @@ def _one(session: Session, job: str, fault: str) -> Figure:
 # ---- plain torchrun (a) --------------------------------------------------------------------------------------
 
 
-def torchrun_faults(setup: str, model: str, random_trials: int) -> dict[str, list[Figure]]:
+def torchrun_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {"kill": [], "random_kill": []}
     with tempfile.TemporaryDirectory() as root:
         events = Path(root) / "events.jsonl"
         command = [
             sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(random_trials + 5),
+            "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(sum(trials) + 5),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
             str(DIGITS_SCRIPT), f"--checkpoint-dir={Path(root) / 'checkpoints'}", f"--checkpoint-every={EVERY}",
             f"--events={events}", f"--step-delay={MODELS[model]['step_delay']}", f"--epochs={EPOCHS}",
@@ -202,7 +213,7 @@ def torchrun_faults(setup: str, model: str, random_trials: int) -> dict[str, lis
         run = Run(events)
         try:
             _wait_step(lambda: _last_step(run), 10)
-            for fault in ("kill", *["random_kill"] * random_trials):
+            for fault in ["kill"] * trials[0] + ["random_kill"] * trials[1]:
                 _wait_step(lambda: _last_step(run), _last_step(run) + 10)
                 if fault == "random_kill":
                     time.sleep(random.uniform(0, _step_seconds(run)))
