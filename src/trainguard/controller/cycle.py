@@ -26,6 +26,7 @@ from trainguard.controller.backend import (
 from trainguard.controller.phases import (
     LIVE_PHASES,
     JobPhase,
+    PodPhase,
     check_job_transition,
     check_pod_transition,
 )
@@ -147,6 +148,15 @@ class Cycle:
             by_role = {role: [s.name for s in sorted(group, key=_INDEX)] for role, group in groups.items()}
             self._names_by_role, self._names_count = by_role, len(self.slots)
         return by_role
+
+    def slot_counts(self) -> dict[str, int]:
+        """role -> its pod slots 0..N-1 that its complete and fail policies are judged over (shrunk ones
+        included, removed ones not)."""
+        counts = dict.fromkeys(self.job.spec.replica_specs, 0)
+        for slot in self.slots.values():
+            if slot.phase is not PodPhase.REMOVED and slot.role in counts:
+                counts[slot.role] += 1
+        return counts
 
     def live(self) -> dict[str, int]:
         """role -> pods that are up or coming up (not finished, failed or left out)."""

@@ -263,7 +263,9 @@ def _record_end(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> None:
 def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decision:
     """Decide on a fault, update the counters, record it, and change the slots the decision touches."""
     slot = cycle.slot(fault.pod) if fault.pod is not None else None
-    decision = decide(cycle.job, cycle.state, fault, cycle.now, _live_besides(cycle, slot))
+    decision = decide(
+        cycle.job, cycle.state, fault, cycle.now, _live_besides(cycle, slot), cycle.slot_counts()
+    )
     targets: list[PodStatus] = []
     if slot is not None and decision.action is Remedy.RESTART:
         targets = _scope(cycle, slot, decision.scope)

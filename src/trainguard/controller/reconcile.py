@@ -90,7 +90,7 @@ def _run(cycle: Cycle) -> None:
     deadline = check_deadline(cycle.job, cycle.get("started_at"), cycle.now)
     if deadline is not None:
         act_on(cycle, deadline)
-    judged = outcome(cycle.job, cycle.state, _slot_counts(cycle))
+    judged = outcome(cycle.job, cycle.state, cycle.slot_counts())
     if judged.result is not None:
         cycle.updates.update(completed_at=cycle.now, reason=judged.result.value, message=judged.reason)
         cycle.phase_to(_ENDS[judged.result], f"TrainingJob{judged.result.value}", judged.reason)
@@ -98,15 +98,6 @@ def _run(cycle: Cycle) -> None:
         return
     grow_back(cycle)
     launch_due(cycle)
-
-
-def _slot_counts(cycle: Cycle) -> dict[str, int]:
-    """role -> slots 0..N-1 that the role's complete/fail policies are judged over (shrunk ones included)."""
-    counts = dict.fromkeys(cycle.job.spec.replica_specs, 0)
-    for slot in cycle.slots.values():
-        if slot.phase is not PodPhase.REMOVED and slot.role in counts:
-            counts[slot.role] += 1
-    return counts
 
 
 def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:

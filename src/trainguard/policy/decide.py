@@ -57,11 +57,14 @@ def decide(
     fault: Fault,
     now: float,
     live: Mapping[str, int] | None = None,
+    slots: Mapping[str, int] | None = None,
 ) -> Decision:
     """The decision for ``fault``.
 
     ``live``: role -> pods of that role alive and healthy now, not counting the faulted pod; used for the
     minReplicas check of elastic roles (default: the role's slots that have not failed for good).
+    ``slots``: role -> the role's pod slots now, shrunk ones included (a scaled role has more or fewer than
+    its ``replicas``): a failPolicy is judged over them, as ``outcome`` judges the job (default: ``replicas``).
     """
     if fault.kind is FaultKind.DEADLINE:
         return Decision(
@@ -90,7 +93,7 @@ def decide(
         )
     hang = hang_handling(job)
     if fault.kind is FaultKind.HANG and hang is not None:
-        return _hang(job, state, fault, pod, hang, live)
+        return _hang(job, state, fault, pod, hang, live, slots)
     if fault.kind is FaultKind.START_TIMEOUT:
         chosen = Match(
             RULE_RESTART_TIME_LIMIT,
@@ -110,8 +113,9 @@ def decide(
             live,
             f"{what_happened(fault)}; {chosen.why}",
             chosen.rule,
+            slots=slots,
         )
-    return _restart(job, state, fault, pod, spec, chosen, now, live)
+    return _restart(job, state, fault, pod, spec, chosen, now, live, slots)
 
 
 def _hang(
@@ -121,6 +125,7 @@ def _hang(
     pod: PodRef,
     hang: HangPolicy,
     live: Mapping[str, int] | None,
+    slots: Mapping[str, int] | None,
 ) -> Decision:
     counters = state.pod(pod)
     limit = hang.max_consecutive
@@ -146,6 +151,7 @@ def _hang(
         f"{limit}); it fails with reason Hang",
         RULE_HANG,
         "hang.maxConsecutive",
+        slots,
     )
 
 
@@ -158,6 +164,7 @@ def _restart(
     chosen: Match,
     now: float,
     live: Mapping[str, int] | None,
+    slots: Mapping[str, int] | None,
 ) -> Decision:
     counted = fault.kind is not FaultKind.POD_EVICTED
     counters = state.pod(pod)
@@ -192,6 +199,7 @@ def _restart(
                 f"{opening}, but {spent.words}",
                 chosen.rule,
                 spent.limit,
+                slots,
             )
     delay = backoff_delay(job.spec.backoff, 0 if healthy else counters.backoff_streak) if counted else 0.0
     budget = _budget_words(job, state, spec, pod.role, chosen, now) if counted else ""

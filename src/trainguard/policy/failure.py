@@ -26,8 +26,10 @@ def fail_pod(
     why: str,
     rule: str,
     limit: str | None = None,
+    slots: Mapping[str, int] | None = None,
 ) -> Decision:
-    """The decision for a pod that failed for good; ``why`` says how it came to that."""
+    """The decision for a pod that failed for good; ``why`` says how it came to that. ``slots``: role -> its
+    pod slots now, which its failPolicy is judged over (``decide`` says more)."""
     if fault.pod is None:
         raise ValueError("only a pod can fail for good")
     pod = fault.pod
@@ -38,7 +40,8 @@ def fail_pod(
         return Decision(fault, action, None, rule, False, reason, pods=(pod,), permanent=True, limit=limit)
 
     gone = f"{why}; {pod} has failed for good"
-    role_why = role_failure(role, spec, failed)
+    count = next((n for key, n in (slots or {}).items() if resolve_role(job, key)[0] == role), None)
+    role_why = role_failure(role, spec, failed, count)
     if role_why is None and spec.is_elastic:
         remaining = _alive_after(job, role, spec, failed, live)
         if remaining >= spec.min_count:

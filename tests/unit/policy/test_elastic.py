@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.unit.policy.jobs import exited, job, role
 from trainguard.api import TrainingJob
 from trainguard.policy import (
+    Outcome,
     PodRef,
     PolicyState,
     Remedy,
     apply_decision,
     decide,
+    outcome,
     pods_to_add,
     record_grown,
     validate_scale,
@@ -63,6 +67,59 @@ def test_without_live_counts_the_failed_slots_are_subtracted() -> None:
 def test_a_role_whose_fail_policy_does_not_tolerate_fails_instead_of_shrinking() -> None:
     decision = decide(_job("Any"), PolicyState(), exited(PodRef("trainer", 1), 1), 0.0, {"trainer": 4})
     assert decision.action is Remedy.FAIL_JOB
+
+
+@pytest.mark.parametrize(
+    ("fail_policy", "slots", "action"),
+    [
+        (
+            "Any",
+            {"trainer": 5},
+            Remedy.FAIL_JOB,
+        ),  # a slot of the scaled-out role: failPolicy Any holds for it too
+        ("Any", None, Remedy.SHRINK),  # judged over replicas 3 only, slot 3 is not among them
+        ("None", {"trainer": 5}, Remedy.SHRINK),
+        ("Rank0", {"trainer": 5}, Remedy.SHRINK),
+    ],
+)
+def test_a_scaled_out_slot_is_judged_by_the_fail_policy_over_the_slots_now(
+    fail_policy: str, slots: dict[str, int] | None, action: Remedy
+) -> None:
+    """A pod a scale-out added (index >= replicas) that fails for good: the role's failPolicy is judged over
+    the slots the role has now, as the job's outcome is."""
+    fault = exited(PodRef("trainer", 3), 1)
+    decision = decide(_job(fail_policy), PolicyState(), fault, 0.0, {"trainer": 4}, slots)
+    assert decision.action is action, decision.reason
+
+
+@given(
+    fail_policy=st.sampled_from(["Any", "All", "Rank0", "None"]),
+    slots=st.integers(min_value=1, max_value=5),
+    index=st.integers(min_value=0, max_value=4),
+    failed_before=st.frozensets(st.integers(min_value=0, max_value=4), max_size=3),
+    live=st.integers(min_value=0, max_value=4),
+)
+def test_a_pod_failed_for_good_is_tolerated_exactly_when_the_outcome_does_not_fail_its_role(
+    fail_policy: str, slots: int, index: int, failed_before: frozenset[int], live: int
+) -> None:
+    """decide() and outcome() agree: a tolerated failure (shrink, none) leaves the role standing in the job's
+    outcome over the same slots; a failure that fails the job makes the outcome Failed."""
+    index = index % slots
+    training_job = _job(fail_policy, job_fail_policy="Any")
+    failed = frozenset(PodRef("trainer", i) for i in failed_before if i < slots and i != index)
+    state = PolicyState(failed_pods=failed)
+    counts = {"launcher": 1, "trainer": slots}
+    if outcome(training_job, state, counts).result is not None:
+        return  # the job has ended already
+    decision = decide(
+        training_job, state, exited(PodRef("trainer", index), 1), 0.0, {"trainer": live}, counts
+    )
+    after = outcome(training_job, apply_decision(state, decision, 0.0), counts)
+    if decision.action in (Remedy.SHRINK, Remedy.NONE):
+        assert after.result is None, (decision.reason, after.reason)
+    else:
+        assert decision.action is Remedy.FAIL_JOB, decision.reason
+        assert after.result is Outcome.FAILED, (decision.reason, after.reason)
 
 
 @pytest.mark.parametrize(("index", "action"), [(0, Remedy.FAIL_JOB), (1, Remedy.SHRINK)])
