@@ -27,7 +27,9 @@ Set-ups:
   disk.
 
 Per set-up, model and fault: ``steps_lost`` (the most over its trials: steps completed before the restart and
-done again after it) and ``seconds`` (median, fault to the next completed step). ``max_steps_lost``: the most
+done again after it), ``seconds`` (median, fault to the next completed step) and ``seconds_to_progress``
+(median, fault to the first step past the one reached before it: later than ``seconds`` by the steps done
+again). ``max_steps_lost``: the most
 over every trial of ``memory``. ``overhead``: one process, the 100 M model, a whole step with a snapshot
 (``optimizers=[optimizer]``) against one without, and the shared memory held (the peak extra memory).
 
@@ -73,7 +75,10 @@ MODELS: dict[str, dict[str, Any]] = {
     "digits": {"args": (), "step_delay": 0.05},
     "big": {"args": ("--width=4096", "--layers=7"), "step_delay": 0.0},
 }
-Figure = tuple[int | None, float | None]  # steps lost, seconds to the next step
+#: Steps lost, seconds to the next step, seconds until a step past the one reached before the fault.
+Figure = tuple[int | None, float | None, float | None]
+#: What a cell holds: its summary's keys.
+SUMMARY_KEYS = ("steps_lost", "seconds", "seconds_to_progress")
 
 
 def main() -> int:
@@ -97,12 +102,12 @@ def main() -> int:
         results[setup] = {}
         for model in MODELS:
             if setup not in setups or model not in models:
-                results[setup][model] = {fault: {"steps_lost": None, "seconds": None} for fault in FAULTS}
+                results[setup][model] = {fault: dict.fromkeys(SUMMARY_KEYS) for fault in FAULTS}
                 continue
             runner = torchrun_faults if setup == "torchrun_disk" else trainguard_faults
             figures = runner(setup, model, trials)
             if setup == "memory":
-                lost += [n for got in figures.values() for n, _ in got if n is not None]
+                lost += [n for got in figures.values() for n, _, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
     results["max_steps_lost"] = max(lost) if lost else None
     results["overhead"] = overhead(args.big_params, BATCH)
@@ -117,18 +122,20 @@ def main() -> int:
 
 
 def _summary(got: list[Figure]) -> dict[str, Any]:
-    seconds = [s for _, s in got if s is not None]
+    seconds = [s for _, s, _ in got if s is not None]
+    progress = [p for _, _, p in got if p is not None]
     return {
-        "steps_lost": max((n for n, _ in got if n is not None), default=None),
+        "steps_lost": max((n for n, _, _ in got if n is not None), default=None),
         "seconds": round(statistics.median(seconds), 2) if seconds else None,
+        "seconds_to_progress": round(statistics.median(progress), 2) if progress else None,
         "trials": len(got),
-        "recovered": sum(1 for n, _ in got if n is not None),
+        "recovered": sum(1 for n, _, _ in got if n is not None),
     }
 
 
 def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
-    print(f"{setup} {model} {fault}: steps lost {figure[0]}, {figure[1]} s to the next step", file=sys.stderr,
-          flush=True)  # fmt: skip
+    print(f"{setup} {model} {fault}: steps lost {figure[0]}, {figure[1]} s to the next step, {figure[2]} s to a "
+          "step past the one reached", file=sys.stderr, flush=True)  # fmt: skip
 
 
 # ---- trainguard (b, c) ---------------------------------------------------------------------------------------
@@ -247,13 +254,25 @@ def _free_port() -> int:
 
 
 def _recovered(run: Run, at: float, world: int | None) -> Figure:
+    """Steps lost, and seconds from ``at`` to the next completed step and to the first step past the one
+    reached before the fault (the same step when none was lost; later by the steps done again)."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        found = recovery(run.events(), at, world=world)
+        events = run.events()
+        found = recovery(events, at, world=world)
         if found is not None:
-            return found.steps_lost, round(found.next_step_at - at, 2)
+            past = next(
+                (
+                    e.t
+                    for e in events
+                    if e.event == "step" and e.t >= found.next_step_at and e.step > found.step_before
+                ),
+                None,
+            )
+            if past is not None:
+                return found.steps_lost, round(found.next_step_at - at, 2), round(past - at, 2)
         time.sleep(0.1)
-    return None, None
+    return None, None, None
 
 
 def _wait_world(run: Run, world: int) -> None:
