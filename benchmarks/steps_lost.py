@@ -150,6 +150,9 @@ def trainguard_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[s
         # Fifteen faults in a few minutes, most on the same pod: with the default backoff (doubling up to 300 s
         # while the pod fails again within 10 minutes) the later ones would measure the wait, not the recovery.
         spec["spec"]["backoff"] = {"maxSeconds": BACKOFF_MAX_SECONDS}
+        # Every fault costs each surviving pod's torchrun one of its restarts (the example allows 20): with
+        # --fault-trials 5, the pod never chosen as the victim met 30 faults, and its torchrun gave up.
+        spec["spec"]["elastic"]["maxRestarts"] = len(_sequence(trials)) + 10
         job = session.submit(spec)
         _wait_step(lambda: _last_step(session.run(job)), 10)
         for fault in _sequence(trials):
