@@ -31,9 +31,19 @@ def _pods(cluster: RealCluster) -> dict[str, dict[str, Any]]:
 
 
 def _running(cluster: RealCluster, trainers: int) -> bool:
-    pods = _pods(cluster)
+    return _all_running(_pods(cluster), trainers)
+
+
+def _all_running(pods: dict[str, dict[str, Any]], trainers: int) -> bool:
     names = {LAUNCHER, *(f"{JOB}-trainer-{i}" for i in range(trainers))}
     return names <= set(pods) and all(pods[n]["status"].get("phase") == "Running" for n in names)
+
+
+def _running_off(cluster: RealCluster, trainers: int, moved: list[str], node: str) -> bool:
+    """All running, and the pods ``moved`` on another node than ``node``: from one listing (a pod replaced
+    between two listings is in the first and not the second)."""
+    pods = _pods(cluster)
+    return _all_running(pods, trainers) and all(pods[n]["spec"].get("nodeName") != node for n in moved)
 
 
 def _status(cluster: RealCluster) -> dict[str, Any]:
@@ -176,9 +186,7 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             wait_for(f"{dead} NotReady", lambda: not cluster.node_ready(dead), 90)
             wait_for(
                 f"{', '.join(lost)} replaced on the other node",
-                lambda: (
-                    _running(cluster, 4) and all(_pods(cluster)[n]["spec"]["nodeName"] != dead for n in lost)
-                ),
+                lambda: _running_off(cluster, 4, lost, dead),
                 300,
                 every=3,
             )
