@@ -40,8 +40,7 @@ def fail_pod(
         return Decision(fault, action, None, rule, False, reason, pods=(pod,), permanent=True, limit=limit)
 
     gone = f"{why}; {pod} has failed for good"
-    count = next((n for key, n in (slots or {}).items() if resolve_role(job, key)[0] == role), None)
-    role_why = role_failure(role, spec, failed, count)
+    role_why = role_failure(role, spec, failed, _of_role(job, role, slots))
     if role_why is None and spec.is_elastic:
         remaining = _alive_after(job, role, spec, failed, live)
         if remaining >= spec.min_count:
@@ -71,7 +70,12 @@ def _alive_after(
     job: TrainingJob, role: str, spec: ReplicaSpec, failed: frozenset[PodRef], live: Mapping[str, int] | None
 ) -> int:
     """Pods of the role alive besides the failed one: from ``live`` when given, else slots not failed."""
-    for key, count in (live or {}).items():
-        if resolve_role(job, key)[0] == role:
-            return max(count, 0)
+    count = _of_role(job, role, live)
+    if count is not None:
+        return max(count, 0)
     return spec.replicas - sum(1 for ref in failed if ref.role == role and ref.index < spec.replicas)
+
+
+def _of_role(job: TrainingJob, role: str, counts: Mapping[str, int] | None) -> int | None:
+    """The count of ``role`` in a mapping keyed by role names as callers spell them (aliases resolved)."""
+    return next((n for key, n in (counts or {}).items() if resolve_role(job, key)[0] == role), None)
