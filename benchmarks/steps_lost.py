@@ -30,8 +30,10 @@ Per set-up, model and fault: ``steps_lost`` (the most over its trials: steps com
 done again after it), ``seconds`` (median, fault to the next completed step) and ``seconds_to_progress``
 (median, fault to the first step past the one reached before it: later than ``seconds`` by the steps done
 again). ``max_steps_lost``: the most
-over every trial of ``memory``. ``overhead``: one process, the 100 M model, a whole step with a snapshot
-(``optimizers=[optimizer]``) against one without, and the shared memory held (the peak extra memory).
+over every trial of ``memory``. ``overhead_job``: the per-step overhead of (c) against no checkpoint at all,
+as the faults run (the 100 M model, 3 workers under torchrun, DDP over gloo). ``overhead``: one process, the
+100 M model at a batch of 32, a whole step with a snapshot (``optimizers=[optimizer]``) against one without,
+and the shared memory held (the peak extra memory).
 
 ``overhead_by_batch``: the overhead's fraction at other batch sizes (the copy costs about the same whatever
 the batch; the step grows with it). ``--quick``: ``memory`` on ``digits`` only, one trial of each fault, and the
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -53,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,8 @@ EPOCHS = 5000
 BATCH = 32
 FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill")
 SETUPS = ("torchrun_disk", "disk", "memory")
+#: Set-up (c): a snapshot every step, the parameters and the optimizer's state kept in shared memory itself.
+MEMORY_ARGS = ("--snapshots", "--in-place")
 MODELS: dict[str, dict[str, Any]] = {
     "digits": {"args": (), "step_delay": 0.05},
     "big": {"args": ("--width=4096", "--layers=7"), "step_delay": 0.0},
@@ -110,7 +115,9 @@ def main() -> int:
                 lost += [n for got in figures.values() for n, _, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
     results["max_steps_lost"] = max(lost) if lost else None
+    results["overhead_job"] = overhead_job(steps=10 if args.quick else 40, rounds=1 if args.quick else 2)
     results["overhead"] = overhead(args.big_params, BATCH)
+    results["overhead_copy"] = overhead(args.big_params, BATCH, in_place=False)
     # The copy's cost is fixed by the state's size; the step's grows with the batch.
     batches = () if args.quick else args.overhead_batches
     results["overhead_by_batch"] = {
@@ -143,7 +150,7 @@ def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
 
 def trainguard_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
-    extra = (*MODELS[model]["args"], *(("--snapshots",) if setup == "memory" else ()))
+    extra = (*MODELS[model]["args"], *(MEMORY_ARGS if setup == "memory" else ()))
     with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
         spec = digits_job("steps", session.root, epochs=EPOCHS, step_delay=MODELS[model]["step_delay"],
                           checkpoint_every=EVERY, extra_args=extra)  # fmt: skip
@@ -205,40 +212,84 @@ def _one(session: Session, job: str, fault: str) -> Figure:
 
 def torchrun_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {"kill": [], "random_kill": []}
-    with tempfile.TemporaryDirectory() as root:
-        events = Path(root) / "events.jsonl"
-        command = [
-            sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(sum(trials) + 5),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-            str(DIGITS_SCRIPT), f"--checkpoint-dir={Path(root) / 'checkpoints'}", f"--checkpoint-every={EVERY}",
-            f"--events={events}", f"--step-delay={MODELS[model]['step_delay']}", f"--epochs={EPOCHS}",
-            *MODELS[model]["args"],
-        ]  # fmt: skip
-        env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        with open(Path(root) / "torchrun.log", "wb") as log:
-            process = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        run = Run(events)
-        try:
-            _wait_step(lambda: _last_step(run), 10)
-            for fault in ["kill"] * trials[0] + ["random_kill"] * trials[1]:
-                _wait_step(lambda: _last_step(run), _last_step(run) + 10)
-                if fault == "random_kill":
-                    time.sleep(random.uniform(0, _step_seconds(run)))
-                rank0 = [event for event in run.events() if event.event == "start"][-1].fields["pid"]
-                victim = next(
-                    p for p in psutil.Process(process.pid).children() if p.pid != rank0 and _worker(p)
-                )
-                victim.kill()
-                figures[fault].append(_recovered(run, time.time(), None))
-                _say(setup, model, fault, figures[fault][-1])
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    with (
+        tempfile.TemporaryDirectory() as root,
+        _torchrun(Path(root), model, sum(trials) + 5) as (process, run),
+    ):
+        _wait_step(lambda: _last_step(run), 10)
+        for fault in ["kill"] * trials[0] + ["random_kill"] * trials[1]:
+            _wait_step(lambda: _last_step(run), _last_step(run) + 10)
+            if fault == "random_kill":
+                time.sleep(random.uniform(0, _step_seconds(run)))
+            rank0 = [event for event in run.events() if event.event == "start"][-1].fields["pid"]
+            victim = next(p for p in psutil.Process(process.pid).children() if p.pid != rank0 and _worker(p))
+            victim.kill()
+            figures[fault].append(_recovered(run, time.time(), None))
+            _say(setup, model, fault, figures[fault][-1])
     return figures
+
+
+@contextlib.contextmanager
+def _torchrun(
+    root: Path, model: str, max_restarts: int, extra: tuple[str, ...] = (f"--checkpoint-every={EVERY}",)
+) -> Iterator[tuple[subprocess.Popen[bytes], Run]]:
+    """Example 1 under plain ``torchrun --nproc-per-node 3`` (its files under ``root``), killed on exit."""
+    events = root / "events.jsonl"
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(max_restarts),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+        str(DIGITS_SCRIPT), f"--checkpoint-dir={root / 'checkpoints'}", f"--events={events}",
+        f"--step-delay={MODELS[model]['step_delay']}", f"--epochs={EPOCHS}", *MODELS[model]["args"], *extra,
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "TRAINGUARD_SNAPSHOT_DIR": str(root / "shm"),
+    }
+    with open(root / "torchrun.log", "wb") as log:
+        process = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process, Run(events)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def overhead_job(steps: int, rounds: int = 2, skip: int = 5) -> dict[str, Any]:
+    """Set-up (c) against no checkpoint at all, as the faults run: the 100 M model, 3 workers under plain
+    torchrun (DDP over gloo), the median seconds between steps after the first ``skip`` of each run, runs of
+    each kind in turn (``rounds`` each, ``steps`` steps a run). (c): a snapshot every step (every 10th also
+    persisted to disk); the other: ``--checkpoint-every`` past the end, nothing saved."""
+    kinds = {
+        "none": (f"--checkpoint-every={10**9}",),
+        "memory": (*MEMORY_ARGS, f"--checkpoint-every={EVERY}"),
+    }
+    gaps: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(rounds):  # in turn, so that a change in the machine's load falls on both
+        for kind, extra in kinds.items():
+            # The shared memory in /dev/shm, as the local runtime keeps it (the directory is removed after).
+            with (
+                tempfile.TemporaryDirectory(dir="/dev/shm") as root,
+                _torchrun(Path(root), "big", 0, extra) as (
+                    _,
+                    run,
+                ),
+            ):
+                _wait_step(lambda: _last_step(run), skip + steps)
+                times = [event.t for event in run.steps() if event.step > skip]
+                gaps[kind] += [later - earlier for earlier, later in itertools.pairwise(times)]
+    plain_s, with_s = statistics.median(gaps["none"]), statistics.median(gaps["memory"])
+    return {
+        "workers": 3,
+        "step_s": round(plain_s, 4),
+        "step_with_snapshot_s": round(with_s, 4),
+        "overhead_fraction": round((with_s - plain_s) / plain_s, 4),
+        "steps_measured": {kind: len(found) for kind, found in gaps.items()},
+    }
 
 
 def _worker(process: psutil.Process) -> bool:
@@ -304,11 +355,12 @@ def _wait_step(last: Callable[[], int], step: int) -> None:
         time.sleep(0.1)
 
 
-def overhead(params: int, batch_size: int, steps: int = 8) -> dict[str, Any]:
+def overhead(params: int, batch_size: int, in_place: bool = True, steps: int = 8) -> dict[str, Any]:
     """One process, a model of ``params`` parameters (SGD with momentum: twice that in state): the median
-    seconds of a whole training step without snapshots and with one per step (``optimizers=[optimizer]``: the
-    copy of parameters and momentum overlaps the next forward and backward), their ratio, and the shared memory
-    the snapshots hold (the peak extra memory: two slots)."""
+    seconds of a whole training step without snapshots and with one per step, their ratio, and the shared memory
+    the snapshots hold. ``in_place`` (set-up (c)): the parameters and momentum live in shared memory, a snapshot
+    copies the rest (nothing here) and commits; else (``optimizers=[optimizer]``): their copy overlaps the next
+    forward and backward, into one of two slots."""
     import torch
 
     import trainguard
@@ -316,11 +368,20 @@ def overhead(params: int, batch_size: int, steps: int = 8) -> dict[str, Any]:
 
     width = 4096
     layers = max(1, round(params / (width * width)))
-    model = torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batch = torch.randn(batch_size, width)
 
-    def timed(snapshots: Any) -> list[float]:
+    def trainer() -> tuple[Any, Any]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
+        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    # Two copies of the model: one never snapshotted, in the process's own memory; the other snapshotted (in
+    # place, its parameters and momentum move into shared memory at its first save: what training on them there
+    # costs is part of the overhead).
+    plain_model, plain_optimizer = trainer()
+    model, optimizer = trainer()
+
+    def timed(model: Any, optimizer: Any, snapshots: Any) -> list[float]:
         took = []
         for step in range(1, steps + 1):
             started = time.perf_counter()
@@ -336,11 +397,11 @@ def overhead(params: int, batch_size: int, steps: int = 8) -> dict[str, Any]:
     snapshotted: list[float] = []
     with tempfile.TemporaryDirectory(dir="/dev/shm") as memory, tempfile.TemporaryDirectory() as disk:
         snapshots = trainguard.Snapshots(
-            trainguard.Checkpointer(disk), directory=memory, optimizers=[optimizer]
+            trainguard.Checkpointer(disk), directory=memory, optimizers=[optimizer], in_place=in_place
         )
         for _ in range(2):  # in turn, so that a change in the machine's load falls on both
-            plain += timed(None)
-            snapshotted += timed(snapshots)
+            plain += timed(plain_model, plain_optimizer, None)
+            snapshotted += timed(model, optimizer, snapshots)
             snapshots.wait()
         held = _shm.tree_size(Path(memory))
         snapshots.close()
@@ -348,6 +409,7 @@ def overhead(params: int, batch_size: int, steps: int = 8) -> dict[str, Any]:
     return {
         "params": sum(p.numel() for p in model.parameters()),
         "batch": batch_size,
+        "in_place": in_place,
         "step_s": round(plain_s, 4),
         "step_with_snapshot_s": round(with_s, 4),
         "overhead_fraction": round((with_s - plain_s) / plain_s, 4),

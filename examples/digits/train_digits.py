@@ -115,6 +115,12 @@ def parse_args() -> argparse.Namespace:
         "every --checkpoint-every-th is persisted to disk",
     )
     parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="with --snapshots: keep the parameters and the optimizer's state in shared memory itself, so a "
+        "snapshot copies only the rest (Snapshots(in_place=True))",
+    )
+    parser.add_argument(
         "--save-on-sigterm",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -137,7 +143,9 @@ def main() -> None:
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
     checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
     snapshots = (
-        trainguard.Snapshots(checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer])
+        trainguard.Snapshots(
+            checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer], in_place=args.in_place
+        )
         if args.snapshots
         else None
     )

@@ -109,9 +109,19 @@ class Snapshots:
         buddy: bool = True,
         directory: str | os.PathLike[str] | None = None,
         optimizers: Sequence[Any] = (),
+        in_place: bool = False,
     ) -> None:
         if persist_every < 0:
             raise ValueError(f"Snapshots(persist_every={persist_every}): must be 0 (never) or more")
+        if in_place and not optimizers:
+            raise ValueError(
+                "Snapshots(in_place=True) needs optimizers=[...]: their tensors are what it keeps"
+            )
+        if in_place and not replicated:
+            raise ValueError(
+                "Snapshots(in_place=True) needs replicated=True: a shard is sent to its buddy while training "
+                "goes on, so it must be a copy"
+            )
         self.checkpointer = checkpointer
         self.persist_every = persist_every
         self.replicated = replicated
@@ -130,7 +140,8 @@ class Snapshots:
         self._optimizers = list(optimizers)
         self._copier = ThreadPoolExecutor(1, thread_name_prefix="trainguard-snapshot-copy")
         self._copying: Future[None] | None = None
-        self._hooks = [optimizer.register_step_pre_hook(self._finish_copy) for optimizer in self._optimizers]
+        self._hooks = [optimizer.register_step_pre_hook(self._before_step) for optimizer in self._optimizers]
+        self._live = _shm.LiveRegion(self.directory / f"own-{self.key}.live") if in_place else None
         self._in_memory = True  # False once a snapshot did not fit: saves go to disk
         self._changed = threading.Condition()
         self._closed = False
@@ -168,6 +179,8 @@ class Snapshots:
         if not self._in_memory:
             self.checkpointer.save_async(state, step)
             return DISK
+        if self._live is not None and self._all_on_cpu():
+            return self._save_in_place(state, step)
         plan = _shm.layout(state)
         if self._latest is None or plan.size > int(self._latest.meta["size"]):
             room = _shm.bytes_free(self.directory) + _shm.tree_size(self._writer.directory)
@@ -201,6 +214,67 @@ class Snapshots:
             self._complete(pending, later, body, step)
         return MEMORY
 
+    def _save_in_place(self, state: Any, step: int) -> str:
+        """``in_place``: the optimizers' tensors are in the live region already (moved there by the first
+        save, or again when they change); only the rest of ``state`` is copied, into the region's tail."""
+        live = self._live
+        assert live is not None
+        kept = self._kept()
+        plan = self._in_place_plan(state, {}) if live.holds(kept) else None
+        if plan is None:  # the first save, the optimizers' tensors changed, or the rest outgrew the tail
+            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
+            need = sum(_shm.aligned(size) for size in storages.values())
+            rest = _shm.layout(state, lambda address: 0 if address in storages else None).size
+            tail = rest + rest // 4 + (1 << 20)  # room for the rest to grow a little without another move
+            if (need + tail) * HEADROOM > _shm.bytes_free(self.directory) + live.size:
+                return self._refuse(state, step, need + tail)
+            plan = self._in_place_plan(state, live.rehome(kept, tail))
+            assert plan is not None
+        live.dirty()  # a second save of the same step (SIGTERM's) writes the tail again
+        meta = {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
+                "skeleton": plan.skeleton, "time": time.time()}  # fmt: skip
+        _shm.copy_into(live.base, plan.copies, self._pool)
+        body = _shm.meta_body(meta, live.size)
+        slot = live.commit(body, _shm.load_meta(body))
+        with self._changed:
+            self._latest = slot
+            self._changed.notify_all()
+        # The region changes with the next optimizer step: the disk gets a copy taken now, written by a thread
+        # (skipped while the last one is still being written, as with copies: memory holds this step).
+        if self.persist_every and step % self.persist_every == 0 and not self.checkpointer.writing:
+            self.checkpointer.save_async(state, step)
+        if step % PRUNE_EVERY == 0:
+            _shm.prune_stale(self.directory, step, keep={self._writer.directory, live.directory})
+        return MEMORY
+
+    def _in_place_plan(self, state: Any, moved: dict[int, int]) -> _shm.Layout | None:
+        """Where ``state`` goes in the live region (None when its rest does not fit the tail): the kept
+        storages where they are (``moved``: where those of a state taken before a move went), the rest copied
+        into the tail."""
+        live = self._live
+        assert live is not None
+
+        def placed(address: int) -> int | None:
+            offset = live.offset_of(address)
+            return moved.get(address) if offset is None else offset
+
+        plan = _shm.layout(state, placed, live.kept_end)
+        return plan if plan.size <= live.size else None
+
+    def _refuse(self, state: Any, step: int, size: int) -> str:
+        """A snapshot that does not fit: this one and every later one go to disk (one warning)."""
+        self._in_memory = False
+        log.warning(
+            "a snapshot of %d MB does not fit in %s (%d MB free, counting the memory limit): saving to disk "
+            "instead (%s)",
+            size >> 20,
+            self.directory,
+            _shm.bytes_free(self.directory) >> 20,
+            self.checkpointer.directory,
+        )
+        self.checkpointer.save_async(state, step)
+        return DISK
+
     def _complete(self, pending: _shm.Pending, copies: list[Any], body: bytes, step: int) -> None:
         try:
             _shm.copy_into(pending.address, copies, self._pool)
@@ -216,6 +290,29 @@ class Snapshots:
             self._persist(slot)
         if step % PRUNE_EVERY == 0:
             _shm.prune_stale(self.directory, step, keep={self._writer.directory})
+
+    def _before_step(self, *_: Any) -> None:
+        """An optimizer's step pre-hook: the tensors it changes must be copied first (``_finish_copy``), and
+        the live region holds no snapshot while they change."""
+        self._finish_copy()
+        if self._live is not None:
+            self._live.dirty()
+
+    def _kept(self) -> list[Any]:
+        """The tensors an optimizer's step changes: its parameters and its state's tensors."""
+        import torch
+
+        found: dict[int, Any] = {}
+        for optimizer in self._optimizers:
+            for group in optimizer.param_groups:
+                found.update((id(param), param) for param in group["params"])
+            for state in optimizer.state.values():
+                found.update((id(v), v) for v in state.values() if isinstance(v, torch.Tensor))
+        return list(found.values())
+
+    def _all_on_cpu(self) -> bool:
+        return all(tensor.device.type == "cpu" and type(tensor).__name__ in ("Tensor", "Parameter")
+                   for tensor in self._kept())  # fmt: skip
 
     def _finish_copy(self, *_: Any) -> None:
         """Wait for the copy of the last snapshot's parameters and optimizer state (an optimizer's step
@@ -291,8 +388,12 @@ class Snapshots:
         if self._receiver is not None:
             self._receiver.stop()
         self._writer.close()
+        if self._live is not None:
+            self._live.close()
         if free:
             shutil.rmtree(self._writer.directory, ignore_errors=True)
+            if self._live is not None:
+                shutil.rmtree(self._live.directory, ignore_errors=True)
 
     def _persist(self, slot: _shm.Slot) -> None:
         previous = self._persisting

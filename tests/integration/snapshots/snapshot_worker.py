@@ -4,7 +4,9 @@
 STEPS steps of a small DDP model, snapshots each, waits until the last is safe (a shard: on its buddy), writes
 what it saved to ``BASE/saved-r.pt`` and ends. ``restore BASE MODE``: restores, and writes ``BASE/restored-r.json`` (step,
 source, plan, and whether the state equals what the rank that held it saved). MODE: ``replicated`` (DDP: every
-rank holds the same state) or ``sharded`` (each rank its own part)."""
+rank holds the same state), ``in-place`` (replicated, ``in_place=True``: the optimizer's tensors in shared
+memory; each rank trains on its own inputs, so only DDP's averaging keeps them equal; rank 1 is killed inside
+its next optimizer step) or ``sharded`` (each rank its own part)."""
 
 from __future__ import annotations
 
@@ -26,12 +28,14 @@ def main() -> None:
     rank = dist.get_rank()
     os.environ["TRAINGUARD_NODE_NAME"] = f"node-{rank}"
     checkpointer = trainguard.Checkpointer(base / "disk")
-    snapshots = trainguard.Snapshots(
-        checkpointer, directory=base / f"node-{rank}", replicated=mode == "replicated"
-    )
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    in_place = mode == "in-place"
+    snapshots = trainguard.Snapshots(
+        checkpointer, directory=base / f"node-{rank}", replicated=mode != "sharded",
+        optimizers=[optimizer] if in_place else (), in_place=in_place,
+    )  # fmt: skip
 
     def state(step: int) -> dict[str, object]:
         ours = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
@@ -41,7 +45,7 @@ def main() -> None:
 
     if action == "train":
         for step in range(1, int(sys.argv[3]) + 1):
-            torch.manual_seed(step)
+            torch.manual_seed(step * 10 + rank if in_place else step)
             model(torch.randn(8, 16)).sum().backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -50,6 +54,8 @@ def main() -> None:
         torch.save(state(int(sys.argv[3])), base / f"saved-{rank}.pt")
         print(f"rank {rank}: buddy {snapshots.buddy_name}, safe step {snapshots.safe_step}", flush=True)
         dist.barrier()
+        if in_place and rank == 1:
+            optimizer.step()  # no gradients: it changes nothing, but rank 1 dies as if inside this step
         os._exit(0)  # as a killed worker: nothing closed, the memory stays
     restored = snapshots.restore()
     assert restored is not None

@@ -93,3 +93,23 @@ def test_a_lost_nodes_shard_comes_back_from_its_buddy(tmp_path: Path) -> None:
     assert [(r["step"], r["equal"]) for r in restored] == [(STEPS, True)] * 3
     assert [r["source"] for r in restored] == ["memory", "peer", "memory"]
     assert restored[1]["fetches"] == [[1, 2, [1]]]  # shard 1, sent by rank 2 from its buddy copy
+
+
+def test_in_place_a_rank_killed_inside_its_optimizer_step_gets_the_step_from_a_peer(tmp_path: Path) -> None:
+    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "in-place")
+    # Each rank's optimizer tensors live in its node's memory; rank 1 died inside a step: it has no snapshot.
+    assert [len(list((tmp_path / f"node-{rank}").glob("own-*.live/slot-*.meta"))) for rank in range(3)] == [
+        1,
+        0,
+        1,
+    ]
+    _torchrun(tmp_path, "restore", str(tmp_path), "in-place")
+    restored = _restored(tmp_path)
+    # Every rank trained on its own inputs: equal to rank 0's saved state only through DDP's averaging, which
+    # went on after the parameters moved into shared memory.
+    assert [(r["step"], r["source"], r["equal"]) for r in restored] == [
+        (STEPS, "memory", True),
+        (STEPS, "peer", True),
+        (STEPS, "memory", True),
+    ]
+    assert restored[1]["fetches"] == [[0, 0, [1]]]
