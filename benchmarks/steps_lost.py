@@ -115,7 +115,7 @@ def main() -> int:
                 lost += [n for got in figures.values() for n, _, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
     results["max_steps_lost"] = max(lost) if lost else None
-    results["overhead_job"] = overhead_job(steps=10 if args.quick else 40, rounds=1 if args.quick else 2)
+    results["overhead_job"] = None if args.quick else overhead_job(steps=20)
     results["overhead"] = overhead(args.big_params, BATCH)
     results["overhead_copy"] = overhead(args.big_params, BATCH, in_place=False)
     # The copy's cost is fixed by the state's size; the step's grows with the batch.
@@ -231,9 +231,14 @@ def torchrun_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str
 
 @contextlib.contextmanager
 def _torchrun(
-    root: Path, model: str, max_restarts: int, extra: tuple[str, ...] = (f"--checkpoint-every={EVERY}",)
+    root: Path,
+    model: str,
+    max_restarts: int,
+    extra: tuple[str, ...] = (f"--checkpoint-every={EVERY}",),
+    threads: int | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], Run]]:
-    """Example 1 under plain ``torchrun --nproc-per-node 3`` (its files under ``root``), killed on exit."""
+    """Example 1 under plain ``torchrun --nproc-per-node 3`` (its files under ``root``), killed on exit.
+    ``threads``: each worker's (torchrun's default with several workers: 1)."""
     events = root / "events.jsonl"
     command = [
         sys.executable, "-m", "torch.distributed.run",
@@ -247,6 +252,8 @@ def _torchrun(
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "TRAINGUARD_SNAPSHOT_DIR": str(root / "shm"),
     }
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     with open(root / "torchrun.log", "wb") as log:
         process = subprocess.Popen(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -259,11 +266,12 @@ def _torchrun(
         process.wait()
 
 
-def overhead_job(steps: int, rounds: int = 2, skip: int = 5) -> dict[str, Any]:
+def overhead_job(steps: int, rounds: int = 2, skip: int = 3) -> dict[str, Any]:
     """Set-up (c) against no checkpoint at all, as the faults run: the 100 M model, 3 workers under plain
-    torchrun (DDP over gloo), the median seconds between steps after the first ``skip`` of each run, runs of
-    each kind in turn (``rounds`` each, ``steps`` steps a run). (c): a snapshot every step (every 10th also
-    persisted to disk); the other: ``--checkpoint-every`` past the end, nothing saved."""
+    torchrun (DDP over gloo), each with torch's default threads as in a pod of the local runtime (one worker
+    each), the median seconds between steps after the first ``skip`` of each run, runs of each kind in turn
+    (``rounds`` each, ``steps`` steps a run). (c): a snapshot every step (every 10th also persisted to disk);
+    the other: ``--checkpoint-every`` past the end, nothing saved."""
     kinds = {
         "none": (f"--checkpoint-every={10**9}",),
         "memory": (*MEMORY_ARGS, f"--checkpoint-every={EVERY}"),
@@ -274,7 +282,7 @@ def overhead_job(steps: int, rounds: int = 2, skip: int = 5) -> dict[str, Any]:
             # The shared memory in /dev/shm, as the local runtime keeps it (the directory is removed after).
             with (
                 tempfile.TemporaryDirectory(dir="/dev/shm") as root,
-                _torchrun(Path(root), "big", 0, extra) as (
+                _torchrun(Path(root), "big", 0, extra, os.cpu_count()) as (
                     _,
                     run,
                 ),

@@ -17,6 +17,10 @@ for ...:
 - **Memory.** ``save`` copies the state into a file of shared memory (``trainguard.sdk._shm``): the step waits
   for that copy only. The file outlives the process, so a worker restarted in the same pod, or a pod relaunched
   on the same node, finds it.
+- **In place** (``in_place=True``, a replicated state): the optimizers' parameters and state move into a file
+  of shared memory (``_shm.LiveRegion``) and train there; a snapshot copies only the rest of the state and
+  commits. An optimizer step pre-hook removes the snapshot first: a rank killed inside its step has none of its
+  own and gets the step from a peer.
 - **A buddy.** A replicated state (DDP: every rank holds the same) needs nothing sent: every other rank's own
   copy of a step is this rank's too, and it outlives this rank's pod and node. A shard (``replicated=False``) is
   held by its rank alone, so a thread of the worker sends each new one to a peer's worker (another node's when

@@ -1,4 +1,4 @@
-"""Example 1 with memory snapshots (``--snapshots``) on the local runtime: every fault of one pod, and a
+"""Example 1 with memory snapshots (``--snapshots``, copied or ``--in-place``) on the local runtime: every fault of one pod, and a
 resize, lose at most the step in progress, and each rank resumes from where its state was (its node's memory,
 a peer), as its log says."""
 
@@ -45,10 +45,13 @@ def _replaced(session: Session, job: str, pod: str, fault: Callable[[], object])
     return back
 
 
-def test_faults_and_a_resize_lose_at_most_one_step(session: Session) -> None:
+@pytest.mark.parametrize("in_place", [False, True], ids=["copied", "in-place"])
+def test_faults_and_a_resize_lose_at_most_one_step(session: Session, in_place: bool) -> None:
+    """Copied: each snapshot a copy of the state. In place (``--in-place``): the parameters and the optimizer's
+    state live in shared memory, a rank killed inside its optimizer step gets the step from a peer."""
     spec = digits_job(
         "digits-mem", session.root, epochs=60, step_delay=0.05, checkpoint_every=PERSIST_EVERY,
-        extra_args=("--snapshots",),
+        extra_args=("--snapshots", *(("--in-place",) if in_place else ())),
     )  # fmt: skip
     job = session.submit(spec)
     wait_step(session, job, 10)
