@@ -13,6 +13,8 @@ from trainguard.sdk import _shm
 from trainguard.sdk.checkpoint import Checkpointer
 from trainguard.sdk.snapshots import DISK, MEMORY, Snapshots
 
+from .test_snapshots import _equal
+
 torch = pytest.importorskip("torch")
 
 
@@ -40,16 +42,6 @@ class Trainer:
         self.model(torch.randn(8, 64)).square().mean().backward()
         self.optimizer.step()
         self.optimizer.zero_grad()
-
-
-def _equal(a: object, b: object) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
-    return a == b
 
 
 def _restore(root: Path) -> Any:
