@@ -261,6 +261,12 @@ def _torchrun(
     try:
         yield process, Run(events)
     finally:
+        # torchrun starts each worker in a session of its own: killing torchrun's group would leave them
+        # training on (they did, and slowed every later figure), so its children are killed by name first.
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
