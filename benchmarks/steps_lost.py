@@ -23,8 +23,8 @@ Set-ups:
   torchrun restarts all) are measured, the others are null;
 - ``disk`` (b): trainguard's local runtime, a disk checkpoint every 10 steps (and on SIGTERM); its backoff
   capped at 4 s (the faults come one after the other);
-- ``memory`` (c): trainguard with ``--snapshots``: every step in shared memory and on a buddy, every 10th on
-  disk.
+- ``memory`` (c): trainguard with ``--snapshots --in-place``: every step in shared memory (the parameters and
+  the optimizer's state kept there; under DDP every other rank's copy is a replica), every 10th on disk.
 
 Per set-up, model and fault: ``steps_lost`` (the most over its trials: steps completed before the restart and
 done again after it), ``seconds`` (median, fault to the next completed step) and ``seconds_to_progress``
@@ -32,8 +32,8 @@ done again after it), ``seconds`` (median, fault to the next completed step) and
 again). ``max_steps_lost``: the most
 over every trial of ``memory``. ``overhead_job``: the per-step overhead of (c) against no checkpoint at all,
 as the faults run (the 100 M model, 3 workers under torchrun, DDP over gloo). ``overhead``: one process, the
-100 M model at a batch of 32, a whole step with a snapshot (``optimizers=[optimizer]``) against one without,
-and the shared memory held (the peak extra memory).
+100 M model at a batch of 32, a whole step with a snapshot in place against one without, and the shared memory
+held (the peak extra memory); ``overhead_copy``: the same with snapshots copied.
 
 ``overhead_by_batch``: the overhead's fraction at other batch sizes (the copy costs about the same whatever
 the batch; the step grows with it). ``--quick``: ``memory`` on ``digits`` only, one trial of each fault, and the
