@@ -303,7 +303,13 @@ class Runtime:
             if processes.find(row.pid, row.create_time) is None:
                 break
             time.sleep(0.02)
-        self._children.pop(row.pid or 0, None)
+        child = self._children.pop(row.pid or 0, None)
+        if child is not None and child.poll() is None:
+            # Not found any more (a zombie not yet reaped: find() skips those) or still dying after the wait:
+            # our own child, so its pid is still ours; killed and reaped here rather than left to the garbage.
+            child.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(_KILL_WAIT_SECONDS)
         record = self.store.get_job(row.job, include_deleted=True)
         if record is not None:  # whatever escaped the tree as it was killed (adopted by init meanwhile)
             processes.kill_marked(POD_ID_ENV, pod_marker(record.uid, row))
