@@ -183,8 +183,9 @@ class Snapshots:
         if not self._in_memory:
             self.checkpointer.save_async(state, step)
             return DISK
-        if self._live is not None and self._all_on_cpu():
-            return self._save_in_place(state, step)
+        kept = self._kept() if self._live is not None else []
+        if kept and all(t.device.type == "cpu" and type(t).__name__ in ("Tensor", "Parameter") for t in kept):
+            return self._save_in_place(state, step, kept)
         plan = _shm.layout(state)
         if self._latest is None or plan.size > int(self._latest.meta["size"]):
             room = _shm.bytes_free(self.directory) + _shm.tree_size(self._writer.directory)
@@ -218,12 +219,11 @@ class Snapshots:
             self._complete(pending, later, body, step)
         return MEMORY
 
-    def _save_in_place(self, state: Any, step: int) -> str:
+    def _save_in_place(self, state: Any, step: int, kept: list[Any]) -> str:
         """``in_place``: the optimizers' tensors are in the live region already (moved there by the first
         save, or again when they change); only the rest of ``state`` is copied, into the region's tail."""
         live = self._live
         assert live is not None
-        kept = self._kept()
         plan = self._in_place_plan(state, {}) if live.holds(kept) else None
         if plan is None:  # the first save, the optimizers' tensors changed, or the rest outgrew the tail
             storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
@@ -314,10 +314,6 @@ class Snapshots:
                 found.update((id(v), v) for v in state.values() if isinstance(v, torch.Tensor))
         return list(found.values())
 
-    def _all_on_cpu(self) -> bool:
-        return all(tensor.device.type == "cpu" and type(tensor).__name__ in ("Tensor", "Parameter")
-                   for tensor in self._kept())  # fmt: skip
-
     def _finish_copy(self, *_: Any) -> None:
         """Wait for the copy of the last snapshot's parameters and optimizer state (an optimizer's step
         pre-hook: they must not change before they are copied)."""
@@ -327,15 +323,7 @@ class Snapshots:
 
     def _guarded(self) -> set[int]:
         """The storages that change only in an optimizer's step: the optimizers' parameters and state."""
-        import torch
-
-        found: set[int] = set()
-        for optimizer in self._optimizers:
-            for group in optimizer.param_groups:
-                found.update(_storage_of(param) for param in group["params"])
-            for state in optimizer.state.values():
-                found.update(_storage_of(v) for v in state.values() if isinstance(v, torch.Tensor))
-        return found
+        return {_storage_of(tensor) for tensor in self._kept()}
 
     def save_on_sigterm(self, get_state: Callable[[], tuple[Any, int]]) -> None:
         """On SIGTERM (torchrun's stop before a resize, a pod's stop), after the step in progress (the
