@@ -411,7 +411,11 @@ def overhead(params: int, batch_size: int, in_place: bool = True, steps: int = 8
     snapshotted: list[float] = []
     with tempfile.TemporaryDirectory(dir="/dev/shm") as memory, tempfile.TemporaryDirectory() as disk:
         snapshots = trainguard.Snapshots(
-            trainguard.Checkpointer(disk), directory=memory, optimizers=[optimizer], in_place=in_place
+            trainguard.Checkpointer(disk),
+            directory=memory,
+            optimizers=[optimizer],
+            in_place=in_place,
+            run_id="overhead",
         )
         for _ in range(2):  # in turn, so that a change in the machine's load falls on both
             plain += timed(plain_model, plain_optimizer, None)

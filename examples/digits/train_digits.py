@@ -150,9 +150,16 @@ def main() -> None:
         else None
     )
 
+    def state() -> dict[str, Any]:
+        return {
+            "model": model.module.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "sampler": sampler.state_dict(),
+        }
+
     resumed: tuple[int, dict[str, Any], str] | None = None
     if snapshots is not None:  # every rank: the newest step all can reach (memory, a buddy's copy, disk)
-        restored = snapshots.restore()
+        restored = snapshots.restore(like=state())  # only this run's snapshots, of this model's shape
         resumed = (restored.step, restored.state, restored.source) if restored is not None else None
     else:
         latest = checkpointer.load_latest()
@@ -169,13 +176,6 @@ def main() -> None:
         f"torchrun restart {world.restart_count}{', world changed' if world.world_changed else ''})",
         flush=True,
     )
-
-    def state() -> dict[str, Any]:
-        return {
-            "model": model.module.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "sampler": sampler.state_dict(),
-        }
 
     if args.save_on_sigterm:
         (snapshots or checkpointer).save_on_sigterm(lambda: (state(), step))

@@ -59,7 +59,9 @@ def main() -> None:
         snapshots = trainguard.Snapshots(
             trainguard.Checkpointer(f"/tmp/checkpoints-{rank}"), optimizers=[optimizer]
         )
-        restored = snapshots.restore()
+        restored = snapshots.restore(
+            like={"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
+        )
         if restored is not None:
             model.module.load_state_dict(restored.state["model"])
             optimizer.load_state_dict(restored.state["optimizer"])

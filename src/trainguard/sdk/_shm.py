@@ -10,12 +10,15 @@ the copies a peer replicates here) as numbered **slots**, each two files: ``slot
 tensor storage one after the other (64-byte aligned), and ``slot-N.meta``, a pickle of the state with its
 tensors replaced by references into the data, with the step, the rank and the world. A slot is written in that
 order and its meta is renamed into place last, so a slot with a meta is complete; its meta is removed before
-its data is written over. The writer takes the slot that holds neither its newest complete snapshot nor a
-reader (``flock``: a replication or a persist to disk reading it), so two slots suffice while readers keep up,
-and at most ``MAX_SLOTS`` are ever made.
+its data is written over. Every meta has a generation of its own: a reader reads a slot only while it holds
+the snapshot that was listed (``Slot.reading``), never a newer one written into it meanwhile. The writer takes
+the slot that holds neither its newest complete snapshot nor a reader (``flock``: a replication or a persist
+to disk reading it), so two slots suffice while readers keep up, and at most ``MAX_SLOTS`` are ever made.
 
 The data files are kept mapped by the writer between steps: after the first snapshot, taking one is a
-``memmove`` of the state into pages already there (no allocation, no page faults).
+``memmove`` of the state into pages already there (no allocation, no page faults). Their pages are reserved
+before they are mapped (``reserve``): a full tmpfs refuses a slot (``NoRoom``) instead of killing the writer
+with a SIGBUS at its first write into a page it has no room for.
 """
 
 from __future__ import annotations
@@ -42,6 +45,25 @@ CHUNK_BYTES = 8 << 20
 
 class SnapshotFormatError(RuntimeError):
     """A slot's meta file is not one of ours (another version, damaged): it is skipped."""
+
+
+class Replaced(FileNotFoundError):
+    """A slot no longer holds the snapshot it was listed as: written over (another snapshot in it now, of
+    another step or of the same one again) or being written. It is not read: its bytes are not the listed
+    snapshot's."""
+
+
+class NoRoom(OSError):
+    """The pages of a slot could not be reserved (a full tmpfs, a quota): nothing was written. A write into a
+    sparse mapping of a full tmpfs would be a SIGBUS that kills the process, so pages are reserved first."""
+
+    def __init__(self, directory: Path, size: int, error: OSError) -> None:
+        super().__init__(
+            error.errno,
+            f"no room for a snapshot of {size >> 20} MB in {directory}: {error.strerror or error}",
+        )
+        self.directory = directory
+        self.size = size
 
 
 class _Ref(NamedTuple):
@@ -224,18 +246,39 @@ class Slot:
     def meta_path(self) -> Path:
         return self.directory / f"slot-{self.index}.meta"
 
+    @property
+    def generation(self) -> str | None:
+        """What tells this snapshot from any other ever committed in the slot (``meta_body``)."""
+        value = self.meta.get("generation")
+        return str(value) if value is not None else None
+
     @contextlib.contextmanager
     def reading(self) -> Iterator[tuple[int, int]]:
         """(file descriptor, size) of the data, locked against the writer (``flock`` shared) while in use.
-        Raises FileNotFoundError when the slot is being written over (its meta gone)."""
+
+        Only as the snapshot it was listed as: its meta, read again once the lock is held, must be of the
+        same generation, else ``Replaced`` (a FileNotFoundError) is raised. A writer may have taken the slot
+        between listing and locking, and written other steps into it: its bytes are another snapshot's then.
+        The meta is checked again after the read: a ``LiveRegion`` changes without the lock (its meta removed
+        first), so a read that a change overlapped is refused too."""
         fd = os.open(self.data_path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
-            if not self.meta_path.exists():  # written over between listing and locking
-                raise FileNotFoundError(self.meta_path)
+            self._still_listed()
             yield fd, int(self.meta["size"])
+            self._still_listed()
         finally:
             os.close(fd)
+
+    def _still_listed(self) -> None:
+        try:
+            now = load_meta(self.meta_path.read_bytes()).get("generation")
+        except (FileNotFoundError, SnapshotFormatError):
+            now = None  # being written (its meta removed first), or the slot is gone
+        if self.generation is None or now != self.generation:
+            raise Replaced(
+                f"{self.meta_path} no longer holds the snapshot of step {self.step} it was listed as"
+            )
 
     def meta_bytes(self) -> bytes:
         return self.meta_path.read_bytes()
@@ -261,8 +304,11 @@ def slot_at(meta_path: Path) -> Slot:
 
 
 def meta_body(meta: dict[str, Any], size: int) -> bytes:
-    """The bytes of a slot's meta file."""
-    return pickle.dumps({**meta, "format": FORMAT, "size": size}, protocol=4)
+    """The bytes of a slot's meta file. Each gets a generation of its own (random): a reader tells by it
+    whether the slot it locks still holds the snapshot it listed (``Slot.reading``), even one of the same
+    step written again."""
+    generation = f"{os.getpid()}-{os.urandom(8).hex()}"
+    return pickle.dumps({**meta, "format": FORMAT, "size": size, "generation": generation}, protocol=4)
 
 
 def load_meta(raw: bytes) -> dict[str, Any]:
@@ -292,6 +338,8 @@ class SlotWriter:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._maps: dict[int, tuple[int, mmap.mmap, int]] = {}  # index -> (size, map, fd)
+        #: Called with a mapping's address before it is unmapped (a GPU copier unregisters it from CUDA).
+        self.unmapping: Callable[[int], None] | None = None
 
     def write(self, meta: dict[str, Any], fill: Any, size: int) -> Slot:
         """Write a snapshot: ``fill(address)`` copies ``size`` bytes of data to ``address``; then the meta
@@ -323,6 +371,8 @@ class SlotWriter:
             region = self._mapped(index, fd, size)
         except BaseException:
             fcntl.flock(fd, fcntl.LOCK_UN)
+            if index not in self._maps:  # not kept (``NoRoom``: the slot was given up)
+                os.close(fd)
             raise
         return Pending(index, fd, region, address_of(region), size)
 
@@ -344,6 +394,8 @@ class SlotWriter:
 
     def close(self) -> None:
         for _, region, fd in self._maps.values():
+            if self.unmapping is not None:
+                self.unmapping(address_of(region))
             with contextlib.suppress(BufferError):
                 region.close()
             os.close(fd)
@@ -379,12 +431,32 @@ class SlotWriter:
         if kept is not None and kept[0] == size:
             return kept[1]
         if kept is not None:
+            if self.unmapping is not None:
+                self.unmapping(address_of(kept[1]))
             with contextlib.suppress(BufferError):
                 kept[1].close()
+            del self._maps[index]
         os.ftruncate(fd, size)
+        try:
+            reserve(fd, size, self.directory)
+        except NoRoom:
+            (self.directory / f"slot-{index}.data").unlink(missing_ok=True)  # truncated: nothing is left
+            raise
         region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self._maps[index] = (size, region, fd)
         return region
+
+
+def reserve(fd: int, size: int, directory: Path) -> None:
+    """Allocate the pages of the file ``fd`` up to ``size`` now: a file of a tmpfs is sparse, and a write into
+    a page of its mapping that the filesystem has no room for is a SIGBUS, which kills the process. Raises
+    ``NoRoom`` when they cannot all be had, the file truncated to nothing (what was taken is given back)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        raise NoRoom(directory, size, error) from error
 
 
 class LiveRegion:
@@ -444,7 +516,14 @@ class LiveRegion:
         previous = self.data_path if self._region is not None else None
         self._generation += 1
         fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.ftruncate(fd, size)
+        try:
+            os.ftruncate(fd, size)
+            reserve(fd, size, self.directory)
+        except NoRoom:  # the tensors stay where they are; the new file goes
+            os.close(fd)
+            self.data_path.unlink(missing_ok=True)
+            self._generation -= 1
+            raise
         region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         base = address_of(region)
         storages = {}
@@ -497,6 +576,16 @@ def read_into_private(slot: Slot) -> Any:
     with slot.reading() as (fd, size):
         storages = split(skeleton, size, lambda buffer, offset: read_exactly(fd, bytes_of(buffer), offset))
     return rebuild(skeleton, storages)
+
+
+def read_data(slot: Slot) -> Any:
+    """The slot's data, whole, as a CPU uint8 tensor (as a peer is sent it)."""
+    import torch
+
+    with slot.reading() as (fd, size):
+        data = torch.empty(size, dtype=torch.uint8)
+        read_exactly(fd, bytes_of(data), 0)
+    return data
 
 
 def bytes_of(tensor: Any) -> memoryview:
@@ -557,3 +646,43 @@ def prune_stale(directory: Path, step: int, keep: set[Path], now: float | None =
 def tree_size(directory: Path) -> int:
     """Bytes the data files under ``directory`` hold."""
     return sum(path.stat().st_size for path in directory.rglob("slot-*.data") if path.is_file())
+
+
+def structure(skeleton: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The tensors of a state's skeleton by their place in it (``model/layer.weight``): dtype and shape."""
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+
+    def walk(obj: Any, path: str) -> None:
+        if isinstance(obj, _Ref):
+            found[path] = (obj.dtype, tuple(obj.size))
+        elif isinstance(obj, dict):
+            for key, value in obj.items():
+                walk(value, f"{path}/{key}")
+        elif isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+            for index, value in enumerate(obj):
+                walk(value, f"{path}/{index}")
+
+    walk(skeleton, "")
+    return found
+
+
+def signature(skeleton: Any) -> str:
+    """A digest of ``structure(skeleton)``: equal for two states with the same tensors in the same places."""
+    import hashlib
+
+    entries = sorted(structure(skeleton).items())
+    return hashlib.sha256(repr(entries).encode()).hexdigest()[:32]
+
+
+def fits(skeleton: Any, like: Any) -> str:
+    """Why a snapshot of ``skeleton`` cannot be loaded into a state shaped like ``like`` (a skeleton too), or
+    "" when it can: every tensor of ``like`` is in the snapshot at the same place, dtype and shape. A
+    snapshot may hold more (an optimizer's state appears at its first step)."""
+    mine, wanted = structure(skeleton), structure(like)
+    for path, (dtype, shape) in sorted(wanted.items()):
+        held = mine.get(path)
+        if held is None:
+            return f"it has no tensor {path}"
+        if held != (dtype, shape):
+            return f"its {path} is {held[0]} {list(held[1])}, the state's is {dtype} {list(shape)}"
+    return ""

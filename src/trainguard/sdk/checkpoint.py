@@ -183,7 +183,7 @@ class Checkpointer:
 
     def _write_in_background(self, state: Any, step: int) -> None:
         try:
-            self._write(state, step)
+            self._write(self._snapshotter.settle(state), step)
         except BaseException as exc:
             self._error = (self.path_for(step), exc)
 

@@ -33,8 +33,9 @@ for ...:
 - **Disk.** Every ``persist_every``-th snapshot is written to the checkpointer's directory by a thread of its
   own, from the shared memory (no second copy in the step).
 - **Limits.** A snapshot that would not fit (the filesystem of the directory, or the memory cgroup's limit) is
-  not taken: one warning, and the step is saved to disk instead. ``close()`` frees this rank's memory; the
-  runtime removes the node's directory when the job ends.
+  not taken: one warning, and the step is saved to disk instead; so are later ones, every ``persist_every``-th
+  (``FALLBACK_DISK_EVERY``-th when it is 0), never waiting for a write in progress. ``close()`` frees this
+  rank's memory; the runtime removes the node's directory when the job ends.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from trainguard.sdk import _shm
 from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError, choose, serves
@@ -60,16 +61,38 @@ from trainguard.sdk._world import current_world
 
 log = logging.getLogger("trainguard.snapshots")
 
+_T = TypeVar("_T")
+
+#: What ``save`` returns for a step it did not snapshot (between two snapshots of a GPU state, say, or
+#: between two writes to disk once memory was refused).
+SKIPPED = "skipped"
+
 ENV_DIRECTORY = "TRAINGUARD_SNAPSHOT_DIR"
 ENV_HOST = "TRAINGUARD_SNAPSHOT_HOST"
 #: The whole of a snapshot is refused when less than this share of what is free would be left.
 HEADROOM = 1.1
 #: Every this many steps a writer removes the node's stale copies (``_shm.prune_stale``).
 PRUNE_EVERY = 5
+#: A GPU state's snapshot interval is chosen at this many steps after the first snapshot.
+DECIDE_AFTER = 3
 #: How long a stopping worker of a sharded state waits for its last snapshot to reach its buddy.
 FINAL_SEND_SECONDS = 10.0
+#: Once memory is refused, the steps go to disk every ``persist_every`` steps, or every this many when
+#: ``persist_every`` is 0.
+FALLBACK_DISK_EVERY = 100
 
-__all__ = ["BUDDY", "DISK", "MEMORY", "PEER", "ReshardError", "Restored", "Snapshots", "default_directory"]
+__all__ = [
+    "BUDDY",
+    "DISK",
+    "MEMORY",
+    "PEER",
+    "SKIPPED",
+    "ReshardError",
+    "Restored",
+    "Snapshots",
+    "default_directory",
+    "run_identity",
+]
 
 
 @dataclass(frozen=True)
@@ -83,16 +106,30 @@ class Restored:
     plan: Plan
 
 
-def default_directory() -> Path:
+def run_identity(given: str | None = None) -> str:
+    """The identity of the run whose snapshots these are: ``given`` (``Snapshots(run_id=...)``), else the job's
+    uid that trainguard's runtime sets (``$TRAININGJOB_UID``), else torchrun's ``--rdzv-id``
+    (``$TORCHELASTIC_RUN_ID``). torchrun's default id, ``none``, is the same for every run, so it is refused
+    rather than guessed with: a second run would take the first one's snapshots for its own."""
+    for candidate in (given, os.environ.get("TRAININGJOB_UID"), os.environ.get("TORCHELASTIC_RUN_ID")):
+        value = (candidate or "").strip()
+        if value and value != "none":
+            return value
+    raise ValueError(
+        "Snapshots needs the identity of the run, so that it never resumes another run's snapshot: pass "
+        "Snapshots(run_id=...) (the same on every rank and every restart of the run), or start the job with "
+        "torchrun --rdzv-id=<id> (torchrun's default run id, 'none', is every run's); trainguard's runtime "
+        "sets $TRAININGJOB_UID for you"
+    )
+
+
+def default_directory(run: str | None = None) -> Path:
     """``$TRAINGUARD_SNAPSHOT_DIR`` (trainguard's runtime sets one per node), else a directory of the run in
     ``/dev/shm``."""
     given = os.environ.get(ENV_DIRECTORY, "").strip()
     if given:
         return Path(given)
-    run = (os.environ.get("TRAININGJOB_UID") or os.environ.get("TORCHELASTIC_RUN_ID") or "default").replace(
-        "/", "_"
-    )
-    return Path("/dev/shm") / f"trainguard-snapshots-{os.getuid()}" / run
+    return Path("/dev/shm") / f"trainguard-snapshots-{os.getuid()}" / run_identity(run).replace("/", "_")
 
 
 class Snapshots:
@@ -102,6 +139,11 @@ class Snapshots:
     holds its own shard; a step is usable when every shard of it can be reached, by a world of the same size,
     and with ``buddy`` each shard is also sent to a peer. Construct it on every rank at the same point (after
     ``init_process_group``): the ranks of a sharded state exchange addresses there.
+
+    When a snapshot does not fit in memory (the free-space check, or its pages could not be reserved), it goes
+    to disk with one warning, and so do later steps, to disk only: every ``persist_every``-th step, or every
+    ``FALLBACK_DISK_EVERY``-th (100) when ``persist_every`` is 0. A step due while the last write is still in
+    progress is skipped rather than waited for (``save`` returns ``skipped``): the steps keep their speed.
     """
 
     def __init__(
@@ -114,6 +156,9 @@ class Snapshots:
         directory: str | os.PathLike[str] | None = None,
         optimizers: Sequence[Any] = (),
         in_place: bool = False,
+        run_id: str | None = None,
+        every: int | None = None,
+        gpu_staging: bool | None = None,
     ) -> None:
         if persist_every < 0:
             raise ValueError(f"Snapshots(persist_every={persist_every}): must be 0 (never) or more")
@@ -129,7 +174,10 @@ class Snapshots:
         self.checkpointer = checkpointer
         self.persist_every = persist_every
         self.replicated = replicated
-        self.directory = Path(directory) if directory is not None else default_directory()
+        #: Every snapshot carries it; restore takes only snapshots of this run (``run_identity``).
+        self.run = run_identity(run_id)
+        self.directory = Path(directory) if directory is not None else default_directory(self.run)
+        self._skipped_writers: set[str] = set()
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         world = current_world()
         self.rank, self.world_size = world.rank, world.world_size
@@ -147,6 +195,20 @@ class Snapshots:
         self._hooks = [optimizer.register_step_pre_hook(self._before_step) for optimizer in self._optimizers]
         self._live = _shm.LiveRegion(self.directory / f"own-{self.key}.live") if in_place else None
         self._in_memory = True  # False once a snapshot did not fit: saves go to disk
+        if every is not None and every < 1:
+            raise ValueError(f"Snapshots(every={every}): must be 1 or more (None: chosen for a GPU state)")
+        self._every = every
+        self._staging = gpu_staging
+        self._device: Any = None  # _devicecopy.DeviceCopy, made at the first snapshot of a GPU state
+        self._flight: Any = None  # the GPU copy under way
+        self._committing: Future[None] | None = None
+        self._copy_seconds = 0.0
+        self._on_device = False
+        self._first_step: int | None = None
+        self._interval: int | None = None
+        self._last_call: float | None = None
+        self._step_seconds: list[float] = []
+        self._warned_in_place = False
         self._changed = threading.Condition()
         self._closed = False
         self._safe_step: int | None = None
@@ -172,21 +234,59 @@ class Snapshots:
         return self._safe_step
 
     @property
+    def every(self) -> int | None:
+        """The steps between snapshots: as given (``every``), else 1 for a CPU state and, for a GPU state, the
+        interval chosen a few steps after its first snapshot (None until then)."""
+        if self._every is not None:
+            return self._every
+        if self._first_step is None:
+            return None
+        return self._interval if self._on_device else 1
+
+    @property
+    def copy_mode(self) -> str:
+        """How a snapshot's GPU tensors are copied: ``staged`` or ``direct`` (``_devicecopy``); ``cpu`` for a
+        CPU state."""
+        return self._device.mode if self._device is not None and self._device.mode else "cpu"
+
+    @property
     def latest_step(self) -> int | None:
         return self._latest.step if self._latest is not None else None
 
     def save(self, state: Any, step: int) -> str:
         """Snapshot ``state`` as of ``step`` into shared memory (or to disk when it does not fit there).
-        Returns where it went: ``memory`` or ``disk``. With ``optimizers``, the copy of their parameters and
-        state goes on in the background until the next ``optimizer.step()``, which waits for it."""
+        Returns where it went: ``memory`` or ``disk``, or ``skipped`` for a step between two snapshots (a GPU
+        state is snapshotted every ``every`` steps; once memory is refused, the disk gets every
+        ``persist_every``-th step: see the class). With ``optimizers``, the copy of their
+        parameters and state goes on in the background until the next ``optimizer.step()``, which waits for
+        it."""
+        if not self._due(step):
+            return SKIPPED
+        return self._save(state, step)
+
+    def _save(self, state: Any, step: int, last: bool = False) -> str:
+        try:
+            return self._save_now(state, step, last)
+        except _shm.NoRoom as error:  # past the free-space check, yet the pages were not there (taken since)
+            return self._refuse(state, step, error.size)
+
+    def _save_now(self, state: Any, step: int, last: bool) -> str:
         self._finish_copy()
+        self._finish_device()
         if not self._in_memory:
-            self.checkpointer.save_async(state, step)
-            return DISK
+            return self._to_disk(state, step, last=last)
         kept = self._kept() if self._live is not None else []
         if kept and all(t.device.type == "cpu" and type(t).__name__ in ("Tensor", "Parameter") for t in kept):
             return self._save_in_place(state, step, kept)
+        if kept and not self._warned_in_place:
+            self._warned_in_place = True
+            log.warning(
+                "Snapshots(in_place=True) keeps CPU tensors in shared memory; this state's optimizer tensors are "
+                "on %s: they are copied instead (on a side stream, into pinned shared memory)",
+                next(t.device for t in kept if t.device.type != "cpu"),
+            )
         plan = _shm.layout(state)
+        self._on_device = any(copy[1].device.type == "cuda" for copy in plan.copies)
         if self._latest is None or plan.size > int(self._latest.meta["size"]):
             room = _shm.bytes_free(self.directory) + _shm.tree_size(self._writer.directory)
             if plan.size * 2 * HEADROOM > room:
@@ -199,12 +299,12 @@ class Snapshots:
                     room >> 20,
                     self.checkpointer.directory,
                 )
-                self.checkpointer.save_async(state, step)
-                return DISK
-        meta = {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
-                "skeleton": plan.skeleton, "time": time.time()}  # fmt: skip
+                return self._to_disk(state, step, first=True)
+        meta = self._meta(step, plan.skeleton)
         body = _shm.meta_body(meta, plan.size)  # now: the state's Python objects may change after return
         guarded = self._guarded()
+        if self._on_device:
+            return self._save_device(plan, body, step, guarded)
         later = [copy for copy in plan.copies if _storage_of(copy[1]) in guarded]
         now = [copy for copy in plan.copies if _storage_of(copy[1]) not in guarded]
         pending = self._writer.begin(plan.size)
@@ -218,6 +318,83 @@ class Snapshots:
         else:
             self._complete(pending, later, body, step)
         return MEMORY
+
+    def _save_device(self, plan: _shm.Layout, body: bytes, step: int, guarded: set[int]) -> str:
+        """A state with GPU tensors: its CPU part is copied now, its GPU part on a side stream into the slot's
+        pinned mapping (``_devicecopy``); a thread commits the slot once the GPU has copied the last byte."""
+        device = self._device_copy()
+        on_gpu = [copy for copy in plan.copies if copy[1].device.type == "cuda" and copy[2] > 0]
+        on_cpu = [copy for copy in plan.copies if copy[1].device.type != "cuda"]
+        pending = self._writer.begin(plan.size)
+        try:
+            device.register(pending.address, pending.size)
+            _shm.copy_into(pending.address, on_cpu, self._pool)
+            flight = device.start(on_gpu, pending.address, guarded)
+        except BaseException:
+            self._writer.abandon(pending)
+            raise
+        self._flight = flight
+        self._committing = self._copier.submit(self._complete_device, pending, flight, body, step)
+        return MEMORY
+
+    def _complete_device(self, pending: _shm.Pending, flight: Any, body: bytes, step: int) -> None:
+        try:
+            self._copy_seconds = flight.wait()
+        except BaseException:
+            self._writer.abandon(pending)
+            raise
+        self._commit(pending, body, step)
+
+    def _device_copy(self) -> Any:
+        if self._device is None:
+            from trainguard.sdk._devicecopy import DeviceCopy
+
+            self._device = DeviceCopy(self._staging)
+            self._writer.unmapping = self._device.forget
+        return self._device
+
+    def _finish_device(self) -> None:
+        """Wait for the GPU snapshot under way to be committed (not in an optimizer step: that waits on the
+        GPU, for its own tensors only)."""
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            committing.result()
+            self._flight = None
+
+    def _due(self, step: int) -> bool:
+        """Whether ``step`` is snapshotted: every step for a CPU state (unless ``every`` says otherwise); for a
+        GPU state every ``k`` steps, ``k`` chosen once from the first snapshot's copy time and the step time
+        (``_devicecopy.DeviceCopy.interval``), the same on every rank."""
+        now = time.perf_counter()
+        if self._last_call is not None:
+            self._step_seconds.append(now - self._last_call)
+        self._last_call = now
+        if self._every is not None:
+            return step % self._every == 0
+        if self._first_step is None:
+            self._first_step = step
+            return True
+        if not self._on_device:
+            return True
+        if self._interval is None:
+            if step < self._first_step + DECIDE_AFTER:
+                return False
+            self._interval = self._decide_interval()
+        return step % self._interval == 0
+
+    def _decide_interval(self) -> int:
+        self._finish_device()
+        intervals = sorted(self._step_seconds[1:] or self._step_seconds)
+        step_seconds = intervals[len(intervals) // 2] if intervals else 0.0
+        device = self._device_copy()
+        mine = device.interval(self._copy_seconds, step_seconds)
+        every = max(_all_gather(mine)) if _distributed() and self.world_size > 1 else mine
+        log.warning(
+            "snapshots of this GPU state every %d steps (%s copy of %.0f ms, step of %.1f ms); set "
+            "Snapshots(every=...) to choose",
+            every, device.mode, self._copy_seconds * 1000, step_seconds * 1000,
+        )  # fmt: skip
+        return int(every)
 
     def _save_in_place(self, state: Any, step: int, kept: list[Any]) -> str:
         """``in_place``: the optimizers' tensors are in the live region already (moved there by the first
@@ -235,8 +412,7 @@ class Snapshots:
             plan = self._in_place_plan(state, live.rehome(kept, tail))
             assert plan is not None
         live.dirty()  # a second save of the same step (SIGTERM's) writes the tail again
-        meta = {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
-                "skeleton": plan.skeleton, "time": time.time()}  # fmt: skip
+        meta = self._meta(step, plan.skeleton)
         _shm.copy_into(live.base, plan.copies, self._pool)
         body = _shm.meta_body(meta, live.size)
         slot = live.commit(body, _shm.load_meta(body))
@@ -250,6 +426,13 @@ class Snapshots:
         if step % PRUNE_EVERY == 0:
             _shm.prune_stale(self.directory, step, keep={self._writer.directory, live.directory})
         return MEMORY
+
+    def _meta(self, step: int, skeleton: Any) -> dict[str, Any]:
+        """What a slot's meta says of its snapshot: the step, who wrote it, of which run, the state's structure
+        (``signature``: its tensors' places, dtypes and shapes) and its skeleton."""
+        return {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
+                "run": self.run, "signature": _shm.signature(skeleton), "skeleton": skeleton,
+                "time": time.time()}  # fmt: skip
 
     def _in_place_plan(self, state: Any, moved: dict[int, int]) -> _shm.Layout | None:
         """Where ``state`` goes in the live region (None when its rest does not fit the tail): the kept
@@ -276,6 +459,16 @@ class Snapshots:
             _shm.bytes_free(self.directory) >> 20,
             self.checkpointer.directory,
         )
+        return self._to_disk(state, step, first=True)
+
+    def _to_disk(self, state: Any, step: int, first: bool = False, last: bool = False) -> str:
+        """A step once memory is refused: to disk if it is the refused one (``first``), a stopping worker's
+        ``last``, or a ``persist_every``-th (``FALLBACK_DISK_EVERY``-th) step, else skipped. Skipped too while
+        the last write is still in progress: a write takes many steps' time, and waiting for it would make
+        every step that long (the last one waits: the worker stops after it)."""
+        every = self.persist_every or FALLBACK_DISK_EVERY
+        if not (first or last or step % every == 0) or (self.checkpointer.writing and not last):
+            return SKIPPED
         self.checkpointer.save_async(state, step)
         return DISK
 
@@ -285,6 +478,9 @@ class Snapshots:
         except BaseException:
             self._writer.abandon(pending)
             raise
+        self._commit(pending, body, step)
+
+    def _commit(self, pending: _shm.Pending, body: bytes, step: int) -> None:
         # The meta read back from its bytes, not the live objects: the state may have changed since save().
         slot = self._writer.commit_raw(pending, body, _shm.load_meta(body))
         with self._changed:
@@ -296,9 +492,11 @@ class Snapshots:
             _shm.prune_stale(self.directory, step, keep={self._writer.directory})
 
     def _before_step(self, *_: Any) -> None:
-        """An optimizer's step pre-hook: the tensors it changes must be copied first (``_finish_copy``), and
-        the live region holds no snapshot while they change."""
+        """An optimizer's step pre-hook: the tensors it changes must be copied first (``_finish_copy``; for
+        GPU tensors the step waits on the GPU), and the live region holds no snapshot while they change."""
         self._finish_copy()
+        if self._device is not None:
+            self._device.before_step(self._flight)
         if self._live is not None:
             self._live.dirty()
 
@@ -332,9 +530,11 @@ class Snapshots:
 
     def _save_final(self, state: Any, step: int) -> None:
         self._finish_copy()
+        self._finish_device()
         if self.latest_step != step:
-            self.save(state, step)
+            self._save(state, step, last=True)  # whether or not the step is due: it is the last one
             self._finish_copy()
+            self._finish_device()
         # A shard lives on this rank alone: its buddy's copy is what survives this node. A replicated state
         # sends nothing: its step is in every stopping rank's memory alike.
         if not self.replicated:
@@ -363,6 +563,7 @@ class Snapshots:
     def wait(self) -> None:
         """Wait for the snapshot being taken, and a write to disk in progress."""
         self._finish_copy()
+        self._finish_device()
         thread = self._persisting
         if thread is not None:
             thread.join()
@@ -380,6 +581,8 @@ class Snapshots:
         if self._receiver is not None:
             self._receiver.stop()
         self._writer.close()
+        if self._device is not None:
+            self._device.close()
         if self._live is not None:
             self._live.close()
         if free:
@@ -408,11 +611,17 @@ class Snapshots:
 
     # -- restoring ------------------------------------------------------------------------------------------
 
-    def restore(self, map_location: Any = "cpu") -> Restored | None:
+    def restore(self, map_location: Any = "cpu", *, like: Any = None) -> Restored | None:
         """The state every rank resumes from, chosen together (call it on every rank): the newest step
-        reachable for all ranks in memory (own or buddy copies), else on disk. ``None``: start afresh."""
+        reachable for all ranks in memory (own or buddy copies), else on disk. ``None``: start afresh.
+
+        Only this run's snapshots count (``run_id``); ``like``, the state the script would save now (its
+        fresh model and optimizer), also passes over snapshots of another structure: a tensor of ``like``
+        missing from the snapshot, or of another dtype or shape. Each one passed over gets a warning that
+        says why."""
         self._finish_copy()
-        mine = self._held()
+        self._finish_device()
+        mine = self._held(_shm.layout(like).skeleton if like is not None else None)
         disk = self.checkpointer.checkpoints()
         disk_step = disk[-1][0] if disk else None
         if _distributed() and self.world_size > 1:
@@ -440,13 +649,14 @@ class Snapshots:
             entry = next(
                 e for e in held[self.rank] if serves(e, plan.step, plan.shards[self.rank], self.replicated)
             )
-            state = _shm.read_into_private(_shm.slot_at(Path(entry.path)))
+            state = _read_chosen(entry, _shm.read_into_private)
         for fetch in plan.fetches:
             state = self._transfer(fetch, plan, held[self.rank], state)
         return Restored(plan.step, state, source, plan)
 
-    def _held(self) -> list[Held]:
-        """The complete snapshots in this node's directory: its writers' own, and buddies' copies."""
+    def _held(self, like: Any = None) -> list[Held]:
+        """The complete snapshots of this run in this node's directory (its writers' own, and buddies'
+        copies) that fit the skeleton ``like``; another run's are named in a warning, and removed once stale."""
         found = []
         for directory in sorted(self.directory.glob("*-*")):
             buddy = directory.name.startswith("buddy-")
@@ -454,10 +664,32 @@ class Snapshots:
                 continue
             for slot in _shm.committed(directory):
                 meta = slot.meta
+                why = self._foreign(slot, like)
+                if why:
+                    if str(directory) not in self._skipped_writers:
+                        self._skipped_writers.add(str(directory))
+                        log.warning("not resuming from the snapshot of step %s in %s: %s", meta.get("step"),
+                                    directory, why)  # fmt: skip
+                    continue
                 entry = Held(int(meta["step"]), int(meta["rank"]), int(meta["world_size"]),
                              bool(meta["replicated"]), buddy, str(slot.meta_path))  # fmt: skip
                 found.append(entry)
         return found
+
+    def _foreign(self, slot: _shm.Slot, like: Any) -> str:
+        """Why ``slot`` is not a snapshot this run can resume from ("" when it is). Another run's writer
+        directory is removed once its newest snapshot is ``_shm.STALE_SECONDS`` old: no run writes there now."""
+        run = slot.meta.get("run")
+        if run != self.run:
+            if time.time() - float(slot.meta.get("time", 0)) > _shm.STALE_SECONDS:
+                shutil.rmtree(slot.directory, ignore_errors=True)
+                return f"it belongs to run {run!r}, this is run {self.run!r} (stale: removed)"
+            return f"it belongs to run {run!r}, this is run {self.run!r}"
+        if like is not None:
+            why = _shm.fits(slot.meta["skeleton"], like)
+            if why:
+                return f"its state does not fit this one: {why}"
+        return ""
 
     def _transfer(self, fetch: Any, plan: Plan, mine: list[Held], state: Any) -> Any:
         """Rank ``fetch.source`` sends its copy of the shard to each rank of ``fetch.to``, and to no other (the
@@ -469,11 +701,8 @@ class Snapshots:
         data = None
         if self.rank == fetch.source:
             entry = next(e for e in mine if serves(e, plan.step, fetch.shard, self.replicated))
-            slot = _shm.slot_at(Path(entry.path))
-            with slot.reading() as (fd, size):
-                data = torch.empty(size, dtype=torch.uint8)
-                _shm.read_exactly(fd, _shm.bytes_of(data), 0)
-            header = [(slot.meta["skeleton"], size)]
+            skeleton, data = _read_chosen(entry, lambda slot: (slot.meta["skeleton"], _shm.read_data(slot)))
+            header = [(skeleton, data.numel())]
         dist.broadcast_object_list(header, src=fetch.source)
         skeleton, size = header[0]
         if self.rank == fetch.source:
@@ -539,6 +768,22 @@ class Snapshots:
                 self._changed.notify_all()
 
 
+def _read_chosen(entry: Held, read: Callable[[_shm.Slot], _T]) -> _T:
+    """``read(slot)`` of the slot the plan chose (``entry``), only while it holds the snapshot of the chosen
+    step that was listed: a slot written over since (another snapshot in it now, or being written) fails the
+    restore with a RuntimeError rather than give this rank another step than the other ranks resume from."""
+    try:
+        slot = _shm.slot_at(Path(entry.path))
+        if slot.step != entry.step:
+            raise _shm.Replaced(f"{entry.path} holds the snapshot of step {slot.step} now")
+        return read(slot)
+    except (FileNotFoundError, _shm.SnapshotFormatError) as error:
+        raise RuntimeError(
+            f"restore: the snapshot of step {entry.step} that every rank chose was written over before this "
+            f"rank read it ({error}); start again to choose anew"
+        ) from error
+
+
 def _storage_of(tensor: Any) -> int:
     return int(tensor.untyped_storage().data_ptr())
 
@@ -559,8 +804,8 @@ def _buddy_of(rank: int, nodes: list[str]) -> int | None:
 
 
 def _send(address: tuple[str, int], token: str, key: str, slot: _shm.Slot) -> None:
-    meta = slot.meta_bytes()
     with slot.reading() as (fd, size), socket.create_connection(address, timeout=30) as conn:
+        meta = slot.meta_bytes()  # under the lock: the meta ``reading`` found to be the listed one
         header = {"token": token, "key": key, "meta": len(meta), "data": size}
         conn.sendall(json.dumps(header).encode() + b"\n" + meta)
         with os.fdopen(os.dup(fd), "rb") as handle:
@@ -613,7 +858,11 @@ class _Receiver:
                     return
                 if writer is None:
                     writer = self._writers[key] = _shm.SlotWriter(self.directory / f"buddy-{key}")
-                slot = writer.write_bytes(meta, lambda view: _read_into(reader, view), size)
+                try:
+                    slot = writer.write_bytes(meta, lambda view: _read_into(reader, view), size)
+                except _shm.NoRoom:  # past the check, yet the pages were not there (taken since)
+                    conn.sendall(b"full\n")
+                    return
                 conn.sendall(f"ok {slot.step}\n".encode())
             except (OSError, ValueError, KeyError, _shm.SnapshotFormatError):
                 return

@@ -5,18 +5,23 @@ STEPS steps of a small DDP model, snapshots each, waits until the last is safe (
 what it saved to ``BASE/saved-r.pt`` and ends. ``restore BASE MODE``: restores, and writes ``BASE/restored-r.json`` (step,
 source, plan, and whether the state equals what the rank that held it saved). MODE: ``replicated`` (DDP: every
 rank holds the same state), ``in-place`` (replicated, ``in_place=True``: the optimizer's tensors in shared
-memory; each rank trains on its own inputs, so only DDP's averaging keeps them equal; rank 1 is killed inside
-its next optimizer step) or ``sharded`` (each rank its own part)."""
+memory; each rank trains on its own inputs, so only DDP's averaging keeps them equal; rank 1 then SIGKILLs
+itself inside its next optimizer step, between two parameter updates: ``KillInsideStep``) or ``sharded`` (each
+rank its own part)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
 
 import trainguard
 
@@ -30,11 +35,13 @@ def main() -> None:
     checkpointer = trainguard.Checkpointer(base / "disk")
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    # One parameter updated after the other (``param.add_``), not all at once: a kill can fall between two.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=False)
     in_place = mode == "in-place"
     snapshots = trainguard.Snapshots(
         checkpointer, directory=base / f"node-{rank}", replicated=mode != "sharded",
         optimizers=[optimizer] if in_place else (), in_place=in_place,
+        run_id=base.name,  # torchrun --standalone draws a new run id each time: one run is both invocations
     )  # fmt: skip
 
     def state(step: int) -> dict[str, object]:
@@ -54,8 +61,13 @@ def main() -> None:
         torch.save(state(int(sys.argv[3])), base / f"saved-{rank}.pt")
         print(f"rank {rank}: buddy {snapshots.buddy_name}, safe step {snapshots.safe_step}", flush=True)
         dist.barrier()
-        if in_place and rank == 1:
-            optimizer.step()  # no gradients: it changes nothing, but rank 1 dies as if inside this step
+        if in_place and rank == 1:  # the next step, on this rank alone: its gradients not averaged (no_sync)
+            torch.manual_seed(1000)
+            with model.no_sync():
+                model(torch.randn(8, 16)).sum().backward()
+            with KillInsideStep(optimizer, base / f"killed-{rank}.json"):
+                optimizer.step()
+            raise AssertionError("the optimizer step ended: the kill inside it did not happen")
         os._exit(0)  # as a killed worker: nothing closed, the memory stays
     restored = snapshots.restore()
     assert restored is not None
@@ -70,6 +82,36 @@ def main() -> None:
     (base / f"restored-{rank}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def checksum(tensor: torch.Tensor) -> str:
+    return hashlib.sha256(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+class KillInsideStep(TorchFunctionMode):
+    """Active around one ``optimizer.step()``: the first in-place update of one of the optimizer's parameters
+    goes through, then this process SIGKILLs itself, before the other parameters are updated. First it writes
+    ``marker``: which parameter, its checksum before and after the update (the proof that the state in the
+    process's memory was changed when it died)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, marker: Path) -> None:
+        super().__init__()
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        self.parameters = {id(p): index for index, p in enumerate(parameters)}
+        self.marker = marker
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        target = args[0] if args else None
+        updates = name.endswith("_") and not name.startswith("_") and id(target) in self.parameters
+        before = checksum(target) if updates else ""
+        out = func(*args, **(kwargs or {}))
+        if updates:
+            record = {"parameter": self.parameters[id(target)], "update": name, "before": before,
+                      "after": checksum(target), "of": len(self.parameters)}  # fmt: skip
+            self.marker.write_text(json.dumps(record))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
 
 
 def _equal(a: object, b: object) -> bool:

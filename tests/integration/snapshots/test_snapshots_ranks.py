@@ -4,6 +4,7 @@ memory, from a buddy's copy, and from a peer, with the restored state equal to t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,11 +21,17 @@ WORKER = Path(__file__).with_name("snapshot_worker.py")
 STEPS = 7
 
 
-def _torchrun(base: Path, *args: str) -> None:
+def _torchrun(base: Path, *args: str, killed: bool = False) -> None:
+    """Run the worker on 3 ranks; ``killed``: one rank SIGKILLs itself, so the run fails (and says why)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
                "--max-restarts=0", str(WORKER), *args]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = done.stdout[-3000:] + done.stderr[-3000:]
+    if killed:
+        assert done.returncode != 0, output
+        assert "SIGKILL" in done.stdout + done.stderr, output
+    else:
+        assert done.returncode == 0, output
 
 
 def _restored(base: Path) -> list[dict[str, object]]:
@@ -96,17 +103,32 @@ def test_a_lost_nodes_shard_comes_back_from_its_buddy(tmp_path: Path) -> None:
 
 
 def test_in_place_a_rank_killed_inside_its_optimizer_step_gets_the_step_from_a_peer(tmp_path: Path) -> None:
-    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "in-place")
-    # Each rank's optimizer tensors live in its node's memory; rank 1 died inside a step: it has no snapshot.
+    """Rank 1 SIGKILLs itself inside a real optimizer step, after its first parameter's update and before the
+    others' (``snapshot_worker.KillInsideStep``): its memory holds half a step. It resumes with the step its
+    peers saved, sent by one of them, never its own torn memory."""
+    import torch
+
+    _torchrun(tmp_path, "train", str(tmp_path), str(STEPS), "in-place", killed=True)
+    killed = json.loads((tmp_path / "killed-1.json").read_text())
+    # Killed between two parameter updates: the first parameter had changed, the others not yet.
+    assert killed["parameter"] == 0
+    assert killed["of"] > 1
+    assert killed["before"] != killed["after"]
+    saved = torch.load(tmp_path / "saved-1.pt")
+    first = next(iter(saved["model"].values()))  # the first parameter, as rank 1 saved it at the last step
+    assert killed["before"] == hashlib.sha256(first.contiguous().numpy().tobytes()).hexdigest()
+    # Each rank's optimizer tensors live in its node's memory; the step pre-hook removed rank 1's snapshot
+    # before the update: its region is there, with no snapshot.
     assert [len(list((tmp_path / f"node-{rank}").glob("own-*.live/slot-*.meta"))) for rank in range(3)] == [
         1,
         0,
         1,
     ]
+    assert len(list((tmp_path / "node-1").glob("own-*.live/slot-*.data"))) == 1
     _torchrun(tmp_path, "restore", str(tmp_path), "in-place")
     restored = _restored(tmp_path)
     # Every rank trained on its own inputs: equal to rank 0's saved state only through DDP's averaging, which
-    # went on after the parameters moved into shared memory.
+    # went on after the parameters moved into shared memory. Rank 1 gets that state from rank 0.
     assert [(r["step"], r["source"], r["equal"]) for r in restored] == [
         (STEPS, "memory", True),
         (STEPS, "peer", True),

@@ -22,3 +22,5 @@ def _plain_process(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _WORLD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(elasticity, "_last", None)
+    # The identity of the run that memory snapshots carry (a test of identity sets its own).
+    monkeypatch.setenv("TRAININGJOB_UID", "sdk-test-run")

@@ -155,13 +155,31 @@ def test_persist_every_writes_the_saved_step_to_disk(tmp_path: Path) -> None:
     assert _equal(latest.state, expected)
 
 
-def test_close_frees_the_region(tmp_path: Path) -> None:
+def test_close_frees_the_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = Trainer(tmp_path)
     trainer.step()
     trainer.snapshots.save(trainer.state(), 1)
+    live = trainer.snapshots._live
+    assert live is not None
     trainer.snapshots.close()
     assert list((tmp_path / "shm").iterdir()) == []
-    trainer.step()  # the parameters still work (the mapping lives while they use it); the hooks are gone
+    # The parameters still work (the mapping lives while they use it): a step changes them as it changes a
+    # copy of them in private memory. The hooks are gone: the step leaves the (closed) region alone.
+    twin = copy.deepcopy({"model": trainer.model, "optimizer": trainer.optimizer})
+    model, optimizer = twin["model"], twin["optimizer"]
+    assert live.offset_of(trainer.model[0].weight.untyped_storage().data_ptr()) is not None  # in the file
+    dirtied: list[bool] = []
+    monkeypatch.setattr(live, "dirty", lambda: dirtied.append(True))
+    before = copy.deepcopy(trainer.model.state_dict())
+    inputs = torch.randn(8, 64)
+    for trained, its_optimizer in ((trainer.model, trainer.optimizer), (model, optimizer)):
+        trained(inputs).square().mean().backward()
+        its_optimizer.step()
+        its_optimizer.zero_grad()
+    assert dirtied == []
+    assert not _equal(trainer.model.state_dict(), before)
+    assert _equal(trainer.model.state_dict(), model.state_dict())
+    assert _equal(trainer.optimizer.state_dict(), optimizer.state_dict())
 
 
 def test_a_region_that_does_not_fit_goes_to_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
