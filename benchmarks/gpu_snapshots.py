@@ -284,6 +284,8 @@ def main() -> int:
     parser.add_argument("--results", default=None, help="also write the JSON into this directory")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", 0)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             print("no CUDA device here: run with --device cpu", file=sys.stderr)

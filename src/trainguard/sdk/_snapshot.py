@@ -134,7 +134,7 @@ class Snapshotter:
                 else:
                     target.copy_(source)
                 storages[key] = target
-            out = torch.empty(0, dtype=tensor.dtype).set_(
+            out = torch.empty(0, dtype=tensor.dtype, device=target.device).set_(
                 target, tensor.storage_offset(), tensor.size(), tensor.stride()
             )
         if isinstance(tensor, torch.nn.Parameter):
