@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _results import keep, machine
 
 from trainguard import Checkpointer, Snapshots
 
@@ -255,20 +253,6 @@ def check(device: torch.device, staging: bool, shm: Path, disk: Path) -> bool:
     return bool(restored is not None and restored.step == 8 and equal(restored.state, expected[8]))
 
 
-def machine() -> dict[str, Any]:
-    described: dict[str, Any] = {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                 "torch": torch.__version__, "load_average": list(os.getloadavg())}  # fmt: skip
-    if torch.cuda.is_available():
-        described["gpu"] = torch.cuda.get_device_name(0)
-    described["commit"] = os.environ.get("TRAINGUARD_COMMIT", "")
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        described["commit"] = described["commit"] or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()  # fmt: skip
-    return described
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -301,6 +285,10 @@ def main() -> int:
     started = time.perf_counter()
     try:
         results: dict[str, Any] = {"device": str(device), "batch": batch, "machine": machine()}
+        if device.type == "cpu":
+            results["note"] = (
+                "on CPU the figures are not the GPU goals' (no pinned copies, every step snapshotted)"
+            )
         results["checks"] = {
             mode: check(device, mode == "staged", shm, disk) for mode in ("staged", "direct")
         }
@@ -312,12 +300,9 @@ def main() -> int:
         shutil.rmtree(shm, ignore_errors=True)
         shutil.rmtree(disk, ignore_errors=True)
     results["seconds"] = round(time.perf_counter() - started, 1)
-    line = json.dumps(results)
     if args.results:
-        out = Path(args.results)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"gpu_snapshots-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(line + "\n")
-    print(line)
+        keep("gpu_snapshots", results, args.results)
+    print(json.dumps(results))
     return 0 if all(results["checks"].values()) else 1
 
 

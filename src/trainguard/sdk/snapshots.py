@@ -4,7 +4,7 @@ that every rank resumes from.
 ```python
 checkpointer = trainguard.Checkpointer(directory)            # the disk tier, and SIGTERM's defer
 snapshots = trainguard.Snapshots(checkpointer, persist_every=100)   # every rank, after init_process_group
-restored = snapshots.restore()                                # every rank: memory, then a peer's copy, then disk
+restored = snapshots.restore(like=state())                    # every rank: memory, then a peer's copy, then disk
 if restored is not None:
     load(restored.state); step = restored.step                # restored.source: memory, buddy, peer or disk
 snapshots.save_on_sigterm(lambda: (state(), step))            # a planned stop snapshots its last whole step
@@ -17,6 +17,13 @@ for ...:
 - **Memory.** ``save`` copies the state into a file of shared memory (``trainguard.sdk._shm``): the step waits
   for that copy only. The file outlives the process, so a worker restarted in the same pod, or a pod relaunched
   on the same node, finds it.
+- **Whose.** Every snapshot carries its run (``run_id``, ``$TRAININGJOB_UID`` or torchrun's ``--rdzv-id``; none
+  is refused, not guessed) and its state's structure; ``restore`` takes only this run's, and with ``like`` only
+  those that fit the state, and says why it passed over any other.
+- **A GPU state** is copied on a side stream, after the work queued so far, into the slot's mapping registered
+  with CUDA (pinned): staged on the device first when it has room, so training waits milliseconds, else straight
+  from the live tensors, the next optimizer step waiting on the GPU for its own (``_devicecopy``). Every ``k``
+  steps: the smallest interval whose copy hides behind it, chosen once and the same on every rank (``every``).
 - **In place** (``in_place=True``, a replicated state): the optimizers' parameters and state move into a file
   of shared memory (``_shm.LiveRegion``) and train there; a snapshot copies only the rest of the state and
   commits. An optimizer step pre-hook removes the snapshot first: a rank killed inside its step has none of its
