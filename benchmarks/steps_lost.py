@@ -37,8 +37,10 @@ held (the peak extra memory); ``overhead_copy``: the same with snapshots copied.
 
 ``overhead_by_batch``: the overhead's fraction at other batch sizes (the copy costs about the same whatever
 the batch; the step grows with it). ``--quick``: ``memory`` on ``digits`` only, one trial of each fault, and the
-overhead at a batch of 32; under 5 minutes, the same keys (the others null, ``overhead_by_batch`` empty). The
-last line is one JSON object.
+overhead at a batch of 32; under 5 minutes, the same keys (the others null, ``overhead_by_batch`` empty);
+``--overhead-job`` adds ``overhead_job`` to it (its median step leaves out the steps rank 0 also persists, one
+in 10; its mean counts them). ``--results DIR`` keeps the JSON there with the commit and the machine. The last
+line is one JSON object.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def main() -> int:
     parser.add_argument("--big-params", type=int, default=100_000_000, help="the overhead's model")
     parser.add_argument("--overhead-batches", type=int, nargs="*", default=[256, 1024],
                         help="batch sizes the overhead is also measured at (not with --quick)")  # fmt: skip
+    parser.add_argument("--overhead-job", action="store_true", help="with --quick: the 3-worker overhead too")
     parser.add_argument(
         "--results", default=None, help="also keep the JSON in this directory (benchmarks/results)"
     )
@@ -119,7 +122,7 @@ def main() -> int:
                 lost += [n for got in figures.values() for n, _, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
     results["max_steps_lost"] = max(lost) if lost else None
-    results["overhead_job"] = None if args.quick else overhead_job(steps=20)
+    results["overhead_job"] = overhead_job(steps=20) if args.overhead_job or not args.quick else None
     results["overhead"] = overhead(args.big_params, BATCH)
     results["overhead_copy"] = overhead(args.big_params, BATCH, in_place=False)
     # The copy's cost is fixed by the state's size; the step's grows with the batch.

@@ -415,7 +415,8 @@ class JobBackend:
                     raise
 
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
-        body = event_body(self.kind, self.namespace, self.name, job, action, self.shared.identity)
+        uid = job.metadata.uid or ""
+        body = event_body(self.kind, self.namespace, self.name, uid, action, self.shared.identity)
         try:
             self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
         except ApiError as error:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from trainguard.api import TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.status import rfc3339
 from trainguard.controller.backend import EmitEvent
@@ -14,9 +13,7 @@ Obj = dict[str, Any]
 COMPONENT = "trainguard-operator"
 
 
-def event_body(
-    kind: JobKind, namespace: str, name: str, job: TrainingJob, action: EmitEvent, identity: str
-) -> Obj:
+def event_body(kind: JobKind, namespace: str, name: str, uid: str, action: EmitEvent, identity: str) -> Obj:
     """The Event object of ``action``: named after its key (so it is created once), about the job or a pod."""
     digest = hashlib.sha256(action.key.encode()).hexdigest()[:16]
     when = rfc3339(action.at)
@@ -25,7 +22,7 @@ def event_body(
         "kind": kind.kind,
         "name": name,
         "namespace": namespace,
-        "uid": job.metadata.uid or "",
+        "uid": uid,
     }
     if action.pod is not None:
         involved = {"apiVersion": "v1", "kind": "Pod", "name": action.pod, "namespace": namespace}

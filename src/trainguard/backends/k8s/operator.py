@@ -26,14 +26,16 @@ from trainguard.backends.k8s import agentreports, manifests, metrics
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
-from trainguard.backends.k8s.queue import WorkQueue
+from trainguard.backends.k8s.queue import BACKOFF_MAX, WorkQueue
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.status import StatusConflict, read_status
 from trainguard.backends.k8s.ui import KubeSource
 from trainguard.controller import SettledSlots, reconcile
+from trainguard.controller.backend import EmitEvent, EventType
 from trainguard.controller.launchspec import check_runnable
 from trainguard.observability.metrics import ControllerStats
 from trainguard.ui import server as ui_server
@@ -212,12 +214,41 @@ class Operator:
                 self.stats.observe(time.monotonic() - started)
             except StatusConflict:
                 self.queue.add_after(key, 0.05)  # someone wrote first: read again, decide again
-            except Exception:
-                log.exception("reconcile of %s/%s/%s failed", *key)
+            except Exception as error:
                 self.stats.failed()
-                self.queue.add_after(key, 2.0)
+                self._failed(key, error)
+            else:
+                self.queue.forget(key)
             finally:
                 self.queue.done(key)
+
+    def _failed(self, key: JobKey, error: Exception) -> None:
+        """A reconcile that raised: try the job again after its backoff (``WorkQueue.backoff``), with one log
+        line per step (the traceback the first time) and a Warning event on the job saying when."""
+        failures, delay = self.queue.backoff(key)
+        if failures == 1:
+            log.exception("reconcile of %s/%s/%s failed; trying again in %.1f s", *key, delay)
+        else:
+            log.warning("reconcile of %s/%s/%s failed again (%d in a row): %s: %s; trying again in %.1f s",
+                        *key, failures, type(error).__name__, error, delay)  # fmt: skip
+        kind_name, namespace, name = key
+        obj = self.jobs[kind_name].get(namespace, name)
+        if obj is None:
+            return
+        uid = obj["metadata"].get("uid") or ""
+        message = (
+            f"reconciling the job failed ({failures} in a row): {type(error).__name__}: {error}; the operator "
+            f"tries again in {delay:.0f} s, and backs off up to {BACKOFF_MAX:.0f} s while it keeps failing"
+        )
+        # One event per kind of error and step of the backoff: the same failure again is not a new event.
+        action = EmitEvent(f"{uid}/reconcile-failed/{type(error).__name__}/{min(failures, 10)}",
+                           EventType.WARNING, "ReconcileFailed", message, self.clock())  # fmt: skip
+        body = event_body(self.kinds[kind_name], namespace, name, uid, action, self.shared.identity)
+        try:
+            self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+        except ApiError as event_error:
+            if event_error.status != 409:
+                log.warning("%s/%s: cannot record the failure: %s", namespace, name, event_error)
 
     def reconcile(self, key: JobKey) -> None:
         kind_name, namespace, name = key

@@ -1,5 +1,10 @@
 """A work queue of job keys: a key is processed by one worker at a time, a key added while it is being
-processed is processed again afterwards, and keys can be scheduled for later (a backoff or deadline)."""
+processed is processed again afterwards, and keys can be scheduled for later (a backoff or deadline).
+
+A key whose processing fails is retried after a delay of its own that doubles with each failure in a row
+(``backoff``: ``BACKOFF_BASE`` seconds, then twice that, up to ``BACKOFF_MAX``), as client-go's rate-limited
+queue does, and starts again from the base once it succeeds (``forget``): one broken job is retried less and
+less often, and never holds back the others."""
 
 from __future__ import annotations
 
@@ -10,6 +15,10 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+#: The first retry of a failed key, in seconds; each failure in a row doubles it, up to ``BACKOFF_MAX``.
+BACKOFF_BASE = 0.5
+BACKOFF_MAX = 300.0
 
 
 class WorkQueue(Generic[K]):
@@ -22,6 +31,7 @@ class WorkQueue(Generic[K]):
         self._seq = 0
         self._closed = False
         self._cv = threading.Condition()
+        self._failures: dict[K, int] = {}
 
     def add(self, key: K) -> None:
         with self._cv:
@@ -37,6 +47,19 @@ class WorkQueue(Generic[K]):
             self._seq += 1
             heapq.heappush(self._later, (self.monotonic() + max(seconds, 0.0), self._seq, key))
             self._cv.notify()
+
+    def backoff(self, key: K) -> tuple[int, float]:
+        """``key`` failed: schedule it again after its backoff. Returns (failures in a row, the delay)."""
+        with self._cv:
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(BACKOFF_BASE * 2 ** min(failures - 1, 30), BACKOFF_MAX)
+        self.add_after(key, delay)
+        return failures, delay
+
+    def forget(self, key: K) -> None:
+        """``key`` succeeded: its next failure backs off from the base again."""
+        with self._cv:
+            self._failures.pop(key, None)
 
     def get(self, timeout: float) -> K | None:
         """The next key to process (mark it ``done`` afterwards), or None after ``timeout`` or on close."""
