@@ -1,9 +1,11 @@
-"""The caller's memory of settled slots (``faults.py`` says what a settled slot is and why skipping it is safe)."""
+"""The caller's memory between reconciles: its settled slots (``faults.py`` says what a settled slot is and why
+skipping it is safe), and the cache of its policy state's codec."""
 
 from __future__ import annotations
 
 from trainguard.controller.backend import ObservedPod
 from trainguard.controller.status import PodStatus
+from trainguard.policy.codec import StateCodec
 
 
 class SettledSlots:
@@ -15,6 +17,10 @@ class SettledSlots:
         #: Jobs remembered at most (those reconciled lately); past it, the table starts again.
         self.max_jobs = max_jobs
         self._jobs: dict[str, dict[str, tuple[PodStatus, ObservedPod]]] = {}
+        #: Reads and writes ``JobStatus.policy_state`` for this controller's reconciles, remembering the
+        #: entries it read and wrote (so an unchanged pod's counters are not parsed or written again). Owned
+        #: here, by one controller, rather than shared by every job of the process.
+        self.codec = StateCodec()
 
     def of(self, job: str) -> dict[str, tuple[PodStatus, ObservedPod]]:
         if job not in self._jobs and len(self._jobs) >= self.max_jobs:

@@ -187,8 +187,9 @@ class JobStatus(_Model):
     #: Bumped on every change; the key of the status write.
     revision: int = 0
 
-    def policy(self) -> PolicyState:
-        return _POLICY_CODEC.from_dict(self.policy_state)
+    def policy(self, codec: StateCodec | None = None) -> PolicyState:
+        """The policy's state, read by ``codec`` (its caller's, which remembers entries read before)."""
+        return (codec or StateCodec()).from_dict(self.policy_state)
 
     def pod(self, ref: PodRef) -> PodStatus | None:
         return next((pod for pod in self.pods if pod.role == ref.role and pod.index == ref.index), None)
@@ -201,13 +202,11 @@ class JobStatus(_Model):
         return cls.model_validate(data)
 
 
-def saved_policy(state: PolicyState) -> dict[str, Any]:
-    """``state.to_dict()`` for ``JobStatus.policy_state`` (read back by ``JobStatus.policy``)."""
-    return _POLICY_CODEC.to_dict(state)
+def saved_policy(state: PolicyState, codec: StateCodec | None = None) -> dict[str, Any]:
+    """``state.to_dict()`` for ``JobStatus.policy_state`` (read back by ``JobStatus.policy``), written by
+    ``codec`` (its caller's, which remembers entries written before)."""
+    return (codec or StateCodec()).to_dict(state)
 
-
-#: Shared by every job this process reconciles: it only remembers entries, checked before each use.
-_POLICY_CODEC = StateCodec()
 
 MAX_TRANSITIONS = 200
 #: History entries kept; older ones are dropped (events and logs keep the long story).

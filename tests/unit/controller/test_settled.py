@@ -219,3 +219,20 @@ def test_a_settled_slot_is_skipped_until_its_node_goes(monkeypatch: pytest.Monke
     assert any(
         isinstance(a, TerminatePod) and a.pod == f"{JOB}-trainer-1" and a.force for a in decided.actions
     )
+
+
+def test_each_controller_owns_its_policy_codec() -> None:
+    """The codec's cache of entries read and written belongs to the controller whose reconciles use it: a
+    second controller's starts empty, and a reconcile without one shares nothing with either."""
+    job, status, observed = running_job()
+    counted = PolicyState(pods={PodRef("trainer", 0): PodCounters(restarts=1)}).to_dict()
+    status = status.model_copy(update={"policy_state": counted})
+    mine, other = SettledSlots(), SettledSlots()
+    assert mine.codec is not other.codec
+    first = reconcile(job, status, observed, 3.0, mine)
+    assert mine.codec._read or mine.codec._written
+    assert not other.codec._read
+    assert not other.codec._written
+    # The same decisions with a codec of its own, another's, or none: the cache only saves work.
+    assert reconcile(job, status, observed, 3.0, other).status == first.status
+    assert reconcile(job, status, observed, 3.0).status == first.status
