@@ -17,8 +17,10 @@ import pytest
 
 from trainguard.sdk import _shm
 from trainguard.sdk import snapshots as snapshots_module
+from trainguard.sdk._buddy import Receiver as _Receiver
+from trainguard.sdk._buddy import send as _send
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import DISK, MEMORY, SKIPPED, Snapshots, _Receiver, _send
+from trainguard.sdk.snapshots import DISK, MEMORY, SKIPPED, Snapshots
 
 torch = pytest.importorskip("torch")
 
