@@ -1,7 +1,7 @@
 """The optimizers' tensors in ``Snapshots``, a part of the class (mixed into it): the parameters and state that
 only an optimizer step changes (``_kept``). A copied snapshot copies them behind the step (the next optimizer
 step waits for that copy); ``in_place=True`` moves them, CPU tensors, into a file of shared memory
-(``_shm.LiveRegion``) where they train, so that a snapshot copies only the rest of the state, into the region's
+(``_live.LiveRegion``) where they train, so that a snapshot copies only the rest of the state, into the region's
 tail (``_try_in_place``)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.sdk import _shm
 from trainguard.sdk._disk import HEADROOM
+from trainguard.sdk._live import LiveRegion
 from trainguard.sdk._snapplan import MEMORY
 
 log = logging.getLogger("trainguard.snapshots")
@@ -32,7 +33,7 @@ class InPlace:
     _writer: _shm.SlotWriter
     _pool: ThreadPoolExecutor | None
     _optimizers: list[Any]
-    _live: _shm.LiveRegion | None  # with in_place=True
+    _live: LiveRegion | None  # with in_place=True
     _warned_in_place: bool
     _changed: threading.Condition
     _latest: _shm.Slot | None

@@ -31,16 +31,50 @@ import os
 import pickle
 import shutil
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+# The layout of a state in a slot's data (``_layout``), used by every reader and writer of slots.
+from trainguard.sdk._layout import (
+    ALIGN as ALIGN,
+)
+from trainguard.sdk._layout import (
+    CHUNK_BYTES as CHUNK_BYTES,
+)
+from trainguard.sdk._layout import (
+    Layout as Layout,
+)
+from trainguard.sdk._layout import (
+    address_of as address_of,
+)
+from trainguard.sdk._layout import (
+    aligned as aligned,
+)
+from trainguard.sdk._layout import (
+    copy_into as copy_into,
+)
+from trainguard.sdk._layout import (
+    fits as fits,
+)
+from trainguard.sdk._layout import (
+    layout as layout,
+)
+from trainguard.sdk._layout import (
+    rebuild as rebuild,
+)
+from trainguard.sdk._layout import (
+    signature as signature,
+)
+from trainguard.sdk._layout import (
+    split as split,
+)
+from trainguard.sdk._layout import (
+    structure as structure,
+)
+
 FORMAT = "trainguard.snapshot/1"
-ALIGN = 64
 MAX_SLOTS = 4
-#: Copies are cut into pieces of this size so that threads share the work evenly.
-CHUNK_BYTES = 8 << 20
 
 
 class SnapshotFormatError(RuntimeError):
@@ -64,166 +98,6 @@ class NoRoom(OSError):
         )
         self.directory = directory
         self.size = size
-
-
-class _Ref(NamedTuple):
-    """Where a tensor's bytes are in a slot's data: what the meta file holds in the tensor's place."""
-
-    offset: int
-    dtype: str
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    storage_offset: int
-    parameter: bool
-    requires_grad: bool
-
-
-class Layout:
-    """A state taken apart: its skeleton (tensors replaced by ``_Ref``), and the copies that fill a data file."""
-
-    def __init__(self, skeleton: Any, copies: list[tuple[int, Any, int]], size: int) -> None:
-        self.skeleton = skeleton
-        self.copies = copies  # (offset in the data, source tensor of the storage, bytes)
-        self.size = size
-
-
-def layout(state: Any, placed: Callable[[int], int | None] | None = None, start: int = 0) -> Layout:
-    """Plan where each tensor storage of ``state`` goes; tensors that share a storage share it in the copy.
-    Tensors that are not plain dense ones (sparse, quantized, subclasses) stay in the skeleton, pickled.
-
-    ``placed(address)``: the offset of a CPU storage that is in the data already (``LiveRegion``), None for
-    one to copy; copies then go from ``start`` on."""
-    import torch
-
-    offsets: dict[tuple[str, int, int], int] = {}
-    copies: list[tuple[int, Any, int]] = []
-    end = start
-    memo: dict[int, Any] = {}
-
-    def ref(tensor: Any) -> Any:
-        nonlocal end
-        plain = type(tensor) in (torch.Tensor, torch.nn.Parameter)
-        unusual = tensor.layout != torch.strided or tensor.is_quantized or tensor.is_conj() or tensor.is_neg()
-        if not plain or unusual or tensor.device.type == "meta":
-            return tensor.detach().to("cpu", copy=True)
-        storage = tensor.untyped_storage()
-        key = (str(tensor.device), storage.data_ptr(), storage.nbytes())
-        offset = offsets.get(key)
-        if offset is None and placed is not None and tensor.device.type == "cpu":
-            offset = placed(storage.data_ptr())
-            if offset is not None:
-                offsets[key] = offset
-        if offset is None:
-            offset = offsets[key] = end
-            copies.append((offset, tensor, storage.nbytes()))
-            end += aligned(storage.nbytes())
-        return _Ref(offset, str(tensor.dtype).replace("torch.", ""), tuple(tensor.size()), tuple(tensor.stride()),
-                    tensor.storage_offset(), isinstance(tensor, torch.nn.Parameter), tensor.requires_grad)  # fmt: skip
-
-    def leaf(obj: Any) -> Any:
-        if not isinstance(obj, torch.Tensor):
-            return obj
-        if id(obj) not in memo:
-            memo[id(obj)] = ref(obj)
-        return memo[id(obj)]
-
-    return Layout(_replace_leaves(state, leaf), copies, max(end, start, 1))
-
-
-def aligned(size: int) -> int:
-    return -(-size // ALIGN) * ALIGN
-
-
-def rebuild(skeleton: Any, storages: dict[int, Any]) -> Any:
-    """The state of ``skeleton`` with its tensors on ``storages`` (``split``'s: a storage of its own for each
-    storage of the original, so that tensors share memory exactly as the original's did)."""
-    import torch
-
-    def leaf(obj: Any) -> Any:
-        if not isinstance(obj, _Ref):
-            return obj
-        dtype = getattr(torch, obj.dtype)
-        out = torch.empty(0, dtype=dtype).set_(storages[obj.offset], obj.storage_offset, obj.size, obj.stride)
-        if obj.parameter:
-            return torch.nn.Parameter(out, requires_grad=obj.requires_grad)
-        return out
-
-    return _replace_leaves(skeleton, leaf)
-
-
-def split(skeleton: Any, size: int, fill: Any) -> dict[int, Any]:
-    """A CPU storage of its own for each storage the skeleton's tensors were on (by its offset in the data),
-    ``fill(buffer, offset)`` filling each from the data. Never one storage for all: a restored optimizer keeps
-    its state tensors, which would keep the whole snapshot alive and be snapshotted whole again."""
-    import torch
-
-    offsets: set[int] = set()
-
-    def note(obj: Any) -> Any:
-        if isinstance(obj, _Ref):
-            offsets.add(obj.offset)
-        return obj
-
-    _replace_leaves(skeleton, note)
-    ordered = sorted(offsets)
-    storages = {}
-    for index, start in enumerate(ordered):
-        end = ordered[index + 1] if index + 1 < len(ordered) else size
-        buffer = torch.empty(end - start, dtype=torch.uint8)
-        fill(buffer, start)
-        storages[start] = buffer.untyped_storage()
-    return storages
-
-
-def _replace_leaves(obj: Any, leaf: Any) -> Any:
-    """``obj`` with its plain containers rebuilt (dicts; a module's ``OrderedDict`` state dict with its
-    ``_metadata``; lists; tuples, not named ones) and every other value ``leaf(value)``."""
-    kind = type(obj)
-    if kind is dict:
-        return {key: _replace_leaves(value, leaf) for key, value in obj.items()}
-    if kind is OrderedDict:
-        rebuilt: Any = OrderedDict((key, _replace_leaves(value, leaf)) for key, value in obj.items())
-        rebuilt.__dict__.update(obj.__dict__)
-        return rebuilt
-    if kind is list:
-        return [_replace_leaves(value, leaf) for value in obj]
-    if kind is tuple:
-        return tuple(_replace_leaves(value, leaf) for value in obj)
-    return leaf(obj)
-
-
-def address_of(region: mmap.mmap) -> int:
-    view = ctypes.c_char.from_buffer(region)
-    try:
-        return ctypes.addressof(view)
-    finally:
-        del view
-
-
-def copy_into(destination: int, copies: list[tuple[int, Any, int]], pool: Any) -> None:
-    """Copy each source storage to ``destination + offset``: CPU bytes by ``memmove`` in chunks spread over
-    ``pool`` (memmove releases the GIL), others (GPU) through a CPU tensor on the destination's bytes."""
-    import torch
-
-    chunks: list[tuple[int, int, int]] = []
-    for offset, tensor, size in copies:
-        if tensor.device.type == "cpu":
-            source = tensor.untyped_storage().data_ptr()
-            chunks.extend(
-                (destination + offset + at, source + at, min(CHUNK_BYTES, size - at))
-                for at in range(0, size, CHUNK_BYTES)
-            )
-        else:
-            buffer = (ctypes.c_char * size).from_address(destination + offset)
-            target = torch.frombuffer(buffer, dtype=torch.uint8)
-            target.copy_(
-                torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
-            )
-    if pool is None or len(chunks) < 2:
-        for chunk in chunks:
-            ctypes.memmove(*chunk)
-    else:
-        list(pool.map(lambda chunk: ctypes.memmove(*chunk), chunks))
 
 
 class Slot:
@@ -459,116 +333,6 @@ def reserve(fd: int, size: int, directory: Path) -> None:
         raise NoRoom(directory, size, error) from error
 
 
-class LiveRegion:
-    """A writer's training state kept in place: the tensors an optimizer changes (its parameters and state)
-    live in a data file of shared memory, so that a snapshot copies only the rest (``Snapshots(in_place=True)``).
-
-    Its directory holds one slot: ``slot-G.data`` (G, the generation: a new file each time the set of tensors
-    kept changes), the kept storages first and a tail for the rest of a state, and ``slot-G.meta`` while the
-    data is the state of the meta's step. ``dirty()`` removes the meta before the data changes (an optimizer's
-    step pre-hook), ``commit`` puts one in place once ``Snapshots.save`` has copied the rest: a process killed
-    in between leaves no snapshot here, never a torn one."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # Files of an earlier process of this writer are its last snapshot (restore reads it): never reused.
-        older = [int(p.name[len("slot-") : -len(".data")]) for p in directory.glob("slot-*.data")]
-        self._generation = max(older, default=0)
-        self._region: mmap.mmap | None = None
-        self._fd = -1
-        self.base = 0
-        self.size = 0
-        #: Bytes of the kept storages at the start of the data; the tail after them takes the rest.
-        self.kept_end = 0
-        self._committed = False
-        self._superseded = bool(older)
-
-    @property
-    def data_path(self) -> Path:
-        return self.directory / f"slot-{self._generation}.data"
-
-    def offset_of(self, address: int) -> int | None:
-        """The offset of a kept storage at ``address``; None for memory outside the kept part."""
-        at = address - self.base
-        return at if self._region is not None and 0 <= at < self.kept_end else None
-
-    def holds(self, tensors: list[Any]) -> bool:
-        return all(self.offset_of(tensor.untyped_storage().data_ptr()) is not None for tensor in tensors)
-
-    def rehome(self, tensors: list[Any], tail: int) -> dict[int, int]:
-        """Move the storages of ``tensors`` (CPU) into a new data file with ``tail`` bytes after them; every
-        tensor keeps its identity (the optimizers' and modules' references stay good) and now views the file.
-        Returns each moved storage's former address -> its offset (a state taken before the move names them)."""
-        import torch
-
-        self.dirty()
-        moved: dict[int, int] = {}
-        sizes: dict[int, int] = {}
-        end = 0
-        for tensor in tensors:
-            storage = tensor.untyped_storage()
-            address = storage.data_ptr()
-            if address not in moved and storage.nbytes() > 0:
-                moved[address], sizes[address] = end, storage.nbytes()
-                end += aligned(storage.nbytes())
-        size = max(end + aligned(tail), ALIGN)
-        previous = self.data_path if self._region is not None else None
-        self._generation += 1
-        fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            reserve(fd, size, self.directory)
-        except NoRoom:  # the tensors stay where they are; the new file goes
-            os.close(fd)
-            self.data_path.unlink(missing_ok=True)
-            self._generation -= 1
-            raise
-        region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        base = address_of(region)
-        storages = {}
-        for address, offset in moved.items():
-            ctypes.memmove(base + offset, address, sizes[address])
-            storages[address] = torch.frombuffer(
-                region, dtype=torch.uint8, count=sizes[address], offset=offset
-            ).untyped_storage()
-        with torch.no_grad():
-            for tensor in tensors:
-                new = storages.get(tensor.untyped_storage().data_ptr())
-                if new is not None:
-                    view = torch.empty(0, dtype=tensor.dtype)
-                    tensor.data = view.set_(new, tensor.storage_offset(), tensor.size(), tensor.stride())
-        if self._fd >= 0:
-            os.close(self._fd)  # the old mapping lives on while any tensor still views it; then it goes
-        if previous is not None:
-            previous.unlink(missing_ok=True)
-        self._region, self._fd, self.base, self.size, self.kept_end = region, fd, base, size, end
-        return moved
-
-    def dirty(self) -> None:
-        """The kept tensors are about to change: this region holds no snapshot until the next commit."""
-        if self._committed:
-            (self.directory / f"slot-{self._generation}.meta").unlink(missing_ok=True)
-            self._committed = False
-
-    def commit(self, body: bytes, meta: dict[str, Any]) -> Slot:
-        temporary = self.directory / f".slot-{self._generation}.meta.tmp"
-        temporary.write_bytes(body)
-        os.replace(temporary, self.directory / f"slot-{self._generation}.meta")
-        self._committed = True
-        if self._superseded:  # an earlier process's last snapshot: this one is newer
-            for path in self.directory.glob("slot-*"):
-                if path.name not in (f"slot-{self._generation}.data", f"slot-{self._generation}.meta"):
-                    path.unlink(missing_ok=True)
-            self._superseded = False
-        return Slot(self.directory, self._generation, meta)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
 def read_into_private(slot: Slot) -> Any:
     """The slot's state in this process's own memory (training may change it; the slot stays as it was)."""
 
@@ -646,43 +410,3 @@ def prune_stale(directory: Path, step: int, keep: set[Path], now: float | None =
 def tree_size(directory: Path) -> int:
     """Bytes the data files under ``directory`` hold."""
     return sum(path.stat().st_size for path in directory.rglob("slot-*.data") if path.is_file())
-
-
-def structure(skeleton: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """The tensors of a state's skeleton by their place in it (``model/layer.weight``): dtype and shape."""
-    found: dict[str, tuple[str, tuple[int, ...]]] = {}
-
-    def walk(obj: Any, path: str) -> None:
-        if isinstance(obj, _Ref):
-            found[path] = (obj.dtype, tuple(obj.size))
-        elif isinstance(obj, dict):
-            for key, value in obj.items():
-                walk(value, f"{path}/{key}")
-        elif isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-            for index, value in enumerate(obj):
-                walk(value, f"{path}/{index}")
-
-    walk(skeleton, "")
-    return found
-
-
-def signature(skeleton: Any) -> str:
-    """A digest of ``structure(skeleton)``: equal for two states with the same tensors in the same places."""
-    import hashlib
-
-    entries = sorted(structure(skeleton).items())
-    return hashlib.sha256(repr(entries).encode()).hexdigest()[:32]
-
-
-def fits(skeleton: Any, like: Any) -> str:
-    """Why a snapshot of ``skeleton`` cannot be loaded into a state shaped like ``like`` (a skeleton too), or
-    "" when it can: every tensor of ``like`` is in the snapshot at the same place, dtype and shape. A
-    snapshot may hold more (an optimizer's state appears at its first step)."""
-    mine, wanted = structure(skeleton), structure(like)
-    for path, (dtype, shape) in sorted(wanted.items()):
-        held = mine.get(path)
-        if held is None:
-            return f"it has no tensor {path}"
-        if held != (dtype, shape):
-            return f"its {path} is {held[0]} {list(held[1])}, the state's is {dtype} {list(shape)}"
-    return ""
