@@ -254,6 +254,7 @@ def _torchrun(
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", "1", "--nproc-per-node", "3", "--max-restarts", str(max_restarts),
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
+        "--rdzv-id", f"steps-lost-{root.name}",  # the run whose memory snapshots these are
         str(DIGITS_SCRIPT), f"--checkpoint-dir={root / 'checkpoints'}", f"--events={events}",
         f"--step-delay={MODELS[model]['step_delay']}", f"--epochs={EPOCHS}", *MODELS[model]["args"], *extra,
     ]  # fmt: skip

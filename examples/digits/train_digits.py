@@ -30,6 +30,7 @@ import importlib.util
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -142,13 +143,17 @@ def main() -> None:
     sampler = trainguard.ElasticSampler(len(train_set), shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
     checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
-    snapshots = (
-        trainguard.Snapshots(
-            checkpointer, persist_every=args.checkpoint_every, optimizers=[optimizer], in_place=args.in_place
-        )
-        if args.snapshots
-        else None
-    )
+    snapshots = None
+    if args.snapshots:
+        try:
+            snapshots = trainguard.Snapshots(
+                checkpointer,
+                persist_every=args.checkpoint_every,
+                optimizers=[optimizer],
+                in_place=args.in_place,
+            )
+        except ValueError as error:  # no identity for the run (plain torchrun without --rdzv-id)
+            sys.exit(f"train_digits.py --snapshots: {error}")
 
     def state() -> dict[str, Any]:
         return {

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -56,9 +57,12 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
     snapshots, first = None, 1
     if args.snapshots and trainguard is not None:
-        snapshots = trainguard.Snapshots(
-            trainguard.Checkpointer(f"/tmp/checkpoints-{rank}"), optimizers=[optimizer]
-        )
+        try:
+            snapshots = trainguard.Snapshots(
+                trainguard.Checkpointer(f"/tmp/checkpoints-{rank}"), optimizers=[optimizer]
+            )
+        except ValueError as error:  # no identity for the run (plain torchrun without --rdzv-id)
+            sys.exit(f"train_elastic.py --snapshots: {error}")
         restored = snapshots.restore(
             like={"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}
         )
