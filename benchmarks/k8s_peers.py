@@ -50,15 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _kwok import exit_code_patch, kwok_node, not_ready_patch
+
+from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
+from trainguard.backends.k8s.cache import Cache
+from trainguard.backends.k8s.client import ApiError, Kube
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.k8s.nodes import exit_code_patch, kwok_node, not_ready_patch  # noqa: E402
-
-from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd  # noqa: E402
-from trainguard.backends.k8s.cache import Cache  # noqa: E402
-from trainguard.backends.k8s.client import ApiError, Kube  # noqa: E402
 
 Obj = dict[str, Any]
 CLUSTER = "peers"

@@ -21,17 +21,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _kwok import kwok_node, not_ready_patch
+
+from trainguard.api.crd import native_crd
+from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.kinds import NATIVE
+from trainguard.backends.k8s.manifests import PodSettings
+from trainguard.backends.k8s.operator import Operator, Options
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.k8s.nodes import kwok_node, not_ready_patch  # noqa: E402
-
-from trainguard.api.crd import native_crd  # noqa: E402
-from trainguard.backends.k8s.client import ApiError, Kube  # noqa: E402
-from trainguard.backends.k8s.kinds import NATIVE  # noqa: E402
-from trainguard.backends.k8s.manifests import PodSettings  # noqa: E402
-from trainguard.backends.k8s.operator import Operator, Options  # noqa: E402
-
 NAMESPACE = "bench"
 SCRIPT = ROOT / "scripts" / "k8s-testcluster"
 

@@ -10,14 +10,14 @@ import yaml
 
 from trainguard.api import TrainingJob, pod_name
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import services
 from trainguard.controller.backend import LaunchPod
 from trainguard.controller.launchspec import launch_spec
 
 
 def launch(job: TrainingJob, role: str, index: int, sizes: Mapping[str, int]) -> LaunchPod:
     """The first launch of ``role``'s pod ``index`` in a world of ``sizes``, on Kubernetes' network."""
-    spec = launch_spec(job, role, index, 1, 0, sizes, manifests.network(job))
+    spec = launch_spec(job, role, index, 1, 0, sizes, services.network(job))
     name = pod_name(job.name, role, index)
     return LaunchPod(
         key="k", pod=name, role=role, index=index, generation=1, restart_count=0, reason="start", spec=spec

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks._kwok import exit_code_patch, node_list, not_ready_patch
 
 from tests.k8s.cluster import KubeCluster
-from tests.k8s.nodes import exit_code_patch, node_list, not_ready_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy" / "crds"

@@ -7,6 +7,7 @@ decisions' write stops the batch before anything is created."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 
 from tests.k8s.operator_harness import ROOT
 from trainguard.api.load import load_object
+from trainguard.backends.k8s import gang
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError
@@ -119,19 +121,21 @@ class PriorityClasses(FakeKube):
 def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import trainguard.backends.k8s.backend as backend_module
-
     obj, job = _cce_job()  # priority: normal
     kube = PriorityClasses()
     backend = _backend(kube, obj)
     now = [100.0]
-    monkeypatch.setattr(backend_module.time, "monotonic", lambda: now[0])
-    assert backend._priority_class(job) is None
+    monkeypatch.setattr(gang.time, "monotonic", lambda: now[0])
+
+    def priority_class() -> str | None:
+        return gang.priority_class(backend.shared, job, partial(backend._event, job))
+
+    assert priority_class() is None
     assert ("POST", "events") in kube.calls  # PriorityClassNotFound
     kube.classes.add("normal")
-    now[0] += backend_module.PRIORITY_CLASS_TTL - 1
-    assert backend._priority_class(job) is None  # still what was looked up
+    now[0] += gang.PRIORITY_CLASS_TTL - 1
+    assert priority_class() is None  # still what was looked up
     assert kube.calls.count(("GET", "normal")) == 1
     now[0] += 2
-    assert backend._priority_class(job) == "normal"
+    assert priority_class() == "normal"
     assert kube.calls.count(("GET", "normal")) == 2

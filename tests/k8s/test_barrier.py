@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.backends.k8s import barrier, manifests
+from trainguard.backends.k8s import access, barrier, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 
 from .launches import cce_job as _cce
@@ -135,7 +135,7 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(args: list[str], message: str)
 
 def test_the_launcher_runs_its_barrier_with_the_jobs_variables_and_read_access_to_pods() -> None:
     job = _cce()
-    assert manifests.barrier_roles(job) == {"launcher"}
+    assert access.barrier_roles(job) == {"launcher"}
     sizes = {"launcher": 1, "trainer": 3}
     launcher = manifests.pod(AITRAININGJOB, job, launch(job, "launcher", 0, sizes), manifests.PodSettings())
     (barrier_container,) = [c for c in launcher["spec"]["initContainers"] if c["name"] == "job-barrier"]
@@ -147,7 +147,7 @@ def test_the_launcher_runs_its_barrier_with_the_jobs_variables_and_read_access_t
     # The trainers run no barrier: their service account is left alone.
     trainer = manifests.pod(AITRAININGJOB, job, launch(job, "trainer", 0, sizes), manifests.PodSettings())
     assert "serviceAccountName" not in trainer["spec"]
-    account, role, binding = manifests.access_objects(AITRAININGJOB, job)
+    account, role, binding = access.access_objects(AITRAININGJOB, job)
     assert (account["kind"], role["kind"], binding["kind"]) == ("ServiceAccount", "Role", "RoleBinding")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
     assert binding["subjects"] == [

@@ -85,7 +85,7 @@ def test_every_pod_names_the_group_only_when_a_gang_scheduler_places_it() -> Non
     action = launch(job, "trainer", 0, {"launcher": 1, "trainer": 3})
     pod = manifests.pod(AITRAININGJOB, job, action, manifests.PodSettings())
     assert pod["metadata"]["annotations"][gang.ANNOTATION_GROUP] == job.name
-    group = manifests.pod_group(AITRAININGJOB, job, None)
+    group = gang.pod_group(AITRAININGJOB, job, None)
     assert group["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert "priorityClassName" not in group["spec"]
     # The operator told to use the default scheduler instead: no gang, no annotation.

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import discovery
 
 from .launches import cce_job
 
@@ -28,4 +28,4 @@ POD = "test-horovod-elastic-trainer-1"
 def test_a_worker_pod_is_named_by_its_ip_where_it_has_its_own(
     observed: dict[str, Any] | None, host: str
 ) -> None:
-    assert manifests.horovod_host(cce_job(), POD, observed) == host
+    assert discovery.horovod_host(cce_job(), POD, observed) == host

@@ -12,7 +12,7 @@ import pytest
 from tests.k8s.launches import launch
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import manifests, metadata, rendezvous, services
 from trainguard.backends.k8s.kinds import NATIVE, PYTORCHJOB, JobKind
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.controller.launchspec import check_runnable
@@ -106,7 +106,7 @@ def _value(command: list[str], flag: str) -> str:
     ids=["elastic", "own-host", "etcd", "native-python", "native-torchrun", "opted-out", "shell", "horovod"],
 )
 def test_which_jobs_get_a_rendezvous_store(obj: Obj, hosted: bool) -> None:
-    assert manifests.hosts_rendezvous(_job(obj)) is hosted
+    assert rendezvous.hosts_rendezvous(_job(obj)) is hosted
 
 
 @pytest.mark.parametrize(
@@ -118,9 +118,9 @@ def test_which_jobs_get_a_rendezvous_store(obj: Obj, hosted: bool) -> None:
 )
 def test_the_rendezvous_service_is_named_after_the_job(name: str, service: str) -> None:
     job = _job(_native("pytorch", ["python", "train.py"], name=name, role="w"))
-    assert manifests.rendezvous_service_name(job) == service
-    assert manifests.rendezvous_endpoint(job) == f"{service}.team-a.svc:29400"
-    assert manifests.rendezvous_pod_name(job) == f"{name}-rendezvous"
+    assert services.rendezvous_service_name(job) == service
+    assert services.rendezvous_endpoint(job) == f"{service}.team-a.svc:29400"
+    assert rendezvous.rendezvous_pod_name(job) == f"{name}-rendezvous"
 
 
 def test_a_long_job_name_gives_a_valid_and_distinct_service_name() -> None:
@@ -128,7 +128,7 @@ def test_a_long_job_name_gives_a_valid_and_distinct_service_name() -> None:
     first, second = (
         _job(_native("pytorch", ["python", "t.py"], name="x" * 57 + tail, role="w")) for tail in ("aa", "bb")
     )
-    names = [manifests.rendezvous_service_name(job) for job in (first, second)]
+    names = [services.rendezvous_service_name(job) for job in (first, second)]
     assert all(len(name) <= 63 and name.endswith("-rdzv") for name in names)
     assert names[0] != names[1]
 
@@ -185,14 +185,14 @@ def test_a_torchrun_command_without_a_script_is_refused_naming_the_field() -> No
 
 def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replica() -> None:
     job = _job(_pytorchjob())
-    store = manifests.rendezvous_pod(PYTORCHJOB, job, manifests.PodSettings(scheduler="default-scheduler"))
+    store = rendezvous.rendezvous_pod(PYTORCHJOB, job, manifests.PodSettings(scheduler="default-scheduler"))
     meta, spec = store["metadata"], store["spec"]
     assert meta["name"] == "elastic-rendezvous"
     assert meta["ownerReferences"][0]["uid"] == UID
     assert meta["ownerReferences"][0]["kind"] == "PyTorchJob"
     assert meta["labels"][manifests.LABEL_JOB] == "elastic"
     assert meta["labels"][manifests.LABEL_ROLE] == "rendezvous"
-    assert manifests.is_rendezvous(store)
+    assert metadata.is_rendezvous(store)
     assert not is_ours(store)  # the controller never observes it, so its loss is no fault
     (container,) = spec["containers"]
     assert container["image"] == "registry.example/train:1"
@@ -217,7 +217,7 @@ def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replic
 
 def test_the_store_service_selects_the_store_pod_and_no_replica() -> None:
     job = _job(_pytorchjob())
-    service = manifests.rendezvous_service(PYTORCHJOB, job)
+    service = rendezvous.rendezvous_service(PYTORCHJOB, job)
     selector = service["spec"]["selector"]
     assert service["metadata"]["name"] == "elastic-rdzv"
     assert service["metadata"]["ownerReferences"][0]["uid"] == UID
@@ -228,7 +228,7 @@ def test_the_store_service_selects_the_store_pod_and_no_replica() -> None:
         labels = pod["metadata"]["labels"]
         return all(labels.get(key) == value for key, value in selector.items())
 
-    assert selected(manifests.rendezvous_pod(PYTORCHJOB, job, manifests.PodSettings()))
+    assert selected(rendezvous.rendezvous_pod(PYTORCHJOB, job, manifests.PodSettings()))
     assert not selected(_pod(PYTORCHJOB, job))
     # Not even a replica of a role that happens to be called "rendezvous".
     replica = copy.deepcopy(_pod(PYTORCHJOB, job))

@@ -52,7 +52,7 @@ def test_no_plugin_no_key_and_a_template_that_mounts_ssh_keeps_its_own() -> None
 
 def test_the_secret_holds_a_fresh_pair_that_authorizes_itself() -> None:
     job = _cce()
-    first, second = manifests.ssh_secret(AITRAININGJOB, job), manifests.ssh_secret(AITRAININGJOB, job)
+    first, second = ssh.secret(AITRAININGJOB, job), ssh.secret(AITRAININGJOB, job)
     assert first["metadata"]["name"] == "test-horovod-elastic-ssh"
     assert first["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     data = {key: base64.b64decode(value).decode() for key, value in first["data"].items()}

@@ -225,11 +225,6 @@ class ReplicaSpec(_Model):
         args = self.container.get("args") or []
         return [str(part) for part in [*command, *args]]
 
-    def highest_exit_code(self) -> int:
-        return max(
-            (rule.exit_codes.highest for rule in self.fault_tolerant_policy if rule.exit_codes), default=0
-        )
-
 
 class HangPolicy(_Model):
     """Restart upon suspension: stop a hung process and run it again in place."""

@@ -24,6 +24,12 @@ a newer stored status (another writer) should be refused, as a conflict, and rep
 Pods are named ``<job>-<role>-<index>`` on every backend (``trainguard.api.pod_name``); a relaunch keeps the
 name and bumps the ``generation``, which the backend stores with the pod (a label on Kubernetes) and
 reports back, so the controller can tell the current incarnation from one it already replaced.
+
+A pod is one job's by the job's identity (its uid on Kubernetes, its row on the local runtime), never by its
+name: ``observe`` of job ``train`` lists none of the pods of job ``train-big`` (nor what it remembers of them),
+and no action of one job touches another job's pod, not even one of the same name (``train`` with a role
+``big-worker`` and ``train-big`` with a role ``worker`` both name ``train-big-worker-0``): such a launch fails,
+with its error in ``Observed.errors``.
 """
 
 from __future__ import annotations

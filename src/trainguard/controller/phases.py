@@ -71,18 +71,13 @@ class PodPhase(str, Enum):
         return not POD_TRANSITIONS[self]
 
     @property
-    def is_member(self) -> bool:
-        """Whether the slot still belongs to its role (counts in ``status.replicas``)."""
-        return self not in LEFT_OUT_PHASES
-
-    @property
     def is_launched(self) -> bool:
         """Whether an incarnation of the slot is supposed to exist on the cluster."""
         return self in LAUNCHED_PHASES
 
 
 _UP = frozenset({PodPhase.PENDING, PodPhase.CREATING, PodPhase.RUNNING})
-#: Slots that no longer belong to their role (not ``is_member``).
+#: Slots that no longer belong to their role (they do not count in ``status.replicas``).
 LEFT_OUT_PHASES = frozenset({PodPhase.SHRUNK, PodPhase.REMOVED})
 #: ``is_launched``, as a set (loops over thousands of pods test membership, which costs less than a call).
 LAUNCHED_PHASES = _UP

@@ -21,7 +21,6 @@ through ``kubectl port-forward``) are refused, against DNS rebinding. Every valu
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import json
 import logging
@@ -366,8 +365,3 @@ def _int(text: str, what: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise PageError(f"{what} must be in [{low}, {high}]")
     return value
-
-
-def closing_quietly(endpoint: Endpoint) -> None:
-    with contextlib.suppress(Exception):
-        endpoint.close()

@@ -12,7 +12,7 @@ import pytest
 from tests.fake_cluster import FakeCluster
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_jobs
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import manifests, services
 from trainguard.backends.k8s.kinds import NATIVE
 from trainguard.backends.local import podenv
 from trainguard.controller import JobStatus, LaunchPod, step
@@ -103,7 +103,7 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
 ) -> None:
     job = _job(example) if example else _workers_before_master()
     local = _launches(job, podenv.network(LOCAL_PORT), scale)
-    kube = _launches(job, manifests.network(job), scale)
+    kube = _launches(job, services.network(job), scale)
     assert set(local) == set(kube) == {f"{job.name}-{pod}" for pod in ranks}
     for name, launch in local.items():
         on_local, on_kube = _local_env(job, launch), _kubernetes_env(job, kube[name])
@@ -117,7 +117,7 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
             k: v for k, v in on_kube.items() if k not in ADDRESSES
         }, name
         # The same command (torchrun's where it applies), each naming its own rendezvous endpoint.
-        here, there = f"127.0.0.1:{LOCAL_PORT}", manifests.rendezvous_endpoint(job)
+        here, there = f"127.0.0.1:{LOCAL_PORT}", services.rendezvous_endpoint(job)
         assert [part.replace(here, "RDZV") for part in launch.spec.argv] == [
             part.replace(there, "RDZV") for part in kube[name].spec.argv
         ]
@@ -126,7 +126,7 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
         assert on_local["MASTER_ADDR"] == "127.0.0.1"
         assert on_kube["MASTER_ADDR"] == f"{job.name}-{rank0}.{job.name}"
         assert on_local["TRAINGUARD_RDZV_ENDPOINT"] == f"127.0.0.1:{LOCAL_PORT}"
-        assert on_kube["TRAINGUARD_RDZV_ENDPOINT"] == manifests.rendezvous_endpoint(job)
+        assert on_kube["TRAINGUARD_RDZV_ENDPOINT"] == services.rendezvous_endpoint(job)
     # The world a pod was started into: every pod of the first start in the first world, a resize's in the new.
     first = {name: a.spec.world_size for name, a in local.items()}
     assert max(first.values()) == world

@@ -10,7 +10,6 @@ at, and a conflict (someone else wrote first) stops the batch: the job is read a
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -22,14 +21,13 @@ from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.observe import is_ours, observed_pod
-from trainguard.backends.k8s.shared import Shared, delete_pod, generation_of, owned_by
+from trainguard.backends.k8s.shared import Shared, delete_pod, generation_of, owned_by, owner_uid
 from trainguard.backends.k8s.status import StatusConflict, status_document
 from trainguard.backends.k8s.store_pod import StorePod
 from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
-    EventType,
     LaunchPod,
     NudgeSurvivors,
     Observed,
@@ -43,8 +41,6 @@ from trainguard.controller.status import JobStatus
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 _MAX_ERRORS = 50
-#: Seconds the operator trusts what it learnt of a PriorityClass (that it exists, or not).
-PRIORITY_CLASS_TTL = 60.0
 
 
 class JobBackend:
@@ -74,14 +70,17 @@ class JobBackend:
         decided = {
             p.get("name"): p.get("generation", 1) for p in (self.obj.get("status") or {}).get("pods", [])
         }
+        # This job's own (by uid): another job's pods are never its business, whatever their names.
+        uid = job.metadata.uid or ""
         with self.shared.lock:
-            for (namespace, name), tomb in list(self.shared.tombstones.items()):
-                if namespace != self.namespace or not name.startswith(job.name + "-"):
-                    continue
+            tombs = self.shared.tombstones.get(uid, {})
+            for name, tomb in list(tombs.items()):
                 if decided.get(name, 1) > tomb.generation:
-                    del self.shared.tombstones[(namespace, name)]
+                    del tombs[name]
                 elif name not in names:
                     seen.append(tomb)
+            if not tombs:
+                self.shared.tombstones.pop(uid, None)
         self._clean_stuck(pods)
         self._retry_launches(job, names)
         with self.shared.lock:
@@ -101,12 +100,12 @@ class JobBackend:
                 self._delete_pod(pod["metadata"]["name"], pod["metadata"]["uid"], grace=0)
 
     def _retry_launches(self, job: TrainingJob, present: set[str]) -> None:
+        """Create this job's launches that waited for their pod's previous incarnation to be gone (by the job's
+        uid: another job's are left to that job)."""
+        uid = job.metadata.uid or ""
         with self.shared.lock:
-            due = [
-                (name, body)
-                for (namespace, name), body in self.shared.pending_launches.items()
-                if namespace == self.namespace and name.startswith(job.name + "-") and name not in present
-            ]
+            waiting = self.shared.pending_launches.get(uid, {})
+            due = [(name, body) for name, body in waiting.items() if name not in present]
         for name, body in due:
             try:
                 self.shared.pods.put(self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body))
@@ -115,7 +114,9 @@ class JobBackend:
                     continue  # not gone yet
                 log.warning("%s/%s: launch of %s: %s", self.namespace, self.name, name, error)
             with self.shared.lock:
-                self.shared.pending_launches.pop((self.namespace, name), None)
+                waiting.pop(name, None)
+                if not waiting:
+                    self.shared.pending_launches.pop(uid, None)
 
     # ---- apply -------------------------------------------------------------------------------------
 
@@ -182,11 +183,11 @@ class JobBackend:
         elif isinstance(action, LaunchPod):
             self._launch(job, action)
         elif isinstance(action, TerminatePod):
-            self._terminate(action)
+            self._terminate(job, action)
         elif isinstance(action, RestartInPlace):
-            self._restart_in_place(action)
+            self._restart_in_place(job, action)
         elif isinstance(action, NudgeSurvivors):
-            self._nudge(action)
+            self._nudge(job, action)
         elif isinstance(action, UpdateDiscovery):
             self._discovery(job, action)
         elif isinstance(action, EmitEvent):
@@ -214,8 +215,12 @@ class JobBackend:
 
     def _launch(self, job: TrainingJob, action: LaunchPod) -> None:
         self._ensure_service(job)
+        uid = job.metadata.uid or ""
         with self.shared.lock:
-            self.shared.tombstones.pop((self.namespace, action.pod), None)
+            tombs = self.shared.tombstones.get(uid, {})
+            tombs.pop(action.pod, None)
+            if not tombs:
+                self.shared.tombstones.pop(uid, None)
         body = manifests.pod(self.kind, job, action, self.shared.settings)
         try:
             created = self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body)
@@ -224,17 +229,31 @@ class JobBackend:
             if error.status != 409:
                 raise
             cached = self.shared.pods.get(self.namespace, action.pod)
-            if cached is not None and generation_of(cached) >= action.generation:
+            ours = partial(owned_by, uid=job.metadata.uid)
+            if cached is not None and ours(cached) and generation_of(cached) >= action.generation:
                 return  # launched before; the watch has it already
             existing = self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{action.pod}")
-            generation = int(existing["metadata"].get("labels", {}).get(manifests.LABEL_GENERATION, 0))
-            if generation >= action.generation:
+            if ours(existing) and generation_of(existing) >= action.generation:
                 return  # launched before (by us, before a crash, or by the other replica)
+            if not ours(existing) and not self._left_by_earlier_job(existing, job):
+                # Job ``train`` with a role ``big-worker`` and job ``train-big`` with a role ``worker`` both
+                # name a pod ``train-big-worker-0``: the other job's pod is never touched.
+                owner = owner_uid(existing) or "none"
+                message = f"pod {action.pod} exists and is another job's (owner uid {owner})"
+                raise ApiError(409, message) from None
             # The previous incarnation is still there although the controller saw it gone (it is on its way
-            # out): remove it now, and create this one as soon as it is gone (``observe`` retries).
+            # out), or a pod of an earlier job of this name (not yet collected): remove it now, and create this
+            # one as soon as it is gone (``observe`` retries).
             self._delete_pod(action.pod, existing["metadata"]["uid"], grace=0)
             with self.shared.lock:
-                self.shared.pending_launches[(self.namespace, action.pod)] = body
+                self.shared.pending_launches.setdefault(uid, {})[action.pod] = body
+
+    def _left_by_earlier_job(self, pod: Obj, job: TrainingJob) -> bool:
+        """A pod of an earlier job of this kind and name, deleted since (only one of them exists at a time):
+        garbage that the collector removes anyway, not another job's."""
+        labels = pod["metadata"].get("labels") or {}
+        same = (labels.get(manifests.LABEL_JOB), labels.get(manifests.LABEL_KIND))
+        return same == (job.name, self.kind.kind)
 
     def _ensure_service(self, job: TrainingJob) -> None:
         self._create_once(
@@ -287,77 +306,10 @@ class JobBackend:
             done.add(uid)
 
     def _ensure_pod_group(self, job: TrainingJob) -> None:
-        """The job's PodGroup, before any of its pods, when they name a gang scheduler; written again when
-        what it should say changed (a scale, an edit)."""
-        if not gang.scheduler_of(job, self.shared.settings.scheduler):
-            return
-        uid = job.metadata.uid or ""
-        body = manifests.pod_group(self.kind, job, self._priority_class(job))
-        with self.shared.lock:
-            if self.shared.pod_groups.get(uid) == body["spec"]:
-                return
-        path = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{self.namespace}/podgroups"
-        try:
-            self.kube.create(path, body)
-        except ApiError as error:
-            if error.status == 404:  # no PodGroup API: Volcano is not installed
-                self._no_gang(job)
-                return
-            if error.status != 409:
-                raise
-            existing = self.kube.get(f"{path}/{body['metadata']['name']}")
-            if {key: existing.get("spec", {}).get(key) for key in body["spec"]} != body["spec"]:
-                self.kube.patch(f"{path}/{body['metadata']['name']}", {"spec": body["spec"]})
-        with self.shared.lock:
-            self.shared.pod_groups[uid] = body["spec"]
+        gang.ensure_pod_group(self.shared, self.kind, self.namespace, job, partial(self._event, job))
 
-    def _no_gang(self, job: TrainingJob) -> None:
-        """The pods name a gang scheduler whose PodGroups the cluster does not serve: say so on the job (the
-        pods are created all the same, and wait for that scheduler)."""
-        message = (
-            f"the pods name the gang scheduler {gang.scheduler_of(job, self.shared.settings.scheduler)!r}, and "
-            f"the cluster serves no {gang.API_VERSION} PodGroups: install Volcano, or run the operator with "
-            "--scheduler-name default-scheduler"
-        )
-        key = f"{job.metadata.uid or job.name}/no-pod-groups"
-        self._event(
-            job, EmitEvent(key, EventType.WARNING, "GangSchedulerMissing", message, self.shared.clock())
-        )
-        with self.shared.lock:
-            self.shared.pod_groups[job.metadata.uid or ""] = manifests.pod_group(self.kind, job, None)["spec"]
-
-    def _priority_class(self, job: TrainingJob) -> str | None:
-        """The PriorityClass the job asks for, if the cluster has it; else a Warning on the job (once per job
-        and name) and none. Looked up again after ``PRIORITY_CLASS_TTL`` seconds, so that a PriorityClass
-        created (or deleted) later reaches the PodGroup."""
-        name = gang.wanted_priority_class(job)
-        if not name:
-            return None
-        with self.shared.lock:
-            known, at = self.shared.priority_classes.get(name, (None, 0.0))
-        if known is not None and time.monotonic() - at < PRIORITY_CLASS_TTL:
-            return name if known else None
-        try:
-            self.kube.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
-            known = True
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            known = False
-            message = (
-                f"the job asks for priority {name!r}, and the cluster has no PriorityClass of that name: its "
-                f"PodGroup has none (create one: kubectl create priorityclass {name} --value=N)"
-            )
-            key = f"{job.metadata.uid or job.name}/priority-class/{name}"
-            self._event(
-                job, EmitEvent(key, EventType.WARNING, "PriorityClassNotFound", message, self.shared.clock())
-            )
-        with self.shared.lock:
-            self.shared.priority_classes[name] = (known, time.monotonic())
-        return name if known else None
-
-    def _terminate(self, action: TerminatePod) -> None:
-        pod = self.shared.pods.get(self.namespace, action.pod)
+    def _terminate(self, job: TrainingJob, action: TerminatePod) -> None:
+        pod = self._own_pod(job, action.pod)
         if pod is None:
             return
         generation = int(pod["metadata"].get("labels", {}).get(manifests.LABEL_GENERATION, 0))
@@ -368,7 +320,15 @@ class JobBackend:
     def _delete_pod(self, name: str, uid: str, grace: int | None) -> None:
         delete_pod(self.kube, self.namespace, name, uid, grace)
 
-    def _restart_in_place(self, action: RestartInPlace) -> None:
+    def _own_pod(self, job: TrainingJob, name: str) -> Obj | None:
+        """The pod of this name as the watch has it, if it is this job's (by uid; a pod of the same name may
+        be another job's)."""
+        pod = self.shared.pods.get(self.namespace, name)
+        return pod if pod is not None and owned_by(pod, job.metadata.uid) else None
+
+    def _restart_in_place(self, job: TrainingJob, action: RestartInPlace) -> None:
+        if self._own_pod(job, action.pod) is None:
+            return  # gone, or another job's
         patch = {"metadata": {"annotations": {manifests.ANNOTATION_IN_PLACE: str(action.attempt)}}}
         try:
             self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{action.pod}", patch)
@@ -399,13 +359,15 @@ class JobBackend:
 
     # ---- nudges ------------------------------------------------------------------------------------
 
-    def _nudge(self, action: NudgeSurvivors) -> None:
+    def _nudge(self, job: TrainingJob, action: NudgeSurvivors) -> None:
         """Hand the failure to each survivor's agent: ``<token> <time>`` in the pod's nudge annotation, which
         kubelet projects into the file the agent polls (``--nudge-file``); the agent SIGKILLs its workers
         started before that time."""
         value = f"{action.token} {action.failed_at:.3f}"
         patch = {"metadata": {"annotations": {manifests.ANNOTATION_NUDGE: value}}}
         for name in action.pods:
+            if self._own_pod(job, name) is None:
+                continue  # gone meanwhile (nothing to nudge), or another job's
             try:
                 self.shared.pods.put(
                     self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", patch)

@@ -1,38 +1,49 @@
-"""What the operator creates for a job: its pods, a headless Service, a ConfigMap with the Horovod
-host-discovery script, and for a PyTorch job the rendezvous store (a pod and its ClusterIP Service). Every
-object carries the job's labels and an owner reference, so deleting the job deletes them (garbage
-collection), and so a restarted operator finds them again by label.
+"""The pod of each launch, as the operator creates it: the role's template with the launch spec the controller
+decided (``trainguard.controller.launchspec``: command, environment, rank, world, as for the local runtime),
+the agent delivered into it, and the volumes its agent and command read (nudges, the report token, memory
+snapshots, Horovod's host discovery, the ssh keys). Every object the operator creates carries the job's labels
+and an owner reference (``trainguard.backends.k8s.metadata``), so deleting the job deletes it (garbage
+collection), and a restarted operator finds it again by label.
 
-Each pod renders the launch spec the controller decided (``trainguard.controller.launchspec``: command,
-environment, rank, world, as for the local runtime). A PyTorch job's pods run torchrun's elastic agent in
-one c10d rendezvous at ``<job>-rdzv.<namespace>.svc:29400``: a Service in front of the pod ``<job>-rendezvous``, which serves only the store (``trainguard.rendezvous_store``).
-Every agent is a client of it (``is_host=false``), so losing any worker pod never loses the rendezvous.
+The job's other objects have modules of their own: its Services and the addresses they give (``services``),
+the rendezvous store's pod and Service (``rendezvous``), the barrier's ServiceAccount, Role and RoleBinding
+(``access``), the Horovod discovery ConfigMap (``discovery``), the ssh Secret (``ssh``), the PodGroup
+(``gang``).
+
+Read from here still: the labels every object carries (defined in ``metadata``), and what backend.py and
+operator.py call here that now lives in those modules (``service``, ``network``, ``access_objects``,
+``discovery_config_map``, ``horovod_host``, ``ssh_secret``, ``is_rendezvous``), until their call sites name the
+modules.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 from trainguard._version import __version__
 from trainguard.api import FrameworkType, TrainingJob
-from trainguard.backends.k8s import gang, ssh
+from trainguard.backends.k8s import discovery, gang, ssh
+from trainguard.backends.k8s.access import access_name, barrier_roles
+from trainguard.backends.k8s.access import access_objects as access_objects
+from trainguard.backends.k8s.access import needs_pod_access as needs_pod_access
+from trainguard.backends.k8s.discovery import discovery_config_map as discovery_config_map
+from trainguard.backends.k8s.discovery import horovod_host as horovod_host
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.controller import torchrun_command
+from trainguard.backends.k8s.metadata import LABEL_COMPONENT as LABEL_COMPONENT
+from trainguard.backends.k8s.metadata import LABEL_GENERATION as LABEL_GENERATION
+from trainguard.backends.k8s.metadata import LABEL_INDEX as LABEL_INDEX
+from trainguard.backends.k8s.metadata import LABEL_JOB as LABEL_JOB
+from trainguard.backends.k8s.metadata import LABEL_KIND as LABEL_KIND
+from trainguard.backends.k8s.metadata import LABEL_ROLE as LABEL_ROLE
+from trainguard.backends.k8s.metadata import Obj, object_meta
+from trainguard.backends.k8s.metadata import is_rendezvous as is_rendezvous
+from trainguard.backends.k8s.services import network as network
+from trainguard.backends.k8s.services import service as service
+from trainguard.backends.k8s.services import service_name
 from trainguard.controller.agent_options import agent_options
 from trainguard.controller.backend import LaunchPod
-from trainguard.controller.launchspec import DEFAULT_MASTER_PORT, Network
 
-Obj = dict[str, Any]
-
-LABEL_JOB = "trainguard.io/job"
-LABEL_ROLE = "trainguard.io/role"
-LABEL_INDEX = "trainguard.io/index"
-LABEL_GENERATION = "trainguard.io/generation"
-#: On pods: the kind of the job that owns them (so one watch serves every kind).
-LABEL_KIND = "trainguard.io/kind"
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
 #: The agent's summary of its pod (hangs, restarts in place, worker restarts), written by the operator's
 #: agent-report endpoint (``trainguard.backends.k8s.agentreports``).
@@ -49,8 +60,6 @@ REPORT_AUDIENCE = "trainguard"
 ANNOTATION_NUDGE = "trainguard.io/nudge"
 NUDGE_DIR = "/etc/trainguard/nudge"
 NUDGE_FILE = f"{NUDGE_DIR}/token"
-DISCOVERY_KEY = "discover_hosts.sh"
-DISCOVERY_DIR = "/etc/edl"
 #: Where the operator's image keeps what pods need (``deploy/Dockerfile``): ``bin/trainguard-entry`` and
 #: ``lib/`` (the agent's modules, standard library only).
 IMAGE_AGENT_ROOT = "/opt/trainguard"
@@ -66,13 +75,10 @@ PROBE_CONTAINER = "trainguard-probe"
 #: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the operator's own (the Helm chart's default).
 DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
 _INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
-#: On the rendezvous store's pod and Service (replica pods have none): what they are.
-LABEL_COMPONENT = "trainguard.io/component"
-RENDEZVOUS = "rendezvous"
-RENDEZVOUS_PORT = 29400
-RENDEZVOUS_MODULE = "trainguard.rendezvous_store"
-#: Services are DNS-1035 labels.
-_MAX_SERVICE_NAME = 63
+#: The job's ssh Secret (``ssh.secret``), by the name backend.py calls it.
+ssh_secret = ssh.secret
+#: Where the barrier learns how many pods each role has now (``trainguard.backends.k8s.barrier``).
+ENV_ROLE_SIZES = "TRAINGUARD_ROLE_SIZES"
 
 
 @dataclass(frozen=True)
@@ -86,77 +92,6 @@ class PodSettings:
     #: Where the agents POST what happens inside their pods (the operator's agent-report endpoint, reachable
     #: from the pods); None: they report nothing but their end.
     report_url: str | None = None
-
-
-def job_selector(job_name: str) -> str:
-    return f"{LABEL_JOB}={job_name}"
-
-
-def service_name(job: TrainingJob) -> str:
-    return job.name
-
-
-def discovery_name(job: TrainingJob) -> str:
-    return f"{job.name}-discovery"
-
-
-def rendezvous_service_name(job: TrainingJob) -> str:
-    """``<job>-rdzv``; a name past 63 characters is cut and made unique with a digest of the job's name."""
-    name = f"{job.name}-rdzv"
-    if len(name) <= _MAX_SERVICE_NAME:
-        return name
-    digest = hashlib.sha256(job.name.encode()).hexdigest()[:8]
-    return f"{job.name[: _MAX_SERVICE_NAME - len(digest) - 6]}-{digest}-rdzv"
-
-
-def rendezvous_pod_name(job: TrainingJob) -> str:
-    return f"{job.name}-{RENDEZVOUS}"
-
-
-def rendezvous_endpoint(job: TrainingJob) -> str:
-    """The store's address as the agents use it: the Service's DNS name, found through the pods' search path."""
-    return f"{rendezvous_service_name(job)}.{job.metadata.namespace}.svc:{RENDEZVOUS_PORT}"
-
-
-def hosts_rendezvous(job: TrainingJob) -> bool:
-    """Whether trainguard runs a rendezvous store for the job: torchrun's c10d rendezvous, with no
-    ``rdzvHost`` of the job's own, and some role whose pods join it."""
-    rdzv = torchrun_command.rendezvous(job, rendezvous_endpoint(job))
-    return rdzv is not None and rdzv.hosted and bool(torchrun_command.torchrun_roles(job))
-
-
-def is_rendezvous(pod: Obj) -> bool:
-    return (pod.get("metadata", {}).get("labels") or {}).get(LABEL_COMPONENT) == RENDEZVOUS
-
-
-def owner_reference(kind: JobKind, job: TrainingJob) -> Obj:
-    return {
-        "apiVersion": kind.api_version,
-        "kind": kind.kind,
-        "name": job.name,
-        "uid": job.metadata.uid or "",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _meta(kind: JobKind, job: TrainingJob, name: str, labels: dict[str, str]) -> Obj:
-    return {
-        "name": name,
-        "namespace": job.metadata.namespace,
-        "labels": {LABEL_JOB: job.name, LABEL_KIND: kind.kind, **labels},
-        "ownerReferences": [owner_reference(kind, job)],
-    }
-
-
-def network(job: TrainingJob) -> Network:
-    """Where the job's pods find each other: the rendezvous Service, and each pod's name behind the job's
-    headless Service."""
-    return Network(
-        rendezvous_endpoint=rendezvous_endpoint(job),
-        pod_address=f"{{pod}}.{service_name(job)}",
-        master_port=DEFAULT_MASTER_PORT,
-    )
 
 
 def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:
@@ -177,7 +112,7 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
         LABEL_INDEX: str(launch.index),
         LABEL_GENERATION: str(launch.generation),
     }
-    metadata = _meta(kind, job, launch.pod, labels)
+    metadata = object_meta(kind, job, launch.pod, labels)
     metadata["annotations"] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     if gang.scheduler_of(job, settings.scheduler):
         metadata["annotations"][gang.ANNOTATION_GROUP] = gang.group_name(job)
@@ -208,14 +143,14 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
         first["command"] = [ENTRY, "run", *agent_options(job, launch.role), *nudge, *report, "--", *argv]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
-        _deliver_agent(spec, first, settings, probe=True)
+        deliver_agent(spec, first, settings, probe=True)
         if nudge:
             _mount_nudge(spec, first)
         if report:
             _mount_report_token(spec, first)
         _mount_snapshots(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
-        _mount_discovery(job, spec, first)
+        discovery.mount(job, spec, first)
     if ssh.wants_ssh(job):
         ssh.mount(spec, first, job)
     if launch.avoid_nodes:
@@ -235,67 +170,7 @@ def _job_env_in_init_containers(spec: Obj, launch: LaunchPod) -> None:
         container["env"] = [*ours, *(container.get("env") or [])]
 
 
-#: What CCE's job barrier is told to wait for; a template whose init container has it runs a barrier.
-BARRIER_FLAG = "--barrier_roles"
-#: Where the barrier learns how many pods each role has now (``trainguard.backends.k8s.barrier``).
-ENV_ROLE_SIZES = "TRAINGUARD_ROLE_SIZES"
-
-
-def barrier_roles(job: TrainingJob) -> set[str]:
-    """The roles whose pods run a job barrier in an init container (CCE's launcher)."""
-    found = set()
-    for role, spec in job.spec.replica_specs.items():
-        for container in (spec.template.get("spec") or {}).get("initContainers") or []:
-            words = [
-                str(word) for word in [*(container.get("command") or []), *(container.get("args") or [])]
-            ]
-            if any(word == BARRIER_FLAG or word.startswith(BARRIER_FLAG + "=") for word in words):
-                found.add(role)
-    return found
-
-
-def needs_pod_access(job: TrainingJob) -> bool:
-    return bool(barrier_roles(job))
-
-
-def access_name(job: TrainingJob) -> str:
-    """The job's own ServiceAccount, Role and RoleBinding: read access to pods, for its barrier."""
-    return f"{job.name}-barrier"
-
-
-def access_objects(kind: JobKind, job: TrainingJob) -> list[Obj]:
-    """The ServiceAccount of the barrier's pods (those that name none of their own), the Role that lets it
-    list the namespace's pods (what the barrier reads, nothing else), and the RoleBinding that gives it to
-    every service account the barrier's pods run as. All owned by the job, so removed with it."""
-    name = access_name(job)
-    namespace = job.metadata.namespace
-    accounts = sorted(
-        {
-            (job.role(role).template.get("spec") or {}).get("serviceAccountName") or name
-            for role in barrier_roles(job)
-        }
-    )
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(kind, job, name, {})},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": _meta(kind, job, name, {}),
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": _meta(kind, job, name, {}),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": account, "namespace": namespace} for account in accounts
-            ],
-        },
-    ]
-
-
-def _deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool) -> None:
+def deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool) -> None:
     """An emptyDir at ``AGENT_ROOT`` for ``container``, filled by an init container from the operator's image
     before the pod's own init containers run; with ``probe``, a second one in the container's image records
     whether it has a python3 the agent can use."""
@@ -329,18 +204,6 @@ def _deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool
         ours.append(checker)
     spec["initContainers"] = [*ours, *(spec.get("initContainers") or [])]
     container["volumeMounts"] = [*(container.get("volumeMounts") or []), {**mount, "readOnly": True}]
-
-
-def _mount_discovery(job: TrainingJob, spec: Obj, container: Obj) -> None:
-    volume = "trainguard-discovery"
-    spec["volumes"] = [
-        *(spec.get("volumes") or []),
-        {"name": volume, "configMap": {"name": discovery_name(job), "defaultMode": 0o755}},
-    ]
-    container["volumeMounts"] = [
-        *(container.get("volumeMounts") or []),
-        {"name": volume, "mountPath": DISCOVERY_DIR, "readOnly": True},
-    ]
 
 
 def _mount_nudge(spec: Obj, container: Obj) -> None:
@@ -394,147 +257,3 @@ def _avoid(spec: Obj, nodes: tuple[str, ...]) -> None:
     for existing in terms:
         existing.setdefault("matchFields", []).extend(term["matchFields"])
     required["nodeSelectorTerms"] = terms
-
-
-def service(kind: JobKind, job: TrainingJob) -> Obj:
-    """Headless: every pod gets a DNS name ``<pod>.<job>.<namespace>.svc`` for rendezvous."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(kind, job, service_name(job), {}),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {LABEL_JOB: job.name},
-        },
-    }
-
-
-def ssh_secret(kind: JobKind, job: TrainingJob) -> Obj:
-    """The job's Secret for ``plugin.ssh``, with a fresh key pair (``trainguard.backends.k8s.ssh``)."""
-    private, public = ssh.key_pair(f"trainguard-{job.metadata.namespace}-{job.name}")
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": _meta(kind, job, ssh.secret_name(job), {}),
-        "data": ssh.secret_data(job, private, public),
-    }
-
-
-def pod_group(kind: JobKind, job: TrainingJob, priority_class: str | None) -> Obj:
-    """The job's PodGroup for its gang scheduler (``trainguard.backends.k8s.gang``)."""
-    return {
-        "apiVersion": gang.API_VERSION,
-        "kind": "PodGroup",
-        "metadata": _meta(kind, job, gang.group_name(job), {}),
-        "spec": gang.pod_group_spec(job, priority_class),
-    }
-
-
-def discovery_script(version: int, hosts: tuple[str, ...]) -> str:
-    lines = "\n".join(f"echo {host}" for host in hosts)
-    return f"#!/bin/sh\n# trainguard host discovery, version {version}\n{lines}\n"
-
-
-def horovod_host(job: TrainingJob, name: str, observed: Obj | None) -> str:
-    """How a Horovod launcher names the worker pod ``name`` (``observed``: that pod as last seen) in its host
-    list: by the pod's IP, which is new with every pod, so that Horovod takes a replaced pod for a new host.
-    By name it would not: horovodrun blacklists a host whose worker failed, for good unless it is given
-    ``--blacklist-cooldown-range`` (CCE's command is not), and a replaced pod keeps its name here (CCE's
-    operator names each pod anew). By its DNS name behind the job's Service where the IP is not known yet, or
-    is its node's (``hostNetwork``: pods on one node would be one host)."""
-    pod = observed or {}
-    ip = (pod.get("status") or {}).get("podIP")
-    if ip and not (pod.get("spec") or {}).get("hostNetwork"):
-        return str(ip)
-    return network(job).address(name)
-
-
-def discovery_config_map(kind: JobKind, job: TrainingJob, version: int, hosts: tuple[str, ...]) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            **_meta(kind, job, discovery_name(job), {}),
-            "annotations": {"trainguard.io/discovery-version": str(version)},
-        },
-        "data": {DISCOVERY_KEY: discovery_script(version, hosts)},
-    }
-
-
-def rendezvous_service(kind: JobKind, job: TrainingJob) -> Obj:
-    """A ClusterIP Service in front of the store's pod: a stable address that outlives every pod."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(kind, job, rendezvous_service_name(job), {LABEL_COMPONENT: RENDEZVOUS}),
-        "spec": {
-            "selector": {LABEL_JOB: job.name, LABEL_COMPONENT: RENDEZVOUS},
-            "ports": [
-                {
-                    "name": RENDEZVOUS,
-                    "port": RENDEZVOUS_PORT,
-                    "targetPort": RENDEZVOUS_PORT,
-                    "protocol": "TCP",
-                }
-            ],
-        },
-    }
-
-
-#: What the store's pod takes from the first torchrun role's pod template: where it may run and pull from.
-_PLACEMENT_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName")
-
-
-def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Obj:
-    """The pod that serves the job's rendezvous store: the first torchrun role's image (it has torch, as the
-    agent needs), no GPUs, kept away from the job's replicas where the cluster allows (losing a worker's node
-    should not lose the store too). Its labels make it no replica: the controller never sees it."""
-    role = torchrun_command.torchrun_roles(job)[0]
-    template_spec: Obj = job.role(role).template.get("spec") or {}
-    source: Obj = (template_spec.get("containers") or [{}])[0]
-    container: Obj = {
-        "name": "store",
-        "image": source.get("image", ""),
-        "command": [ENTRY, "python", "-m", RENDEZVOUS_MODULE, "--port", str(RENDEZVOUS_PORT)],
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "ports": [{"name": RENDEZVOUS, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"tcpSocket": {"port": RENDEZVOUS_PORT}, "periodSeconds": 2},
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-    }
-    if "imagePullPolicy" in source:
-        container["imagePullPolicy"] = source["imagePullPolicy"]
-    replicas = {
-        "labelSelector": {
-            "matchExpressions": [
-                {"key": LABEL_JOB, "operator": "In", "values": [job.name]},
-                {"key": LABEL_INDEX, "operator": "Exists"},
-            ]
-        },
-        "topologyKey": "kubernetes.io/hostname",
-    }
-    spec: Obj = {
-        **{key: copy.deepcopy(template_spec[key]) for key in _PLACEMENT_FIELDS if key in template_spec},
-        # A crashed store restarts in place; a lost pod is created again by the operator.
-        "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 5,
-        "containers": [container],
-        "affinity": {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "podAffinityTerm": replicas}
-                ]
-            }
-        },
-    }
-    _deliver_agent(spec, container, settings, probe=False)
-    if settings.scheduler:
-        spec["schedulerName"] = settings.scheduler
-    labels = {LABEL_ROLE: RENDEZVOUS, LABEL_COMPONENT: RENDEZVOUS}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": _meta(kind, job, rendezvous_pod_name(job), labels),
-        "spec": spec,
-    }

@@ -135,14 +135,6 @@ class Operator:
         resync.start()
         self._threads.append(resync)
 
-    def run_forever(self) -> None:
-        self.start()
-        try:
-            while not self._stop.wait(1.0):
-                pass
-        finally:
-            self.stop()
-
     def stop(self) -> None:
         self._stop.set()
         self.queue.close()

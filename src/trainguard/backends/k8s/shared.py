@@ -36,12 +36,15 @@ class Shared:
     #: This replica's name in the leader-election Lease, recorded on its Events (``reportingInstance``).
     identity: str = ""
     #: Pods that vanished after a disruption was seen on them, so that the fault keeps its cause
-    #: (evicted, preempted) instead of reading as a forced deletion: pod name -> last view.
-    tombstones: dict[tuple[str, str], ObservedPod] = field(default_factory=dict)
+    #: (evicted, preempted) instead of reading as a forced deletion: the owning job's uid -> pod name -> last
+    #: view. By uid, never by name: job ``train`` must not see the pods of ``train-big`` (or of an earlier
+    #: ``train``).
+    tombstones: dict[str, dict[str, ObservedPod]] = field(default_factory=dict)
     #: (namespace, job) -> action errors the controller should see.
     errors: dict[tuple[str, str], list[ActionError]] = field(default_factory=dict)
-    #: Launches waiting for the previous incarnation of their pod to be gone: (namespace, pod) -> body.
-    pending_launches: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    #: Launches waiting for the previous incarnation of their pod to be gone: the launching job's uid -> pod
+    #: name -> body (retried by that job's reconciles only).
+    pending_launches: dict[str, dict[str, Obj]] = field(default_factory=dict)
     #: Jobs whose Service exists (by uid).
     services: set[str] = field(default_factory=set)
     #: Jobs whose rendezvous Service exists (by uid).
@@ -92,13 +95,14 @@ class Shared:
             return self._ready.get(name)
 
     def remember_disruption(self, pod: Obj) -> None:
-        if not is_ours(pod):
+        """A replica deleted after a disruption: its last view, kept for the job that owns it (by uid)."""
+        uid = owner_uid(pod)
+        if not is_ours(pod) or uid is None:
             return
         seen = observed_pod(pod)
         if seen.reason in ("Evicted", "Preempted", "DisruptionTarget"):
-            key = (pod["metadata"]["namespace"], seen.name)
             with self.lock:
-                self.tombstones[key] = ObservedPod(
+                self.tombstones.setdefault(uid, {})[seen.name] = ObservedPod(
                     name=seen.name,
                     role=seen.role,
                     index=seen.index,
@@ -111,6 +115,13 @@ class Shared:
 
 def generation_of(pod: Obj) -> int:
     return int((pod["metadata"].get("labels") or {}).get(manifests.LABEL_GENERATION, 0))
+
+
+def owner_uid(pod: Obj) -> str | None:
+    """The uid of the job that made this pod (its controller owner reference; see ``metadata.owner_reference``),
+    None when nothing controls it."""
+    owners = pod["metadata"].get("ownerReferences") or []
+    return next((str(o["uid"]) for o in owners if o.get("controller") and o.get("uid")), None)
 
 
 def owned_by(pod: Obj, uid: str | None) -> bool:

@@ -16,6 +16,8 @@ import base64
 from typing import Any
 
 from trainguard.api import TrainingJob
+from trainguard.backends.k8s.kinds import JobKind
+from trainguard.backends.k8s.metadata import object_meta
 
 Obj = dict[str, Any]
 
@@ -93,3 +95,15 @@ def mount(spec: Obj, container: Obj, job: TrainingJob) -> None:
         *(container.get("volumeMounts") or []),
         {"name": VOLUME, "mountPath": MOUNT, "readOnly": True},
     ]
+
+
+def secret(kind: JobKind, job: TrainingJob) -> Obj:
+    """The job's Secret, with a fresh key pair."""
+    private, public = key_pair(f"trainguard-{job.metadata.namespace}-{job.name}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": object_meta(kind, job, secret_name(job), {}),
+        "data": secret_data(job, private, public),
+    }

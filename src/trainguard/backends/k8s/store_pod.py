@@ -1,5 +1,5 @@
 """The rendezvous store of a PyTorch job on Kubernetes: its pod and its Service, kept while the job's pods may
-run (``manifests.rendezvous_pod`` says what they are). Its loss is no fault of the job: the pod is created
+run (``rendezvous.rendezvous_pod`` says what they are). Its loss is no fault of the job: the pod is created
 again, on another node when its node is lost."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import logging
 from typing import Any
 
 from trainguard.api import TrainingJob
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import rendezvous
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.kinds import JobKind
+from trainguard.backends.k8s.metadata import LABEL_JOB
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.shared import ENDED, Shared, delete_pod, owned_by
 
@@ -38,16 +39,16 @@ class StorePod:
         """Level-triggered: the job's store pod exists while any of its replica pods may still run (pending,
         running, terminating; ``launching``: some are about to be created) and is removed once none does; one
         that failed, was deleted, or sits on a node that is not Ready is created again. The pod is no replica: its loss is no fault of the job."""
-        if not manifests.hosts_rendezvous(job):
+        if not rendezvous.hosts_rendezvous(job):
             return
         uid = job.metadata.uid
-        name = manifests.rendezvous_pod_name(job)
+        name = rendezvous.rendezvous_pod_name(job)
         store = self.shared.pods.get(self.namespace, name)
         if store is not None and not owned_by(store, uid):
             return  # an earlier job's of the same name, on its way out (garbage collection)
         live = [
             p
-            for p in self.shared.pods.select(self.namespace, {manifests.LABEL_JOB: job.name})
+            for p in self.shared.pods.select(self.namespace, {LABEL_JOB: job.name})
             if is_ours(p) and owned_by(p, uid) and (p.get("status") or {}).get("phase") not in ENDED
         ]
         if not live and not launching:
@@ -68,7 +69,7 @@ class StorePod:
             self.shared.pods.put(
                 self.kube.create(
                     f"/api/v1/namespaces/{self.namespace}/pods",
-                    manifests.rendezvous_pod(self.kind, job, self.shared.settings),
+                    rendezvous.rendezvous_pod(self.kind, job, self.shared.settings),
                 )
             )
         except ApiError as error:
@@ -80,7 +81,7 @@ class StorePod:
         uid = job.metadata.uid or ""
         if uid in self.shared.rendezvous_services and not again:
             return
-        body = manifests.rendezvous_service(self.kind, job)
+        body = rendezvous.rendezvous_service(self.kind, job)
         path = f"/api/v1/namespaces/{self.namespace}/services"
         try:
             self.kube.create(path, body)

@@ -20,7 +20,9 @@ from trainguard.api.load import load_object
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import JobKind
+from trainguard.backends.k8s.metadata import LABEL_JOB
 from trainguard.backends.k8s.observe import parse_time
+from trainguard.backends.k8s.shared import owned_by
 from trainguard.policy.elastic import scale_refusal
 from trainguard.ui.pages import PageError
 
@@ -62,17 +64,20 @@ class KubeSource:
         return job, self._view(obj)
 
     def events(self, key: str) -> list[dict[str, Any]]:
-        namespace, name = _split(key)
+        namespace, _ = _split(key)
         with self._lock:
             cached = self._events.get(key)
             if cached is not None and time.monotonic() - cached[0] < EVENTS_TTL_S:
                 return cached[1]
+        kind, obj = self._find(key)
+        pods = self._pod_names(obj)
         try:
             items = self.kube.list(f"/api/v1/namespaces/{namespace}/events", limit=1000).get("items", [])
         except ApiError as error:
             raise PageError(f"cannot read the events of {key}: {error}", 502) from None
         events = sorted(
-            (_event(e) for e in items if _about(e, name)), key=lambda e: (e["time"] or 0.0, e["reason"])
+            (_event(e) for e in items if _about(e, kind, obj, pods)),
+            key=lambda e: (e["time"] or 0.0, e["reason"]),
         )
         with self._lock:
             self._events[key] = (time.monotonic(), events)
@@ -85,6 +90,8 @@ class KubeSource:
         if pod not in names:
             raise PageError(f"job {key} has no pod {pod!r} (pods: {', '.join(names) or 'none'})", 404)
         live = self.pods.get(namespace, pod)
+        if live is not None and not owned_by(live, view["metadata"].get("uid")):
+            return []  # another job's pod of that name (this job's is not there now)
         container = ((live or {}).get("spec", {}).get("containers") or [{}])[0].get("name")
         query: dict[str, Any] = {"tailLines": lines, **({"container": container} if container else {})}
         try:
@@ -134,13 +141,28 @@ class KubeSource:
     def _view(self, obj: Obj) -> dict[str, Any]:
         """The resource, its pods' last exit filled in from the pods themselves (the status does not keep it)."""
         status = dict(obj.get("status") or {})
-        namespace = obj["metadata"]["namespace"]
         pods = []
         for pod in status.get("pods") or []:
-            live = self.pods.get(namespace, pod["name"])
+            live = self._own_pod(obj, pod["name"])
             pods.append({**pod, **_last_exit(live)} if live is not None else pod)
         status["pods"] = pods
         return {**obj, "status": status}
+
+    def _own_pod(self, obj: Obj, name: str) -> Obj | None:
+        """The job's pod of this name, if it has one now (by uid: a pod of that name may be another job's)."""
+        meta = obj["metadata"]
+        live = self.pods.get(meta["namespace"], name)
+        return live if live is not None and owned_by(live, meta.get("uid")) else None
+
+    def _pod_names(self, obj: Obj) -> set[str]:
+        """The names of the job's pods: those its status lists, and those it owns now (its rendezvous store's
+        among them)."""
+        meta = obj["metadata"]
+        names = {str(pod.get("name")) for pod in (obj.get("status") or {}).get("pods") or []}
+        for pod in self.pods.select(meta["namespace"], {LABEL_JOB: meta["name"]}):
+            if owned_by(pod, meta.get("uid")):
+                names.add(pod["metadata"]["name"])
+        return names
 
 
 def _model(obj: Obj, kind: JobKind) -> TrainingJob | None:
@@ -164,9 +186,17 @@ def _split(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-def _about(event: Obj, job: str) -> bool:
-    name = str((event.get("involvedObject") or {}).get("name", ""))
-    return name == job or name.startswith(f"{job}-")
+def _about(event: Obj, kind: JobKind, job: Obj, pods: set[str]) -> bool:
+    """Whether an event is the job's: about the job itself (by uid, where the event has it: not an earlier job
+    of its name), about one of its pods (by name: ``pods``), or about an object named after it (its Service,
+    its PodGroup). Never by a prefix of the name: the pods of ``train-big`` are not ``train``'s."""
+    involved = event.get("involvedObject") or {}
+    name = involved.get("name")
+    if involved.get("kind") == "Pod":
+        return name in pods
+    if involved.get("kind") == kind.kind and involved.get("uid"):
+        return bool(involved["uid"] == job["metadata"].get("uid"))
+    return bool(name == job["metadata"]["name"])
 
 
 def _event(event: Obj) -> dict[str, Any]:

@@ -159,7 +159,7 @@ class LocalBackend:
         elif isinstance(action, TerminatePod):
             self.runtime.terminate(job, action.pod, action.generation, action.force)
         elif isinstance(action, RestartInPlace):
-            self.runtime.acknowledge_in_place(action.pod, action.generation, action.attempt)
+            self.runtime.acknowledge_in_place(record.name, action.pod, action.generation, action.attempt)
         elif isinstance(action, NudgeSurvivors):
             self._nudge(record, action)
         elif isinstance(action, UpdateDiscovery):

@@ -47,7 +47,3 @@ def _name_order(name: str) -> tuple[int, str]:
     """node-2 before node-10."""
     stem, _, number = name.rpartition("-")
     return (int(number), stem) if number.isdigit() else (1 << 30, name)
-
-
-def node_names(count: int) -> list[str]:
-    return [f"node-{index}" for index in range(count)]

@@ -79,8 +79,13 @@ class Runtime:
         spec: LaunchSpec,
         avoid: Iterable[str] = (),
     ) -> None:
-        """Start incarnation ``generation`` of ``pod`` (or queue it until a node has room). Idempotent."""
+        """Start incarnation ``generation`` of ``pod`` (or queue it until a node has room). Idempotent.
+        Raises ``ValueError`` when a pod of that name is another job's (it is left alone)."""
         row = self.store.get_pod(pod)
+        if row is not None and row.job != record.name:
+            # Job ``train`` with a role ``big-worker`` and job ``train-big`` with a role ``worker`` both name a
+            # pod ``train-big-worker-0``: a pod name is one job's at a time.
+            raise ValueError(f"pod {pod} exists and is job {row.job}'s; a pod name is one job's")
         if row is not None and row.launch >= generation:
             return  # this launch (or a later one) happened already
         if row is not None and row.alive:
@@ -260,7 +265,7 @@ class Runtime:
 
     def terminate(self, job: TrainingJob, pod: str, generation: int, force: bool) -> None:
         """Stop incarnation ``generation`` of ``pod``: SIGTERM, then SIGKILL after the grace period."""
-        row = self.store.get_pod(pod)
+        row = self._own_row(job.name, pod)
         if row is None or row.launch != generation or row.state is PodState.DELETED:
             return
         if not row.alive or row.pid is None:
@@ -284,11 +289,17 @@ class Runtime:
         )
         self._event(row, "Normal", "Killing", f"stopping {row.name}")
 
-    def acknowledge_in_place(self, pod: str, generation: int, attempt: int) -> None:
+    def acknowledge_in_place(self, job: str, pod: str, generation: int, attempt: int) -> None:
         """The controller decided restart in place number ``attempt``; the agent does (or did) it itself."""
-        row = self.store.get_pod(pod)
+        row = self._own_row(job, pod)
         if row is not None and row.launch == generation and row.in_place_acked < attempt:
             self.store.update_pod(replace(row, in_place_acked=attempt))
+
+    def _own_row(self, job: str, pod: str) -> PodRecord | None:
+        """The row of ``pod`` if it is ``job``'s: a pod of that name may be another job's, which this job's
+        actions never touch (rows belong to a job by its row in ``jobs``, never by a name prefix)."""
+        row = self.store.get_pod(pod)
+        return row if row is not None and row.job == job else None
 
     def kill_now(self, row: PodRecord) -> None:
         """SIGKILL the pod's tree and wait (bounded) until its agent is gone; then SIGKILL any process left
@@ -357,10 +368,6 @@ class Runtime:
     def _event(self, row: PodRecord, type_: str, reason: str, message: str) -> None:
         self.store.append_event(EventRecord(row.job, self.clock(), type_, reason, row.name, message))
 
-    def forget_children(self) -> None:
-        self._reap()
-        self._children = {pid: p for pid, p in self._children.items() if p.returncode is None}
-
 
 def _exit_of(report: Report, returncode: int | None) -> tuple[int | None, int | None, str | None]:
     """(exit code, signal, reason): the agent's report when it wrote one, else the wait status."""
@@ -392,7 +399,3 @@ def find_by_marker(marker: str) -> psutil.Process | None:
         except psutil.Error:
             continue
     return next(iter(processes.leaders(matches)), None)
-
-
-def log_path(home: Home, job: str, pod: str) -> Path:
-    return home.pod_log(job, pod)

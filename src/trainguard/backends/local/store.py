@@ -410,14 +410,6 @@ class Store:
             cursor = db.execute("INSERT OR IGNORE INTO applied VALUES (?, ?, ?)", (key, job, at))
             return cursor.rowcount == 1
 
-    def release_key(self, key: str) -> None:
-        """Forget a key whose action failed before it took effect, so that it is tried again."""
-        with self.transaction() as db:
-            db.execute("DELETE FROM applied WHERE key = ?", (key,))
-
-    def has_key(self, key: str) -> bool:
-        return bool(self._query("SELECT 1 FROM applied WHERE key = ?", (key,)))
-
     # --- helpers ----------------------------------------------------------------------------------------
 
     def _cas(self, sql: str, params: tuple[Any, ...], expected: int) -> int:

@@ -33,17 +33,6 @@ class Cause(str, Enum):
     JOB_FAILED = "job_failed"
 
 
-#: Causes of time lost while the job does not train (the others come from the training segments).
-DOWN_CAUSES = (
-    Cause.DETECTION,
-    Cause.RESTART,
-    Cause.WAITING_FOR_CAPACITY,
-    Cause.CHECKPOINTING,
-    Cause.STARTUP,
-    Cause.JOB_FAILED,
-)
-
-
 @dataclass(frozen=True)
 class Segment:
     start: float

@@ -1,4 +1,9 @@
-"""kwok nodes for the operator's tests: each takes ``pods`` pods and has the GPU resources of CCE's example."""
+"""kwok nodes and kwok's chaos patches, for what runs on the kwok test cluster (``scripts/k8s-testcluster``): the
+operator's tests (``tests/k8s``) and the benchmarks ``k8s_scale.py`` and ``k8s_peers.py``. Each node takes
+``pods`` pods and has the GPU resources of CCE's example.
+
+The benchmarks import it as ``_kwok`` (their own directory is on the path), the tests as ``benchmarks._kwok``.
+"""
 
 from __future__ import annotations
 
