@@ -115,18 +115,19 @@ class GpuSnapshots:
         """Whether ``step`` is snapshotted: every step for a CPU state (unless ``every`` says otherwise); for a
         GPU state every ``k`` steps, ``k`` chosen once from the first snapshot's copy time and the step time
         (``_devicecopy.DeviceCopy.interval``), the same on every rank."""
-        now = time.perf_counter()
-        if self._last_call is not None:
-            self._step_seconds.append(now - self._last_call)
-        self._last_call = now
         if self._every is not None:
             return step % self._every == 0
         if self._first_step is None:
             self._first_step = step
+            self._last_call = time.perf_counter()
             return True
         if not self._on_device:
             return True
-        if self._interval is None:
+        if self._interval is None:  # the steps are timed only until the interval is chosen
+            now = time.perf_counter()
+            if self._last_call is not None:
+                self._step_seconds.append(now - self._last_call)
+            self._last_call = now
             if step < self._first_step + DECIDE_AFTER:
                 return False
             self._interval = self._decide_interval()

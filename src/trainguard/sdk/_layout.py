@@ -194,14 +194,6 @@ def structure(skeleton: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     return found
 
 
-def signature(skeleton: Any) -> str:
-    """A digest of ``structure(skeleton)``: equal for two states with the same tensors in the same places."""
-    import hashlib
-
-    entries = sorted(structure(skeleton).items())
-    return hashlib.sha256(repr(entries).encode()).hexdigest()[:32]
-
-
 def fits(skeleton: Any, like: Any) -> str:
     """Why a snapshot of ``skeleton`` cannot be loaded into a state shaped like ``like`` (a skeleton too), or
     "" when it can: every tensor of ``like`` is in the snapshot at the same place, dtype and shape. A

@@ -35,43 +35,28 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-# The layout of a state in a slot's data (``_layout``), used by every reader and writer of slots.
 from trainguard.sdk._layout import (
-    ALIGN as ALIGN,
+    ALIGN,
+    CHUNK_BYTES,
+    Layout,
+    address_of,
+    aligned,
+    copy_into,
+    fits,
+    layout,
+    rebuild,
+    split,
+    structure,
 )
-from trainguard.sdk._layout import (
-    CHUNK_BYTES as CHUNK_BYTES,
-)
-from trainguard.sdk._layout import (
-    Layout as Layout,
-)
-from trainguard.sdk._layout import (
-    address_of as address_of,
-)
-from trainguard.sdk._layout import (
-    aligned as aligned,
-)
-from trainguard.sdk._layout import (
-    copy_into as copy_into,
-)
-from trainguard.sdk._layout import (
-    fits as fits,
-)
-from trainguard.sdk._layout import (
-    layout as layout,
-)
-from trainguard.sdk._layout import (
-    rebuild as rebuild,
-)
-from trainguard.sdk._layout import (
-    signature as signature,
-)
-from trainguard.sdk._layout import (
-    split as split,
-)
-from trainguard.sdk._layout import (
-    structure as structure,
-)
+
+# The slots, and the layout of a state in a slot's data (``_layout``: ``ALIGN`` ... ``structure``), re-exported
+# for every reader and writer of slots.
+__all__ = [
+    "ALIGN", "CHUNK_BYTES", "FORMAT", "MAX_SLOTS", "STALE_SECONDS", "STALE_STEPS", "Layout", "NoRoom", "Pending",
+    "Replaced", "Slot", "SlotWriter", "SnapshotFormatError", "address_of", "aligned", "bytes_free", "bytes_of",
+    "committed", "copy_into", "fits", "layout", "load_meta", "meta_body", "prune_stale", "read_data",
+    "read_exactly", "read_into_private", "rebuild", "reserve", "slot_at", "split", "structure", "tree_size"
+]  # fmt: skip
 
 FORMAT = "trainguard.snapshot/1"
 MAX_SLOTS = 4

@@ -281,10 +281,11 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         return MEMORY
 
     def _meta(self, step: int, skeleton: Any) -> dict[str, Any]:
-        """What a slot's meta says of its snapshot: the step, who wrote it, of which run, the state's structure
-        (``signature``: its tensors' places, dtypes and shapes) and its skeleton."""
+        """What a slot's meta says of its snapshot: the step, who wrote it, of which run, and its skeleton, which
+        is the state's structure too (each tensor's place, dtype and shape: what ``restore(like=...)`` compares,
+        ``_shm.fits``)."""
         return {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
-                "run": self.run, "signature": _shm.signature(skeleton), "skeleton": skeleton,
+                "run": self.run, "skeleton": skeleton,
                 "time": time.time()}  # fmt: skip
 
     def _complete(self, pending: _shm.Pending, copies: list[Any], body: bytes, step: int) -> None:
