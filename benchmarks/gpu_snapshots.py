@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -37,6 +38,8 @@ from _results import keep, machine
 
 from trainguard import Checkpointer, Snapshots
 
+#: The shortest window of steps timed, in seconds.
+WINDOW_SECONDS = 1.0
 SIZES = {"100M": 100_000_000, "1B": 1_000_000_000}
 QUICK_SIZES = {"4M": 4_000_000, "16M": 16_000_000}
 
@@ -174,7 +177,10 @@ def measure(
         snapshots.save(trainer.state(), step)
         step += 1
     snapshots.wait()
-    steps = max(20, 4 * every)
+    # Windows of at least a second (a 6 ms step's 36-step window was within its noise) and four snapshots.
+    probe = window(trainer, 10, step, None)
+    step += 10
+    steps = max(20, 4 * every, math.ceil(WINDOW_SECONDS / probe / every) * every)
     plain, snapped = [], []
     for _ in range(rounds):  # in turn, so that a change in the machine's pace falls on both
         plain.append(window(trainer, steps, step, None))
