@@ -12,15 +12,19 @@ It keeps a log of every action it accepted, so a test can prove that nothing was
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 
 from trainguard.api import TrainingJob
+from trainguard.controller.apply import apply_actions, in_order
 from trainguard.controller.backend import (
     Action,
     ActionError,
     AgentReport,
+    Applied,
     EmitEvent,
     LaunchPod,
+    NotYet,
     NudgeSurvivors,
     Observed,
     ObservedNode,
@@ -28,6 +32,7 @@ from trainguard.controller.backend import (
     ObservedPod,
     RestartInPlace,
     ScaleRequest,
+    StatusConflict,
     TerminatePod,
     UpdateDiscovery,
     WorkerRestart,
@@ -59,6 +64,7 @@ class FakePod:
     signal: int | None = None
     reason: str | None = None
     terminating: bool = False
+    overdue: bool = False
     agent: AgentReport | None = None
     agent_missing: str | None = None
 
@@ -87,6 +93,10 @@ class FakeCluster:
     stalled: set[str] = field(default_factory=set)
     #: Pod names whose next launch the cluster refuses.
     refused: set[str] = field(default_factory=set)
+    #: Pod names whose next launch has to wait (``NotYet``: an earlier pod of the name is still there).
+    waiting: set[str] = field(default_factory=set)
+    #: Pod names whose graceful removal never finishes (they stay terminating until removed by force).
+    sticky: set[str] = field(default_factory=set)
     _terminations: list[TerminatePod] = field(default_factory=list)
     _in_place: list[RestartInPlace] = field(default_factory=list)
 
@@ -119,6 +129,7 @@ class FakeCluster:
                 reason=pod.reason,
                 started_at=pod.started_at,
                 terminating=pod.terminating,
+                overdue=pod.overdue,
                 agent=pod.agent,
                 agent_missing=pod.agent_missing,
             )
@@ -130,42 +141,40 @@ class FakeCluster:
         )
         return Observed(pods, nodes, tuple(self.scale_requests), tuple(self.errors), self.network)
 
-    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
+        fresh = []
         for action in actions:
             if action.key in self.accepted:
                 continue
             self.accepted[action.key] = action
             self.log.append(action)
-            self._accept(action)
-
-    def _accept(self, action: Action) -> None:
-        if isinstance(action, LaunchPod):
-            self._launch(action)
-        elif isinstance(action, TerminatePod):
-            self._terminations.append(action)
-        elif isinstance(action, RestartInPlace):
-            self._in_place.append(action)
-        elif isinstance(action, UpdateDiscovery):
-            if action.version > self.discovery_version:
-                self.discovery, self.discovery_version = action.hosts, action.version
-        elif isinstance(action, WriteStatus):
-            self.stored = action.status
-        elif isinstance(action, NudgeSurvivors):
-            self.nudges.append(action)  # no processes to restart: what was asked is kept
-        elif isinstance(action, EmitEvent):
-            pass  # kept in the log
+            fresh.append(action)
+        return apply_actions(_Verbs(self), fresh)
 
     def _launch(self, action: LaunchPod) -> None:
         if action.pod in self.refused:
             self.refused.discard(action.pod)
-            self.errors.append(ActionError(action.key, "the cluster refused the pod", self.now))
-            return
+            raise Refused("the cluster refused the pod")
+        if action.pod in self.waiting:
+            self.waiting.discard(action.pod)
+            raise NotYet(f"pod {action.pod}: an earlier pod of this name is still there")
         if action.pod in self.pods:
-            self.errors.append(ActionError(action.key, f"pod {action.pod} already exists", self.now))
-            return
+            raise Refused(f"pod {action.pod} already exists")
         self.pods[action.pod] = FakePod(
             action.pod, action.role, action.index, action.generation, action.avoid_nodes
         )
+
+    def _terminate(self, action: TerminatePod) -> None:
+        pod = self.pods.get(action.pod)
+        if pod is not None and pod.name in self.sticky and not action.force:
+            pod.terminating = True  # never finishes by itself
+            return
+        self._terminations.append(action)
+
+    def _write(self, action: WriteStatus) -> None:
+        if self.stored is not None and self.stored.revision >= action.status.revision:
+            raise StatusConflict(f"stored revision {self.stored.revision} is not older")
+        self.stored = action.status
 
     # ---- time -------------------------------------------------------------------------------------
 
@@ -280,3 +289,51 @@ class FakeCluster:
 
     def names(self) -> Iterable[str]:
         return sorted(self.pods)
+
+
+class Refused(Exception):
+    """The fake cluster cannot carry the action out."""
+
+
+class _Verbs:
+    """The fake cluster's hands (``trainguard.controller.apply``)."""
+
+    failures: tuple[type[Exception], ...] = (Refused,)
+    side_by_side = staticmethod(in_order)
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    def now(self) -> float:
+        return self.cluster.now
+
+    def keep_error(self, error: ActionError) -> None:
+        self.cluster.errors.append(error)
+
+    def batch(self, actions: Sequence[Action]) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def before_launches(self) -> None:
+        pass
+
+    def launch(self, action: LaunchPod) -> None:
+        self.cluster._launch(action)
+
+    def terminate(self, action: TerminatePod) -> None:
+        self.cluster._terminate(action)
+
+    def restart_in_place(self, action: RestartInPlace) -> None:
+        self.cluster._in_place.append(action)
+
+    def nudge(self, action: NudgeSurvivors) -> None:
+        self.cluster.nudges.append(action)  # no processes to restart: what was asked is kept
+
+    def update_discovery(self, action: UpdateDiscovery) -> None:
+        if action.version > self.cluster.discovery_version:
+            self.cluster.discovery, self.cluster.discovery_version = action.hosts, action.version
+
+    def emit_event(self, action: EmitEvent) -> None:
+        pass  # kept in the log
+
+    def write_status(self, action: WriteStatus) -> None:
+        self.cluster._write(action)

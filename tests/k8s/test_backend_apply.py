@@ -2,7 +2,7 @@
 
 The status writes stay where the controller put them (decisions before the actions, issued keys after);
 between them, the pods are created side by side, not one round trip after another; a conflict on the
-decisions' write stops the batch before anything is created."""
+decisions' write stops the batch before anything is created (the one applier's rule)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.shared import Shared
-from trainguard.backends.k8s.status import StatusConflict
 from trainguard.controller import reconcile
 from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus
@@ -99,9 +98,13 @@ def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
     obj, job = _cce_job()
     actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
     kube = FakeKube(together=4, conflict=True)
-    with pytest.raises(StatusConflict):
-        _backend(kube, obj).apply(job, actions)
+    backend = _backend(kube, obj)
+    assert backend.apply(job, actions).conflict
     assert kube.calls == [("PUT", "status")]
+    # Recorded under the write's key, for the next reconcile to see.
+    (error,) = backend.observe(job).errors
+    assert (error.key, error.transient) == (actions[0].key, False)
+    assert error.message.startswith("status conflict")
 
 
 class PriorityClasses(FakeKube):

@@ -212,23 +212,22 @@ def test_a_vanished_pod_is_remembered_for_the_job_that_owns_it_only() -> None:
     assert n.backend(n.train_obj).observe(n.train).pods == ()  # still: train-big's, until train-big moves on
 
 
-def test_a_launch_waiting_for_its_old_pod_is_made_by_its_own_job_only() -> None:
+def test_a_launch_waiting_for_its_old_pod_waits_for_its_own_job_only() -> None:
     n = Neighbours()
     # The watch said train-big's pod was gone, but the API server still has it (on its way out): the launch of
-    # its next incarnation removes it and waits.
+    # its next incarnation removes it, and is recorded as one that has to wait (transient), for train-big's
+    # controller to issue again; observing makes nothing, for either job.
     n.big_pod(watched=False)
-    n.backend(n.big_obj).apply(n.big, [_launch(n.big, 2)])
+    launch = _launch(n.big, 2)
+    n.backend(n.big_obj).apply(n.big, [launch])
     assert n.kube.writes == [("create", "train-big-worker-0"), ("delete", "train-big-worker-0")]
     del n.kube.pods["train-big-worker-0"]  # gone now
     n.kube.writes.clear()
 
-    n.backend(n.train_obj).observe(n.train)  # train's reconcile: not its launch to make
-    assert n.kube.writes == []
-
-    n.backend(n.big_obj).observe(n.big)  # train-big's own: made now
-    assert n.kube.writes == [("create", "train-big-worker-0")]
-    assert n.kube.pods["train-big-worker-0"]["metadata"]["labels"][manifests.LABEL_GENERATION] == "2"
-    assert n.shared.pending_launches == {}
+    assert n.backend(n.train_obj).observe(n.train).errors == ()  # not train's
+    (error,) = n.backend(n.big_obj).observe(n.big).errors
+    assert (error.key, error.transient) == (launch.key, True)
+    assert n.kube.writes == []  # observing changes nothing
 
 
 def test_a_pod_name_two_jobs_share_is_never_acted_on_by_the_job_that_does_not_own_it() -> None:
@@ -241,9 +240,9 @@ def test_a_pod_name_two_jobs_share_is_never_acted_on_by_the_job_that_does_not_ow
 
     train.apply(n.train, [_launch(n.train, 2)])
     assert n.kube.writes == [("create", name)]  # refused (409), and the pod there is not deleted
-    (error,) = n.shared.errors[("ns", "train")]
+    (error,) = n.shared.errors[("ns", "train")].errors()
     assert "exists and is another job's (owner uid uid-big)" in error.message
-    assert n.shared.pending_launches == {}
+    assert not error.transient
 
     n.kube.writes.clear()
     train.apply(

@@ -8,7 +8,9 @@ whose issue was lost (a controller that crashed before storing the status saying
 - a slot with more restarts in place than its agent has done: ask for the next one;
 - a pod of an older incarnation, of a slot left out (shrunk, scaled in, removed at the end), of a slot that
   failed for good but still runs, or of no slot at all: remove it; after the end, under cleanPodPolicy All,
-  every pod.
+  every pod;
+- a pod stuck terminating (on a node that is not Ready, or past its grace period): remove it at once;
+- a launch that had to wait for the previous incarnation to be gone: launch it again, under a new key.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ def actuate(cycle: Cycle) -> None:
     clean_all = cycle.phase.is_terminal and cycle.job.spec.clean_pod_policy is CleanPodPolicy.ALL
     slots = cycle.slots
     for pod in cycle.observed.pods:
+        if pod.terminating:  # on its way out already; removed at once if it cannot finish by itself
+            stuck = _stuck(cycle, pod)
+            if stuck is not None:
+                cycle.remove_stuck(pod, stuck)
+            continue
         kept = slots.get(pod.name)
         if kept is not None and kept.generation == pod.generation and kept.phase in _KEPT and not clean_all:
             continue  # most pods: the current incarnation of a slot that wants it (as ``_unwanted`` says)
@@ -86,8 +93,9 @@ def _launch(cycle: Cycle, slot: PodStatus, launches: _Launches) -> None:
         cycle.observed.network,
         launches.role(slot.role),
     )
+    key, _ = cycle.launch_attempt(slot)  # the next attempt's, after one that had to wait
     action = LaunchPod(
-        key=keys.launch(job, slot.name, slot.generation),
+        key=key,
         pod=slot.name,
         role=slot.role,
         index=slot.index,
@@ -109,6 +117,16 @@ def _restart_in_place(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> None:
     key = keys.restart_in_place(cycle.job, slot.name, slot.generation, attempt)
     reason = f"hang: restart in place {attempt} of this incarnation"
     cycle.issue(RestartInPlace(key, slot.name, slot.generation, attempt, reason))
+
+
+def _stuck(cycle: Cycle, pod: ObservedPod) -> str | None:
+    """Why a terminating pod will not finish by itself, or None while it may."""
+    node = cycle.node(pod.node)
+    if node is not None and not node.ready:
+        return f"it is terminating on node {pod.node}, which is not Ready: no kubelet will confirm its end"
+    if pod.overdue:
+        return "it is still terminating after its grace period"
+    return None
 
 
 def _unwanted(cycle: Cycle, pod: ObservedPod, clean_all: bool) -> str | None:

@@ -5,21 +5,34 @@ A backend does two things:
 ``observe(job) -> Observed``
     What is there now for one job: its pods (each with the generation it was launched as, its phase, node,
     exit code, reason and the latest report of its agent), the nodes, the scale requests users made, and
-    the errors of actions it could not carry out. Observing changes nothing.
+    the errors of actions it could not carry out. Observing changes nothing: no pod is created, signalled
+    or removed while looking (a pod stuck terminating, a launch that must wait are the controller's to
+    decide, by actions, like everything else).
 
-``apply(actions)``
+``apply(actions) -> Applied``
     Start carrying out actions. It is **asynchronous** (effects show up in a later ``observe()``),
     **eventually consistent** (a pod launched a moment ago may not be listed yet) and **idempotent by
     key**: an action whose ``key`` the backend has already accepted is ignored, so the controller may send
     the same action again — after a crash, or when it reconciles the same observation twice — and nothing
-    happens twice. ``apply`` does not raise for an action that fails: the failure is reported, with the
-    action's key, in ``Observed.errors``, and the controller decides what to do with it next time.
+    happens twice. Every backend applies through the one applier (``trainguard.controller.apply``), which
+    holds the rules below; a backend supplies only its verbs (launch a pod, remove one, write the status...).
 
-Apply the actions in the order given. A batch that acts on new decisions starts with a ``WriteStatus``
-holding those decisions, and every batch ends with one holding the keys it issued: a controller that
-crashes in between finds its decisions stored (so it never mistakes a pod it removed for one that vanished)
-and issues again, under the same keys, whatever it had not recorded as issued. A ``WriteStatus`` that meets
-a newer stored status (another writer) should be refused, as a conflict, and reported in ``errors``.
+The rules (``trainguard.controller.apply``):
+
+- The actions are carried out in the order given. A batch that acts on new decisions starts with a
+  ``WriteStatus`` holding those decisions, and every batch ends with one holding the keys it issued: a
+  controller that crashes in between finds its decisions stored (so it never mistakes a pod it removed for
+  one that vanished) and issues again, under the same keys, whatever it had not recorded as issued.
+- ``apply`` never raises for an action that fails: the failure is recorded under the action's key, in
+  ``Observed.errors``, and the controller decides what to do with it next time. A failure marked
+  ``transient`` (the backend raised ``NotYet``: the action must wait for something, such as the previous
+  incarnation of a pod to be gone) is not a fault: the controller issues the same intent again, under a new
+  key, once what it waited for is gone.
+- **A conflicting status write stops the batch.** A ``WriteStatus`` that meets a newer stored status (another
+  writer since the status was read) is refused (the backend raises ``StatusConflict``); the conflict is
+  recorded under its key, no action after it is carried out (they were decided from a status that is no
+  longer the stored one), and ``apply`` returns ``Applied(conflict=True)``: the driver reads the stored
+  status again and decides again at once.
 
 Pods are named ``<job>-<role>-<index>`` on every backend (``trainguard.api.pod_name``); a relaunch keeps the
 name and bumps the ``generation``, which the backend stores with the pod (a label on Kubernetes) and
@@ -107,6 +120,9 @@ class ObservedPod:
     started_at: float | None = None
     #: Deletion was asked for and is under way.
     terminating: bool = False
+    #: Deletion was asked for and its grace period has passed, and the pod is still there (a backend whose
+    #: kubelet enforces the grace period itself, as Kubernetes', never reports it).
+    overdue: bool = False
     agent: AgentReport | None = None
     #: The agent cannot run in this pod's image (why, e.g. "the image has no python3"): its command runs as
     #: written, without hang detection or restart in place.
@@ -138,6 +154,25 @@ class ActionError:
     key: str
     message: str
     at: float
+    #: It could not be carried out *yet* (``NotYet``): the controller issues the intent again, no fault.
+    transient: bool = False
+
+
+class StatusConflict(Exception):
+    """A ``WriteStatus`` met a newer stored status (another writer): read it again and decide again."""
+
+
+class NotYet(Exception):
+    """An action that has to wait for something still there (the previous incarnation of its pod, on its way
+    out): recorded as a transient error; the controller issues the intent again once that is gone."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What ``apply`` reports back to its driver."""
+
+    #: A status write met a newer stored status, and the rest of the batch was not carried out.
+    conflict: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,7 +208,10 @@ class LaunchPod:
 
 @dataclass(frozen=True)
 class TerminatePod:
-    """Stop incarnation ``generation`` of the pod and remove it (SIGTERM, grace, SIGKILL)."""
+    """Stop incarnation ``generation`` of the pod and remove it (SIGTERM, grace, SIGKILL); ``force``: at once.
+
+    Also the removal of a pod stuck terminating (its node is not Ready, so no kubelet confirms its end; or
+    its grace period is over and it is still there): ``force`` then, under its own key."""
 
     key: str
     pod: str
@@ -209,8 +247,9 @@ class NudgeSurvivors:
     """Restart the workers of ``pods`` that started before ``failed_at`` (when ``failed_pod`` failed), so that
     they leave the torchrun round it was in (``trainguard.controller.nudges`` says why and when).
 
-    The local runtime SIGKILLs those workers; the operator hands ``token`` and the time to each pod's agent
-    (an annotation the agent reads from a downwardAPI file), which does the same inside the pod."""
+    Every backend hands ``token`` and the time to each pod's agent, which SIGKILLs those workers inside the
+    pod (``trainguard.agent.nudge``): the operator through an annotation the agent reads from a downwardAPI
+    file, the local runtime through a file in the pod's directory. Nothing of it lives in the control plane."""
 
     key: str
     failed_pod: str
@@ -253,4 +292,4 @@ class Backend(Protocol):
 
     def observe(self, job: TrainingJob) -> Observed: ...
 
-    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None: ...
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied: ...

@@ -41,6 +41,8 @@ from trainguard.controller.status import (
 from trainguard.policy.types import PodRef, PolicyState
 
 _INDEX = attrgetter("index")
+#: Launches of one incarnation, the first included, when each had to wait for the previous one to be gone.
+MAX_LAUNCH_ATTEMPTS = 20
 
 
 @dataclass
@@ -175,6 +177,19 @@ class Cycle:
     def launch_error(self, key: str) -> ActionError | None:
         return self._errors_by_key.get(key) if self._errors_by_key else None
 
+    def launch_attempt(self, slot: PodStatus) -> tuple[str, ActionError | None]:
+        """The key of the slot's current launch and its error, if it failed. A launch that had to wait
+        (a transient error: the pod's previous incarnation was still there) is followed by another under the
+        next key, up to ``MAX_LAUNCH_ATTEMPTS``."""
+        key = keys.launch(self.job, slot.name, slot.generation)
+        error = self.launch_error(key)
+        attempt = 1
+        while error is not None and error.transient and attempt < MAX_LAUNCH_ATTEMPTS:
+            attempt += 1
+            key = keys.launch_again(self.job, slot.name, slot.generation, attempt)
+            error = self.launch_error(key)
+        return key, error
+
     # ---- changing things --------------------------------------------------------------------------
 
     def put(self, slot: PodStatus, **changes: Any) -> PodStatus:
@@ -202,6 +217,14 @@ class Cycle:
         self.event_seq += 1
         key = keys.event(self.job, self.event_seq)
         self.issue(EmitEvent(key, type_, reason, message, self.now, pod))
+
+    def remove_stuck(self, pod: ObservedPod, reason: str) -> None:
+        """Remove at once an incarnation that is terminating and will not finish by itself."""
+        key = keys.remove_stuck(self.job, pod.name, pod.generation)
+        if self.issue(TerminatePod(key, pod.name, pod.generation, reason, force=True)):
+            self.emit(
+                EventType.WARNING, "ForceDeletePod", f"removing pod {pod.name} at once: {reason}", pod.name
+            )
 
     def terminate(self, name: str, generation: int, reason: str, force: bool = False) -> None:
         """Remove one incarnation of a pod (if it is still there and not already being removed)."""

@@ -155,8 +155,8 @@ _PHASE_WORDS = {phase: phase.value for phase in ObservedPhase}
 
 def _fault_of(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Fault | None:
     if pod is None:
-        error = cycle.launch_error(keys.launch(cycle.job, slot.name, slot.generation))
-        if error is not None:
+        _, error = cycle.launch_attempt(slot)
+        if error is not None and not error.transient:  # a launch that waits is launched again, no fault
             fault = classify(Observation(slot.ref, cycle.now, "Failed", reason="StartTimeout"))
             return None if fault is None else replace(fault, message=f"the launch failed: {error.message}")
         if not slot.seen:

@@ -17,8 +17,18 @@ def launch(job: TrainingJob, pod: str, generation: int) -> str:
     return f"{job_key(job)}/{pod}/g{generation}/launch"
 
 
+def launch_again(job: TrainingJob, pod: str, generation: int, attempt: int) -> str:
+    """Launch ``attempt`` (2, 3, ...) of one incarnation, after the previous one had to wait (``NotYet``)."""
+    return f"{launch(job, pod, generation)}{attempt}"
+
+
 def terminate(job: TrainingJob, pod: str, generation: int) -> str:
     return f"{job_key(job)}/{pod}/g{generation}/terminate"
+
+
+def remove_stuck(job: TrainingJob, pod: str, generation: int) -> str:
+    """The forced removal of one incarnation stuck terminating."""
+    return f"{job_key(job)}/{pod}/g{generation}/remove-stuck"
 
 
 def restart_in_place(job: TrainingJob, pod: str, generation: int, attempt: int) -> str:

@@ -10,8 +10,9 @@ at, and a conflict (someone else wrote first) stops the batch: the job is read a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -22,16 +23,20 @@ from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.observe import is_ours, observed_pod
 from trainguard.backends.k8s.shared import Shared, delete_pod, generation_of, owned_by, owner_uid
-from trainguard.backends.k8s.status import StatusConflict, status_document
+from trainguard.backends.k8s.status import status_document
 from trainguard.backends.k8s.store_pod import StorePod
+from trainguard.controller.apply import ErrorLog, apply_actions, in_order
 from trainguard.controller.backend import (
     Action,
     ActionError,
+    Applied,
     EmitEvent,
     LaunchPod,
+    NotYet,
     NudgeSurvivors,
     Observed,
     RestartInPlace,
+    StatusConflict,
     TerminatePod,
     UpdateDiscovery,
     WriteStatus,
@@ -40,7 +45,6 @@ from trainguard.controller.status import JobStatus
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
-_MAX_ERRORS = 50
 
 
 class JobBackend:
@@ -81,10 +85,9 @@ class JobBackend:
                     seen.append(tomb)
             if not tombs:
                 self.shared.tombstones.pop(uid, None)
-        self._clean_stuck(pods)
-        self._retry_launches(job, names)
         with self.shared.lock:
-            errors = tuple(self.shared.errors.get((self.namespace, self.name), ()))
+            log_ = self.shared.errors.get((self.namespace, self.name))
+            errors = log_.errors() if log_ is not None else ()
         return Observed(
             pods=tuple(sorted(seen, key=lambda p: p.name)),
             nodes=self.shared.observed_nodes(),
@@ -92,106 +95,12 @@ class JobBackend:
             network=manifests.network(job),
         )
 
-    def _clean_stuck(self, pods: list[Obj]) -> None:
-        """Pods being deleted on a node that is not Ready never finish (no kubelet confirms): remove them."""
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName") or ""
-            if pod["metadata"].get("deletionTimestamp") and self.shared.node_is_ready(node) is False:
-                self._delete_pod(pod["metadata"]["name"], pod["metadata"]["uid"], grace=0)
+    # ---- apply: the one applier (``trainguard.controller.apply``) with this backend's verbs ----------
 
-    def _retry_launches(self, job: TrainingJob, present: set[str]) -> None:
-        """Create this job's launches that waited for their pod's previous incarnation to be gone (by the job's
-        uid: another job's are left to that job)."""
-        uid = job.metadata.uid or ""
-        with self.shared.lock:
-            waiting = self.shared.pending_launches.get(uid, {})
-            due = [(name, body) for name, body in waiting.items() if name not in present]
-        for name, body in due:
-            try:
-                self.shared.pods.put(self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body))
-            except ApiError as error:
-                if error.status == 409:
-                    continue  # not gone yet
-                log.warning("%s/%s: launch of %s: %s", self.namespace, self.name, name, error)
-            with self.shared.lock:
-                waiting.pop(name, None)
-                if not waiting:
-                    self.shared.pending_launches.pop(uid, None)
-
-    # ---- apply -------------------------------------------------------------------------------------
-
-    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
-        """In order around the status writes; between two writes, the actions on different pods (and
-        every event) go out side by side, the actions on one pod one after the other."""
-        if any(isinstance(a, LaunchPod) for a in actions):
-            # The store first, so that the agents of the first pods find it as soon as they start.
-            self.store_pod.tend_logged(job, launching=True)
-        between: list[Action] = []
-        for action in actions:
-            if isinstance(action, WriteStatus):
-                self._apply_side_by_side(job, between)
-                between = []
-                # A conflict (StatusConflict) stops the batch: read again, decide again.
-                self._try(action, partial(self._apply_one, job, action))
-            else:
-                between.append(action)
-        self._apply_side_by_side(job, between)
-        self.store_pod.tend_logged(job)
-
-    def _apply_side_by_side(self, job: TrainingJob, actions: list[Action]) -> None:
-        if any(isinstance(a, LaunchPod) for a in actions):
-            self._try(actions[0], partial(self._ensure_service, job))
-            self._try(actions[0], partial(self._ensure_pod_group, job))
-            self._try(actions[0], partial(self._ensure_pod_access, job))
-            self._try(actions[0], partial(self._ensure_ssh_secret, job))
-            self._try(actions[0], partial(self._ensure_discovery, job))
-        chains: dict[object, list[Action]] = {}
-        for number, action in enumerate(actions):
-            if isinstance(action, (LaunchPod, TerminatePod, RestartInPlace)):
-                chains.setdefault(("pod", action.pod), []).append(action)
-            elif isinstance(action, UpdateDiscovery):
-                chains.setdefault("discovery", []).append(action)
-            else:
-                chains[number] = [action]
-        if len(chains) <= 1:
-            for chain in chains.values():
-                self._run_chain(job, chain)
-            return
-        futures: list[Future[None]] = [
-            self.shared.pool.submit(self._run_chain, job, chain) for chain in chains.values()
-        ]
-        for future in futures:
-            future.result()  # an unexpected error surfaces here (the reconcile is retried)
-
-    def _run_chain(self, job: TrainingJob, chain: list[Action]) -> None:
-        for action in chain:
-            self._try(action, partial(self._apply_one, job, action))
-
-    def _try(self, action: Action, call: Callable[[], None]) -> None:
-        try:
-            call()
-        except ApiError as error:
-            log.warning("%s/%s: %s failed: %s", self.namespace, self.name, action.key, error)
-            with self.shared.lock:
-                errors = self.shared.errors.setdefault((self.namespace, self.name), [])
-                errors.append(ActionError(action.key, error.message, self.shared.clock()))
-                del errors[:-_MAX_ERRORS]
-
-    def _apply_one(self, job: TrainingJob, action: Action) -> None:
-        if isinstance(action, WriteStatus):
-            self._write_status(job, action.status)
-        elif isinstance(action, LaunchPod):
-            self._launch(job, action)
-        elif isinstance(action, TerminatePod):
-            self._terminate(job, action)
-        elif isinstance(action, RestartInPlace):
-            self._restart_in_place(job, action)
-        elif isinstance(action, NudgeSurvivors):
-            self._nudge(job, action)
-        elif isinstance(action, UpdateDiscovery):
-            self._discovery(job, action)
-        elif isinstance(action, EmitEvent):
-            self._event(job, action)
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
+        """Between two status writes, the actions on different pods (and every event) go out side by side,
+        the actions on one pod one after the other; a status conflict stops the batch."""
+        return apply_actions(_Verbs(self, job), actions)
 
     def _write_status(self, job: TrainingJob, status: JobStatus) -> None:
         body = {
@@ -242,11 +151,11 @@ class JobBackend:
                 message = f"pod {action.pod} exists and is another job's (owner uid {owner})"
                 raise ApiError(409, message) from None
             # The previous incarnation is still there although the controller saw it gone (it is on its way
-            # out), or a pod of an earlier job of this name (not yet collected): remove it now, and create this
-            # one as soon as it is gone (``observe`` retries).
+            # out), or a pod of an earlier job of this name (not yet collected): remove it now; the controller
+            # launches this one again (a new key) once it is gone.
             self._delete_pod(action.pod, existing["metadata"]["uid"], grace=0)
-            with self.shared.lock:
-                self.shared.pending_launches.setdefault(uid, {})[action.pod] = body
+            message = f"pod {action.pod}: an earlier pod of this name is still there; it is being removed"
+            raise NotYet(message) from None
 
     def _left_by_earlier_job(self, pod: Obj, job: TrainingJob) -> bool:
         """A pod of an earlier job of this kind and name, deleted since (only one of them exists at a time):
@@ -384,3 +293,71 @@ class JobBackend:
         except ApiError as error:
             if error.status != 409:  # the same key: sent before
                 raise
+
+
+class _Verbs:
+    """The operator's hands for one job and one batch (``trainguard.controller.apply``)."""
+
+    def __init__(self, backend: JobBackend, job: TrainingJob) -> None:
+        self.backend = backend
+        self.job = job
+
+    failures: tuple[type[Exception], ...] = (ApiError,)
+
+    def now(self) -> float:
+        return self.backend.shared.clock()
+
+    def keep_error(self, error: ActionError) -> None:
+        log.warning(
+            "%s/%s: %s failed: %s", self.backend.namespace, self.backend.name, error.key, error.message
+        )
+        with self.backend.shared.lock:
+            self.backend.shared.errors.setdefault(
+                (self.backend.namespace, self.backend.name), ErrorLog()
+            ).add(error)
+
+    @contextmanager
+    def batch(self, actions: Sequence[Action]) -> Iterator[None]:
+        launching = any(isinstance(a, LaunchPod) for a in actions)
+        if launching:
+            # The store first, so that the agents of the first pods find it as soon as they start.
+            self.backend.store_pod.tend_logged(self.job, launching=True)
+        yield
+        self.backend.store_pod.tend_logged(self.job)
+
+    def before_launches(self) -> None:
+        job = self.job
+        self.backend._ensure_service(job)
+        self.backend._ensure_pod_group(job)
+        self.backend._ensure_pod_access(job)
+        self.backend._ensure_ssh_secret(job)
+        self.backend._ensure_discovery(job)
+
+    def side_by_side(self, chains: Sequence[Callable[[], None]]) -> None:
+        if len(chains) <= 1:
+            in_order(chains)
+            return
+        futures: list[Future[None]] = [self.backend.shared.pool.submit(chain) for chain in chains]
+        for future in futures:
+            future.result()  # an unexpected error surfaces here (the reconcile is retried)
+
+    def write_status(self, action: WriteStatus) -> None:
+        self.backend._write_status(self.job, action.status)
+
+    def launch(self, action: LaunchPod) -> None:
+        self.backend._launch(self.job, action)
+
+    def terminate(self, action: TerminatePod) -> None:
+        self.backend._terminate(self.job, action)
+
+    def restart_in_place(self, action: RestartInPlace) -> None:
+        self.backend._restart_in_place(self.job, action)
+
+    def nudge(self, action: NudgeSurvivors) -> None:
+        self.backend._nudge(self.job, action)
+
+    def update_discovery(self, action: UpdateDiscovery) -> None:
+        self.backend._discovery(self.job, action)
+
+    def emit_event(self, action: EmitEvent) -> None:
+        self.backend._event(self.job, action)

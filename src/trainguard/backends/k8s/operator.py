@@ -32,7 +32,7 @@ from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import BACKOFF_MAX, WorkQueue
 from trainguard.backends.k8s.shared import Shared
-from trainguard.backends.k8s.status import StatusConflict, read_status
+from trainguard.backends.k8s.status import read_status
 from trainguard.backends.k8s.ui import KubeSource
 from trainguard.controller import SettledSlots, reconcile
 from trainguard.controller.backend import EmitEvent, EventType
@@ -204,8 +204,6 @@ class Operator:
                 started = time.monotonic()
                 self.reconcile(key)
                 self.stats.observe(time.monotonic() - started)
-            except StatusConflict:
-                self.queue.add_after(key, 0.05)  # someone wrote first: read again, decide again
             except Exception as error:
                 self.stats.failed()
                 self._failed(key, error)
@@ -264,9 +262,12 @@ class Operator:
         result = reconcile(job, status, backend.observe(job), now, self.settled)
         if not self.leader.is_leader():
             return
-        backend.apply(job, result.actions)
+        applied = backend.apply(job, result.actions)
         if backend.written is not None:
             self.jobs[kind_name].put(backend.obj)
+        if applied.conflict:
+            self.queue.add_after(key, 0.05)  # someone wrote first: read again, decide again
+            return
         wake = result.wake_at
         if wake is not None:
             self.queue.add_after(key, wake - self.clock())

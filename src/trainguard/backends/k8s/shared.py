@@ -14,7 +14,8 @@ from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
-from trainguard.controller.backend import ActionError, ObservedNode, ObservedPhase, ObservedPod
+from trainguard.controller.apply import ErrorLog
+from trainguard.controller.backend import ObservedNode, ObservedPhase, ObservedPod
 
 Obj = dict[str, Any]
 #: Requests one operator has in flight at once for the actions of its reconciles (pods, events): a job's
@@ -41,10 +42,7 @@ class Shared:
     #: ``train``).
     tombstones: dict[str, dict[str, ObservedPod]] = field(default_factory=dict)
     #: (namespace, job) -> action errors the controller should see.
-    errors: dict[tuple[str, str], list[ActionError]] = field(default_factory=dict)
-    #: Launches waiting for the previous incarnation of their pod to be gone: the launching job's uid -> pod
-    #: name -> body (retried by that job's reconciles only).
-    pending_launches: dict[str, dict[str, Obj]] = field(default_factory=dict)
+    errors: dict[tuple[str, str], ErrorLog] = field(default_factory=dict)
     #: Jobs whose Service exists (by uid).
     services: set[str] = field(default_factory=set)
     #: Jobs whose rendezvous Service exists (by uid).

@@ -16,10 +16,6 @@ from trainguard.controller.status import JobStatus
 Obj = dict[str, Any]
 
 
-class StatusConflict(Exception):
-    """The job's status changed since it was read: read it again and decide again."""
-
-
 #: Condition times are written as Kubernetes writes them (RFC 3339, UTC, whole seconds), as CCE's docs
 #: show them;
 #: the controller keeps epoch seconds. Every other time of the status stays in epoch seconds.

@@ -1,15 +1,16 @@
 """The controller's backend interface (``trainguard.controller.backend``) over local processes.
 
-``observe`` refreshes the job's pod rows from their processes and agent reports and shows them as the
-controller expects; ``apply`` carries actions out. Idempotency comes from the rows themselves: a launch of a
+``observe`` shows the job's pod rows (which the runtime keeps up to date with their processes, as a kubelet
+does, before each reconcile) and their agents' reports as the controller expects, changing nothing; ``apply``
+carries actions out through the one applier (``trainguard.controller.apply``) with the local verbs. Idempotency comes from the rows themselves: a launch of a
 generation the row already has, or a termination of one it no longer has, does nothing; events and the
 status carry their keys into the store.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from trainguard.api import TrainingJob
@@ -22,10 +23,12 @@ from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord,
 from trainguard.backends.local.reports import Report
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Conflict, Store
+from trainguard.controller.apply import ErrorLog, apply_actions, in_order
 from trainguard.controller.backend import (
     Action,
     ActionError,
     AgentReport,
+    Applied,
     EmitEvent,
     LaunchPod,
     NudgeSurvivors,
@@ -35,14 +38,12 @@ from trainguard.controller.backend import (
     ObservedPod,
     RestartInPlace,
     ScaleRequest,
+    StatusConflict,
     TerminatePod,
     UpdateDiscovery,
     WriteStatus,
 )
 from trainguard.controller.status import JobStatus
-
-#: Failed actions kept per job for the controller to see.
-_MAX_ERRORS = 50
 
 
 class LocalBackend:
@@ -51,7 +52,7 @@ class LocalBackend:
         self.store = store
         self.runtime = runtime
         self.clock = clock
-        self._errors: dict[str, deque[ActionError]] = {}
+        self._errors: dict[str, ErrorLog] = {}
         #: job -> the status version last read, for the compare-and-swap of the next status write.
         self._status_versions: dict[str, int] = {}
         #: job -> its loopback port (rendezvous store and MASTER_PORT), as last read.
@@ -67,10 +68,17 @@ class LocalBackend:
         self._ports[record.name] = record.port
         return JobStatus.from_dict(record.status) if record.status else JobStatus()
 
+    def errors_of(self, job: str) -> ErrorLog:
+        """The job's failed actions (``observe`` reports them)."""
+        log = self._errors.get(job)
+        if log is None:
+            log = self._errors[job] = ErrorLog()
+        return log
+
     # ---- observe -----------------------------------------------------------------------------------
 
     def observe(self, job: TrainingJob) -> Observed:
-        rows = self.runtime.refresh(job.name)
+        rows = self.store.list_pods(job.name)  # as the runtime last refreshed them (``Runtime.refresh``)
         nodes = self.store.list_nodes()
         free = free_of(nodes, self.store.slots_in_use())
         return Observed(
@@ -80,7 +88,7 @@ class LocalBackend:
                 ScaleRequest(request_id, role, replicas, at)
                 for request_id, role, replicas, at in self.store.scale_requests(job.name)
             ),
-            errors=tuple(self._errors.get(job.name, ())),
+            errors=self.errors_of(job.name).errors(),
             network=network(self._port(job.name)),
         )
 
@@ -115,6 +123,8 @@ class LocalBackend:
             phase=ObservedPhase.RUNNING,
             node=row.node or None,
             started_at=row.started_at,
+            terminating=row.state is PodState.TERMINATING,
+            overdue=row.state is PodState.TERMINATING and self._past(row.stop_deadline),
             agent=agent if report.started else None,
         )
         if row.state is PodState.EXITED:
@@ -124,58 +134,19 @@ class LocalBackend:
             return replace(pod, phase=ObservedPhase.UNKNOWN, reason=row.reason)
         if row.state in (PodState.PENDING, PodState.LAUNCHING) or not report.started:
             # Running means the training command runs: until the agent has started it, the pod is creating.
-            return replace(pod, phase=ObservedPhase.PENDING, terminating=row.state is PodState.TERMINATING)
-        return replace(
-            pod, started_at=report.started_at or row.started_at, terminating=row.state is PodState.TERMINATING
-        )
+            return replace(pod, phase=ObservedPhase.PENDING)
+        return replace(pod, started_at=report.started_at or row.started_at)
+
+    def _past(self, deadline: float | None) -> bool:
+        return deadline is not None and self.clock() >= deadline
 
     # ---- apply -------------------------------------------------------------------------------------
 
-    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
         record = self.store.get_job(job.name)
         if record is None:
-            return
-        with self.runtime.placing():  # one look at the nodes for all of this reconcile's launches
-            for action in actions:
-                try:
-                    self._apply_one(record, job, action)
-                except (OSError, ValueError) as error:
-                    errors = self._errors.setdefault(job.name, deque(maxlen=_MAX_ERRORS))
-                    errors.append(ActionError(action.key, str(error), self.clock()))
-
-    def _apply_one(self, record: JobRecord, job: TrainingJob, action: Action) -> None:
-        if isinstance(action, LaunchPod):
-            self.runtime.launch(
-                record,
-                job,
-                action.pod,
-                action.role,
-                action.index,
-                action.generation,
-                action.restart_count,
-                action.spec,
-                action.avoid_nodes,
-            )
-        elif isinstance(action, TerminatePod):
-            self.runtime.terminate(job, action.pod, action.generation, action.force)
-        elif isinstance(action, RestartInPlace):
-            self.runtime.acknowledge_in_place(record.name, action.pod, action.generation, action.attempt)
-        elif isinstance(action, NudgeSurvivors):
-            self._nudge(record, action)
-        elif isinstance(action, UpdateDiscovery):
-            discovery.write(self.home.discovery_script(record.name), action.version, action.hosts)
-        elif isinstance(action, EmitEvent):
-            event = EventRecord(
-                record.name,
-                action.at,
-                action.type.value,
-                action.reason,
-                action.pod or record.name,
-                action.message,
-            )
-            self.store.append_event_once(action.key, event)
-        elif isinstance(action, WriteStatus):
-            self._write_status(record, action.status)
+            return Applied()
+        return apply_actions(_Verbs(self, record, job), actions)
 
     def _nudge(self, record: JobRecord, action: NudgeSurvivors) -> None:
         """SIGKILL the workers of each survivor that started before the failure; one Nudged event per pod."""
@@ -201,12 +172,74 @@ class LocalBackend:
                 record.name, status.to_dict(), expected
             )
         except Conflict:
-            # Someone else wrote the status since we read it: drop ours; the next reconcile starts from theirs.
+            # Someone else wrote the status since we read it: the next reconcile starts from theirs.
             self._status_versions.pop(record.name, None)
-            return
+            raise StatusConflict(f"job {record.name}: its status was written since it was read") from None
         handled = set(status.handled_scale_requests)
         pending = {rid for rid, *_ in self.store.scale_requests(record.name) if rid not in handled}
         self.store.drop_scale_requests(record.name, keep=pending)
+
+
+class _Verbs:
+    """The local runtime's hands for one job and one batch (``trainguard.controller.apply``)."""
+
+    failures: tuple[type[Exception], ...] = (OSError, ValueError)
+
+    def __init__(self, backend: LocalBackend, record: JobRecord, job: TrainingJob) -> None:
+        self.backend = backend
+        self.runtime = backend.runtime
+        self.record = record
+        self.job = job
+
+    def now(self) -> float:
+        return self.backend.clock()
+
+    def keep_error(self, error: ActionError) -> None:
+        self.backend.errors_of(self.job.name).add(error)
+
+    def batch(self, actions: Sequence[Action]) -> AbstractContextManager[object]:
+        return self.runtime.placing()  # one look at the nodes for all of this reconcile's launches
+
+    def before_launches(self) -> None:
+        pass  # a local pod needs nothing made before it
+
+    side_by_side = staticmethod(in_order)
+
+    def launch(self, action: LaunchPod) -> None:
+        self.runtime.launch(
+            self.record,
+            self.job,
+            action.pod,
+            action.role,
+            action.index,
+            action.generation,
+            action.restart_count,
+            action.spec,
+            action.avoid_nodes,
+        )
+
+    def terminate(self, action: TerminatePod) -> None:
+        self.runtime.terminate(self.job, action.pod, action.generation, action.force)
+
+    def restart_in_place(self, action: RestartInPlace) -> None:
+        # The agent restarts a hung command by itself; the controller's answer is what counts it as done.
+        self.runtime.acknowledge_in_place(self.record.name, action.pod, action.generation, action.attempt)
+
+    def nudge(self, action: NudgeSurvivors) -> None:
+        self.backend._nudge(self.record, action)
+
+    def update_discovery(self, action: UpdateDiscovery) -> None:
+        discovery.write(self.backend.home.discovery_script(self.record.name), action.version, action.hosts)
+
+    def emit_event(self, action: EmitEvent) -> None:
+        name = self.record.name
+        event = EventRecord(
+            name, action.at, action.type.value, action.reason, action.pod or name, action.message
+        )
+        self.backend.store.append_event_once(action.key, event)
+
+    def write_status(self, action: WriteStatus) -> None:
+        self.backend._write_status(self.record, action.status)
 
 
 def _visible(row: PodRecord) -> bool:

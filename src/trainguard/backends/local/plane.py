@@ -194,6 +194,7 @@ class ControlPlane:
         if not status.phase.is_terminal and self.stores.needed(job, record.port):
             self.stores.ensure(job, record.uid, record.port)  # before any pod's agent looks for it
         self.runtime.place_pending(record, job)
+        self.runtime.refresh(record.name)  # the kubelet's part, before the controller looks
         result = step(self.backend, job, status, now, self.settled)
         ttl, completed = job.spec.ttl_seconds_after_finished, result.status.completed_at
         if (
@@ -252,11 +253,12 @@ class ControlPlane:
         rows = self.runtime.refresh(record.name)
         job = self.job_model(record)
         for row in rows:  # again after a restart: the control plane may have died before stopping them all
-            if row.alive and row.state is not PodState.TERMINATING:
+            overdue = row.stop_deadline is not None and self.clock() >= row.stop_deadline
+            if row.alive and (row.state is not PodState.TERMINATING or overdue):
                 if job is None:
                     self.runtime.kill_now(row)
-                else:
-                    self.runtime.terminate(job, row.name, row.launch, force=False)
+                else:  # a deleted job's pods: its own removal (the garbage collector's part), no decision
+                    self.runtime.terminate(job, row.name, row.launch, force=overdue)
         if any(row.alive for row in rows):
             return True
         self.stores.stop(record.name, record.uid)

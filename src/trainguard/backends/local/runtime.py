@@ -208,7 +208,10 @@ class Runtime:
     # ---- watching ----------------------------------------------------------------------------------
 
     def refresh(self, job: str) -> list[PodRecord]:
-        """Bring the job's pod rows up to date with their processes; returns them."""
+        """Bring the job's pod rows up to date with their processes (the kubelet's part: an agent that ended
+        is recorded with its exit, one that vanished as gone, an eviction's grace enforced); returns them. It
+        decides nothing: a pod the controller removes that outlives its grace period is the controller's to
+        remove by force (``ObservedPod.overdue``)."""
         self._reap()
         rows = []
         for row in self.store.list_pods(job):
@@ -223,7 +226,11 @@ class Runtime:
         leader = processes.find(row.pid, row.create_time)
         child = self._children.get(row.pid)
         if leader is not None and (child is None or child.poll() is None):
-            if row.stop_deadline is not None and self.clock() >= row.stop_deadline:
+            deadline = row.stop_deadline if row.state is not PodState.TERMINATING else None
+            if deadline is not None and self.clock() >= deadline:
+                # An eviction's grace is over (chaos plays the kubelet's eviction, and the kubelet's SIGKILL
+                # after the grace period is this part's too). A removal the controller asked for and that
+                # outlives its grace is the controller's to finish, by force (``ObservedPod.overdue``).
                 processes.kill_tree(leader)
                 self._kill_command(row)
             return row

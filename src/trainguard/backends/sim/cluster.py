@@ -24,7 +24,8 @@ as things change, so observing a job of thousands of pods costs next to nothing.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from trainguard.api import TrainingJob
@@ -33,6 +34,7 @@ from trainguard.controller import (
     Action,
     ActionError,
     AgentReport,
+    Applied,
     EmitEvent,
     JobStatus,
     LaunchPod,
@@ -43,10 +45,12 @@ from trainguard.controller import (
     ObservedPod,
     RestartInPlace,
     ScaleRequest,
+    StatusConflict,
     TerminatePod,
     UpdateDiscovery,
     WriteStatus,
 )
+from trainguard.controller.apply import apply_actions, in_order
 
 GPU_POOL = "gpu"
 CPU_POOL = "cpu"
@@ -179,38 +183,22 @@ class SimCluster:
             self._nodes_view = self._usable_nodes()
         return Observed(self._pods_view, self._nodes_view, tuple(self.scale_requests), tuple(self.errors))
 
-    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> None:
-        launched: list[SimPod] = []
-        for action in actions:
-            if action.key in self._accepted:
-                continue
-            self._accepted[action.key] = None
-            if len(self._accepted) > MAX_KEYS:
-                self._accepted.popitem(last=False)
-            if isinstance(action, LaunchPod):
-                pod = self._launch(action)
-                if pod is not None:
-                    launched.append(pod)
-            elif isinstance(action, TerminatePod):
-                self._terminate(action)
-            elif isinstance(action, RestartInPlace):
-                self._restart_in_place(action)
-            elif isinstance(action, WriteStatus):
-                self._write(action)
-            elif isinstance(action, EmitEvent):
-                self.events_total += 1
-                self.recent_events.append(action)
-            elif isinstance(action, UpdateDiscovery):
-                self.discovery = action.hosts
-            elif isinstance(action, NudgeSurvivors):
-                self.nudges.append(action)  # simulated pods have no workers: what was asked is kept
-        self._place(launched)
+    def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
+        fresh = [action for action in actions if self._accept(action.key)]
+        return apply_actions(_Verbs(self), fresh)
 
-    def _launch(self, action: LaunchPod) -> SimPod | None:
+    def _accept(self, key: str) -> bool:
+        """True the first time a key is seen (idempotency by key)."""
+        if key in self._accepted:
+            return False
+        self._accepted[key] = None
+        if len(self._accepted) > MAX_KEYS:
+            self._accepted.popitem(last=False)
+        return True
+
+    def _launch(self, action: LaunchPod) -> SimPod:
         if action.pod in self.pods:
-            self.errors.append(ActionError(action.key, f"pod {action.pod} already exists", self.now))
-            self._changed()
-            return None
+            raise Refused(f"pod {action.pod} already exists")
         pod = SimPod(
             action.pod,
             action.role,
@@ -226,7 +214,7 @@ class SimCluster:
 
     def _terminate(self, action: TerminatePod) -> None:
         pod = self.pods.get(action.pod)
-        if pod is None or pod.generation != action.generation or pod.terminating:
+        if pod is None or pod.generation != action.generation or (pod.terminating and not action.force):
             return
         ended = pod.phase in (ObservedPhase.SUCCEEDED, ObservedPhase.FAILED)
         if action.force or ended or self.stop_seconds <= 0:
@@ -257,9 +245,7 @@ class SimCluster:
     def _write(self, action: WriteStatus) -> None:
         if self.stored is not None and action.status.revision <= self.stored.revision:
             message = f"status revision {action.status.revision} is not newer than {self.stored.revision}"
-            self.errors.append(ActionError(action.key, message, self.now))
-            self._changed()
-            return
+            raise StatusConflict(message)
         self.stored = action.status
 
     # ---- placement --------------------------------------------------------------------------------
@@ -425,3 +411,57 @@ class SimCluster:
 
     def unplaced(self) -> Iterable[str]:
         return iter(self._unplaced)
+
+
+class Refused(Exception):
+    """The simulated cluster cannot carry the action out (recorded under its key)."""
+
+
+class _Verbs:
+    """The simulator's hands for one batch (``trainguard.controller.apply``): the pods it launches are placed
+    together at its end, so that they start together."""
+
+    failures: tuple[type[Exception], ...] = (Refused,)
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.launched: list[SimPod] = []
+
+    def now(self) -> float:
+        return self.cluster.now
+
+    def keep_error(self, error: ActionError) -> None:
+        self.cluster.errors.append(error)
+        self.cluster._changed()
+
+    @contextmanager
+    def batch(self, actions: Sequence[Action]) -> Iterator[None]:
+        yield
+        self.cluster._place(self.launched)
+
+    def before_launches(self) -> None:
+        pass
+
+    side_by_side = staticmethod(in_order)
+
+    def launch(self, action: LaunchPod) -> None:
+        self.launched.append(self.cluster._launch(action))
+
+    def terminate(self, action: TerminatePod) -> None:
+        self.cluster._terminate(action)
+
+    def restart_in_place(self, action: RestartInPlace) -> None:
+        self.cluster._restart_in_place(action)
+
+    def nudge(self, action: NudgeSurvivors) -> None:
+        self.cluster.nudges.append(action)  # simulated pods have no workers: what was asked is kept
+
+    def update_discovery(self, action: UpdateDiscovery) -> None:
+        self.cluster.discovery = action.hosts
+
+    def emit_event(self, action: EmitEvent) -> None:
+        self.cluster.events_total += 1
+        self.cluster.recent_events.append(action)
+
+    def write_status(self, action: WriteStatus) -> None:
+        self.cluster._write(action)
