@@ -40,6 +40,11 @@ class Nudge:
     failed_at: float
 
 
+def format_nudge(token: str, failed_at: float) -> str:
+    """The file's line for a failure (what ``parse_nudge`` reads)."""
+    return f"{token} {failed_at:.3f}\n"
+
+
 def parse_nudge(text: str) -> Nudge | None:
     """``<token> <unix time>`` on the first line; None for anything else."""
     lines = text[:_MAX_TEXT].strip().splitlines()

@@ -1,17 +1,17 @@
 """The agent's word to the operator (``--report-url URL --report-token FILE``): what happened inside its pod.
 
 On Kubernetes nothing but the agent sees a hang restarted in place or workers restarted by torchrun: the pod
-goes on, so neither the kubelet nor the operator notices. The agent keeps a summary of its pod and POSTs the
-whole of it after every change to ``URL`` (the operator's agent-report endpoint), with the token in ``FILE``
-(a service-account token the kubelet projects for the operator's audience, read again for every POST since
-the kubelet renews it). The operator checks the token, which names the pod, and keeps the summary in the
-pod's annotation ``trainguard.io/agent-report``, where the controller reads it.
+goes on, so neither the kubelet nor the operator notices. The agent folds its events into a summary of its
+pod (``trainguard.agent.summary``, the one fold every runtime reads) and POSTs the part the operator keeps
+(``attempt``, ``hangs``, ``inPlaceRestarts``, ``workerRestarts``, ``workerRestartsFrom``) after every change of
+it to ``URL`` (the operator's agent-report endpoint), with the token in ``FILE`` (a service-account token the
+kubelet projects for the operator's audience, read again for every POST since the kubelet renews it). The
+operator checks the token, which names the pod, and keeps the summary in the pod's annotation
+``trainguard.io/agent-report``, where the controller reads it.
 
-The summary (JSON): ``attempt``, ``hangs``, ``inPlaceRestarts``, ``workerRestarts`` (the latest
-``KEPT``, oldest first: ``at``, ``exitCode``, ``rank``, ``failed``, ``restartsLeft``, ``maxRestarts``) and
-``workerRestartsFrom`` (the number of the first one kept). It only grows, so a POST that is lost is made good
-by the next one. Sending runs in a thread of its own and never blocks the supervision; a failed POST is
-tried again (1 s, doubling up to 30 s), and a line on stderr says so once until one succeeds again.
+The summary only grows, so a POST that is lost is made good by the next one. Sending runs in a thread of its
+own and never blocks the supervision; a failed POST is tried again (1 s, doubling up to 30 s), and a line on
+stderr says so once until one succeeds again.
 
 Standard library only: it runs in users' images from the bundle.
 """
@@ -27,44 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainguard.agent import summary as summaries
+
 ENV_REPORT_URL = "TRAINGUARD_REPORT_URL"
 ENV_REPORT_TOKEN = "TRAINGUARD_REPORT_TOKEN"
-#: Worker restarts kept in the summary (the annotation stays small; the controller has the older ones).
-KEPT = 16
 _TIMEOUT = 5.0
 _RETRY_FIRST, _RETRY_MAX = 1.0, 30.0
-
-
-def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
-    """Add one report event to ``summary``; True when it changed."""
-    event = record.get("event")
-    if event == "started":
-        summary["attempt"] = record.get("attempt")
-    elif event == "hang":
-        summary["hangs"] = summary.get("hangs", 0) + 1
-    elif event == "restart-in-place":
-        summary["inPlaceRestarts"] = summary.get("inPlaceRestarts", 0) + 1
-    elif event == "workers-restarted":
-        failures = [item for item in record.get("failures") or [] if isinstance(item, dict)]
-        if not failures:
-            return False
-        kept = list(summary.get("workerRestarts", []))
-        kept.append(
-            {
-                "at": record.get("failed_at") or record.get("time"),
-                "exitCode": failures[0].get("exit_code"),
-                "rank": failures[0].get("rank"),
-                "failed": len(failures),
-                "restartsLeft": record.get("restarts_left"),
-                "maxRestarts": record.get("max_restarts"),
-            }
-        )
-        dropped = max(len(kept) - KEPT, 0)
-        summary["workerRestarts"] = kept[dropped:]
-        summary["workerRestartsFrom"] = summary.get("workerRestartsFrom", 0) + dropped
-    else:
-        return False
-    return True
 
 
 class Upstream:
@@ -72,7 +40,7 @@ class Upstream:
         self.url = url
         self.token_file = token_file
         self._say = say
-        self._summary: dict[str, Any] = {"attempt": 0, "hangs": 0, "inPlaceRestarts": 0}
+        self._summary = summaries.new()
         self._version = 0
         self._sent = 0
         self._changed = threading.Condition()
@@ -83,7 +51,7 @@ class Upstream:
 
     def update(self, record: dict[str, Any]) -> None:
         with self._changed:
-            if fold(self._summary, record):
+            if summaries.fold(self._summary, record):
                 self._version += 1
                 self._changed.notify_all()
 
@@ -104,7 +72,7 @@ class Upstream:
                     self._changed.wait()
                 if self._closing:
                     return
-                version, body = self._version, json.dumps({"report": self._summary}).encode()
+                version, body = self._version, json.dumps({"report": summaries.wire(self._summary)}).encode()
             if self._post(body):
                 delay = _RETRY_FIRST
                 with self._changed:

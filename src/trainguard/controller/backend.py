@@ -47,10 +47,10 @@ with its error in ``Observed.errors``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from trainguard.api import TrainingJob
 from trainguard.controller.launchspec import LaunchSpec, Network
@@ -95,12 +95,38 @@ class AgentReport:
     hung: bool = False
     #: When the training process last made progress, on the controller's clock.
     last_progress_at: float | None = None
-    #: Every restart of workers inside this incarnation of the pod, oldest first (a backend drops the ones
-    #: that followed a nudge: the workers were killed on purpose).
+    #: Every restart of workers inside this incarnation of the pod, oldest first (none that followed a
+    #: nudge: the agent killed those workers on purpose and leaves them out).
     worker_restarts: tuple[WorkerRestart, ...] = ()
-    #: The number of the first of ``worker_restarts`` (a backend that keeps only the latest ones says how
-    #: many came before them).
+    #: The number of the first of ``worker_restarts`` (the agent keeps only the latest ones and says how many
+    #: came before them).
     worker_restarts_from: int = 0
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
+        """The agent's summary of its pod (``trainguard.agent.summary``: folded from its report file, or as
+        the operator took it) with the restarts in place the controller has answered, on every backend.
+
+        The agent restarts a hung command by itself, at once; the controller decides about each hang too (it
+        counts and records them). So a hang stays ``hung`` until the controller has answered it with a
+        ``RestartInPlace``, and only answered restarts count as done."""
+        return cls(
+            in_place_restarts=min(summary["inPlaceRestarts"], answered),
+            hung=summary["hangs"] > answered,
+            last_progress_at=summary.get("lastProgressAt"),
+            worker_restarts=tuple(
+                WorkerRestart(
+                    at=item["at"],
+                    exit_code=item["exitCode"],
+                    rank=item.get("rank"),
+                    failed=item.get("failed") or 1,
+                    restarts_left=item.get("restartsLeft"),
+                    max_restarts=item.get("maxRestarts"),
+                )
+                for item in summary["workerRestarts"]
+            ),
+            worker_restarts_from=summary["workerRestartsFrom"],
+        )
 
 
 @dataclass(frozen=True)

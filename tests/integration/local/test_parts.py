@@ -20,7 +20,7 @@ from trainguard.backends.local.rendezvous import JobPods
 from trainguard.backends.local.reports import parse
 from trainguard.backends.local.runtime import START_ERROR_EXIT, Runtime
 from trainguard.backends.local.store import Store
-from trainguard.controller.backend import WorkerRestart
+from trainguard.controller.backend import AgentReport, WorkerRestart
 from trainguard.controller.launchspec import LaunchSpec, launch_spec
 
 from .jobs import cce_job, simple_job
@@ -122,12 +122,13 @@ def test_agent_reports_fold_into_exit_hangs_and_progress(tmp_path: Path) -> None
     path = tmp_path / "report.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"event": "trunc')
     report = parse(path)
-    assert (report.started_at, report.child_pid, report.last_progress_at) == (10.0, 101, 11.0)
-    assert (report.hangs, report.in_place_restarts, report.hung) == (1, 1, False)
+    summary = report.summary  # as the agent folds it (``trainguard.agent.summary``)
+    assert (report.started_at, report.child_pid, summary["lastProgressAt"]) == (10.0, 101, 11.0)
+    assert (summary["hangs"], summary["inPlaceRestarts"], summary["attempt"]) == (1, 1, 2)
     assert (report.exited, report.exit_code, report.signal, report.reason) == (True, 137, 9, "OOMKilled")
 
 
-def test_worker_restarts_fold_with_the_pids_of_the_failed_workers(tmp_path: Path) -> None:
+def test_worker_restarts_fold_into_the_summary_the_controller_reads(tmp_path: Path) -> None:
     failure = {"rank": 2, "local_rank": 0, "pid": 300, "exit_code": 137, "signal": "SIGKILL"}
     lines = [
         {"event": "started", "time": 10.0, "pid": 100, "attempt": 1},
@@ -138,9 +139,11 @@ def test_worker_restarts_fold_with_the_pids_of_the_failed_workers(tmp_path: Path
     ]  # fmt: skip
     path = tmp_path / "report.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    ((restart, pids),) = parse(path).worker_restarts  # the one without an exit code is no restart
-    assert restart == WorkerRestart(12.0, 137, rank=2, failed=2, restarts_left=2, max_restarts=3)
-    assert pids == {300, 301}
+    agent = AgentReport.from_summary(parse(path).summary, answered=0)
+    # The one without an exit code is no restart.
+    assert agent.worker_restarts == (
+        WorkerRestart(12.0, 137, rank=2, failed=2, restarts_left=2, max_restarts=3),
+    )
 
 
 def test_discovery_is_replaced_atomically_and_never_by_an_older_version(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ shows, and the agent has no API access of its own. So each agent POSTs a summary
 audience ``AUDIENCE``. The operator asks the API server who that is (a TokenReview): a token bound to a pod
 names the pod (``authentication.kubernetes.io/pod-name`` and ``pod-uid``), so an agent can only speak for its
 own pod, whatever its service account, and no pod gets any right on the API. The summary, checked and
-cut to what the controller reads, goes into the pod's annotation ``trainguard.io/agent-report`` (a patch with
-the pod's uid as precondition); the pod watch brings it to the reconcile like any change of the pod. Any
-replica of the operator may take the POST: the annotation is where the leader finds it.
+cut to what the controller reads (``trainguard.agent.summary.parse``), goes into the pod's annotation
+``trainguard.io/agent-report`` (a patch with the pod's uid as precondition); the pod watch brings it to the
+reconcile like any change of the pod. Any replica of the operator may take the POST: the annotation is where
+the leader finds it.
 
 Answers: 204 taken; 400 not a summary; 401 no token, or one the API server does not accept for
 ``AUDIENCE``; 403 a token of no pod of a job; 404 anything else; 413 a body over ``MAX_BODY``.
@@ -26,10 +27,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from trainguard.agent import summary as summaries
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
-from trainguard.backends.k8s.observe import agent_summary, is_ours
+from trainguard.backends.k8s.observe import is_ours
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ class AgentReports:
             data = json.loads(body)
         except ValueError:
             raise Rejected(HTTPStatus.BAD_REQUEST, "the body is not JSON") from None
-        summary = agent_summary(data.get("report") if isinstance(data, dict) else None)
+        summary = summaries.parse(data.get("report") if isinstance(data, dict) else None)
         if summary is None:
             raise Rejected(HTTPStatus.BAD_REQUEST, 'expected {"report": {...}} with the agent\'s summary')
         namespace, name, uid = self._who(token)

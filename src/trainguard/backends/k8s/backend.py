@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from trainguard.agent.nudge import format_nudge
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import gang, manifests, ssh
 from trainguard.backends.k8s.client import ApiError
@@ -272,7 +273,7 @@ class JobBackend:
         """Hand the failure to each survivor's agent: ``<token> <time>`` in the pod's nudge annotation, which
         kubelet projects into the file the agent polls (``--nudge-file``); the agent SIGKILLs its workers
         started before that time."""
-        value = f"{action.token} {action.failed_at:.3f}"
+        value = format_nudge(action.token, action.failed_at).strip()
         patch = {"metadata": {"annotations": {manifests.ANNOTATION_NUDGE: value}}}
         for name in action.pods:
             if self._own_pod(job, name) is None:

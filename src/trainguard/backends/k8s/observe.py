@@ -15,6 +15,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from trainguard.agent import summary as summaries
 from trainguard.backends.k8s.manifests import (
     ANNOTATION_AGENT_REPORT,
     ANNOTATION_IN_PLACE,
@@ -24,7 +25,7 @@ from trainguard.backends.k8s.manifests import (
     LABEL_ROLE,
     PROBE_CONTAINER,
 )
-from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod, WorkerRestart
+from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
 
 Obj = dict[str, Any]
 
@@ -76,70 +77,14 @@ def observed_pod(pod: Obj) -> ObservedPod:
 
 
 def _agent(annotations: dict[str, str]) -> AgentReport | None:
-    """What the agent said (its summary), and the restarts in place the controller has answered: a hang stays
-    "hung" until the controller answered it, and only answered restarts count as done (as on every backend)."""
+    """What the agent said (its summary, as the operator took it), with the restarts in place the controller
+    has answered (``AgentReport.from_summary``). Before any summary, the answered restarts are all there is."""
     text = annotations.get(ANNOTATION_IN_PLACE)
     answered = int(text) if text and text.isdigit() else 0
-    summary = agent_summary(_json_message(annotations.get(ANNOTATION_AGENT_REPORT)))
+    summary = summaries.parse(_json_message(annotations.get(ANNOTATION_AGENT_REPORT)))
     if summary is None:
         return AgentReport(in_place_restarts=answered) if answered else None
-    restarts = tuple(
-        WorkerRestart(
-            at=item["at"],
-            exit_code=item["exitCode"],
-            rank=item.get("rank"),
-            failed=item.get("failed") or 1,
-            restarts_left=item.get("restartsLeft"),
-            max_restarts=item.get("maxRestarts"),
-        )
-        for item in summary["workerRestarts"]
-    )
-    return AgentReport(
-        in_place_restarts=min(summary["inPlaceRestarts"], answered),
-        hung=summary["hangs"] > answered,
-        worker_restarts=restarts,
-        worker_restarts_from=summary["workerRestartsFrom"],
-    )
-
-
-def agent_summary(value: object) -> Obj | None:
-    """An agent's summary (``trainguard.agent.upstream``) cut to the fields the controller reads, each of its
-    type; None when it is no summary at all. Entries of ``workerRestarts`` without a time or exit code are
-    dropped."""
-    if not isinstance(value, dict):
-        return None
-    counts = {
-        key: _count(value.get(key)) for key in ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom")
-    }
-    restarts = []
-    for item in value.get("workerRestarts") or []:
-        if not isinstance(item, dict) or not isinstance(item.get("at"), (int, float)):
-            continue
-        code = item.get("exitCode")
-        if not isinstance(code, int) or isinstance(code, bool):
-            continue
-        restarts.append(
-            {
-                "at": float(item["at"]),
-                "exitCode": code,
-                **{
-                    key: item[key]
-                    for key in ("rank", "failed", "restartsLeft", "maxRestarts")
-                    if isinstance(item.get(key), int) and not isinstance(item.get(key), bool)
-                },
-            }
-        )
-    dropped = max(len(restarts) - _KEPT_RESTARTS, 0)
-    counts["workerRestartsFrom"] += dropped
-    return {**counts, "workerRestarts": restarts[dropped:]}
-
-
-#: At most this many worker restarts are kept from a summary (the agent sends its latest 16).
-_KEPT_RESTARTS = 32
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return AgentReport.from_summary(summary, answered)
 
 
 def _agent_missing(status: Obj) -> str | None:

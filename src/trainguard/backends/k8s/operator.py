@@ -4,7 +4,8 @@ changed with the same controller as every other backend.
 Level-triggered: a reconcile reads the job and its status from the API server's view (the watch caches),
 decides with ``trainguard.controller.reconcile`` and applies the actions through ``JobBackend``. All it
 needs is in the job's status, so an operator killed at any moment, or a second replica taking over, picks
-up where the last write left off. Only the replica holding the Lease acts.
+up where the last write left off. Only the replica holding the Lease acts. A job larger than the operator
+runs is held (``held``): its status says why, and it is not reconciled until it fits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from trainguard.api import SpecError
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import agentreports, manifests, metrics
+from trainguard.backends.k8s import agentreports, held, manifests, metrics
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -34,7 +35,7 @@ from trainguard.backends.k8s.queue import BACKOFF_MAX, WorkQueue
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.status import read_status
 from trainguard.backends.k8s.ui import KubeSource
-from trainguard.controller import SettledSlots, reconcile
+from trainguard.controller import JobStatus, SettledSlots, reconcile
 from trainguard.controller.backend import EmitEvent, EventType
 from trainguard.controller.launchspec import check_runnable
 from trainguard.observability.metrics import ControllerStats
@@ -256,7 +257,12 @@ class Operator:
         except ValueError as error:  # a torchrun command that cannot run (LaunchError)
             self._reject(kind, obj, f"{source}: {error}")
             return
-        status = read_status(obj)
+        holding = held.hold(kind, job, obj, self.clock())
+        if holding is not None:
+            self._hold(kind, obj, holding)
+            return  # not again until the job changes: the watch brings the edit that makes it fit
+        # A job held until now starts from nothing, as a new one: its status is only the reason it waited.
+        status = JobStatus() if held.is_held(obj) else read_status(obj)
         backend = JobBackend(self.shared, kind, obj)
         now = self.clock()
         result = reconcile(job, status, backend.observe(job), now, self.settled)
@@ -283,6 +289,34 @@ class Operator:
             self.kube.replace(kind.path(meta["namespace"], meta["name"], "status"), body)
         except ApiError as error:
             log.warning("%s/%s: cannot record the spec error: %s", meta["namespace"], meta["name"], error)
+
+    def _hold(self, kind: JobKind, obj: Obj, holding: held.Hold) -> None:
+        """A job too large to run (``held``): its status and one Warning event say why, once per size; a
+        failed write raises (the operator's backoff tries again), a conflict waits for the newer version."""
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if held.already_held(obj, holding) or not self.leader.is_leader():
+            return
+        if holding.status is not None:
+            try:
+                written = self.kube.replace(
+                    kind.path(namespace, name, "status"), {**obj, "status": holding.status}
+                )
+            except ApiError as error:
+                if error.status in (404, 409):
+                    return  # deleted, or changed meanwhile: the watch brings the newer version
+                raise
+            self.jobs[kind.kind].put(written)
+        body = event_body(
+            kind, namespace, name, str(meta.get("uid") or ""), holding.event, self.shared.identity
+        )
+        try:
+            self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+        except ApiError as error:
+            if error.status != 409:  # 409: said before
+                log.warning("%s/%s: cannot record why the job is held: %s", namespace, name, error)
+            return
+        log.warning("%s/%s held: %s", namespace, name, holding.message)
 
 
 def _without_status(obj: Obj) -> Obj:

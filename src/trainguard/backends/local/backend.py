@@ -14,9 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from trainguard.api import TrainingJob
-from trainguard.backends.local import discovery
+from trainguard.backends.local import discovery, nudge
 from trainguard.backends.local.home import Home
-from trainguard.backends.local.nudge import restart_workers
 from trainguard.backends.local.placement import free_of
 from trainguard.backends.local.podenv import network
 from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
@@ -57,8 +56,6 @@ class LocalBackend:
         self._status_versions: dict[str, int] = {}
         #: job -> its loopback port (rendezvous store and MASTER_PORT), as last read.
         self._ports: dict[str, int] = {}
-        #: (pod, launch) -> the workers SIGKILLed for nudges (torchrun's restart after them is no fault).
-        self._nudged: dict[tuple[str, int], frozenset[int]] = {}
 
     # ---- status ------------------------------------------------------------------------------------
 
@@ -78,7 +75,7 @@ class LocalBackend:
     # ---- observe -----------------------------------------------------------------------------------
 
     def observe(self, job: TrainingJob) -> Observed:
-        rows = self.store.list_pods(job.name)  # as the runtime last refreshed them (``Runtime.refresh``)
+        rows = self.runtime.rows(job.name)  # as the runtime's refresh just left them (``Runtime.refresh``)
         nodes = self.store.list_nodes()
         free = free_of(nodes, self.store.slots_in_use())
         return Observed(
@@ -102,19 +99,8 @@ class LocalBackend:
     def _pod(self, row: PodRecord) -> ObservedPod:
         # A pod still waiting for a slot has never started, so it has no report yet (nothing to read).
         report = Report() if row.state is PodState.PENDING else self.runtime.report(row)
-        # The agent restarts a hung command by itself, at once. The controller decides about each hang too
-        # (it counts and records them): a hang stays "hung" until the controller has answered it with a
-        # RestartInPlace, and only answered restarts are shown as done.
-        agent = AgentReport(
-            in_place_restarts=min(report.in_place_restarts, row.in_place_acked),
-            hung=report.hangs > row.in_place_acked,
-            last_progress_at=report.last_progress_at,
-            worker_restarts=tuple(
-                restart
-                for restart, pids in report.worker_restarts
-                if not pids <= self._nudged.get((row.name, row.launch), frozenset())
-            ),
-        )
+        # The row counts the restarts in place the controller answered (``Runtime.acknowledge_in_place``).
+        agent = AgentReport.from_summary(report.summary, row.in_place_acked)
         pod = ObservedPod(
             name=row.name,
             role=row.role,
@@ -149,18 +135,19 @@ class LocalBackend:
         return apply_actions(_Verbs(self, record, job), actions)
 
     def _nudge(self, record: JobRecord, action: NudgeSurvivors) -> None:
-        """SIGKILL the workers of each survivor that started before the failure; one Nudged event per pod."""
+        """Hand the failure to each survivor's agent through the nudge file of its launch (as the operator
+        does through an annotation, ``trainguard.backends.local.nudge``); one Nudged event per pod. The agent
+        restarts the workers and leaves their ends out of its report: nothing of it lives in this process."""
         for name in action.pods:
             row = self.store.get_pod(name)
             if row is None or row.job != record.name or row.state is not PodState.RUNNING:
                 continue
-            killed = restart_workers(self.runtime.report(row).child_pid, action.failed_at)
-            # torchrun restarts them: no fault of theirs, not recorded as one.
-            nudged = self._nudged.get((row.name, row.launch), frozenset())
-            self._nudged[(row.name, row.launch)] = nudged | frozenset(killed)
+            nudge.write(
+                self.home.nudge_file(record.name, row.name, row.launch), action.token, action.failed_at
+            )
             message = (
-                f"nudged for {action.token}: {len(killed)} workers started before {action.failed_pod} failed "
-                "were SIGKILLed; torchrun restarts them into a new round"
+                f"nudged for {action.token}: the pod's agent was asked to restart its workers started before "
+                f"{action.failed_pod} failed, into a new torchrun round"
             )
             event = EventRecord(record.name, self.clock(), "Normal", "Nudged", name, message)
             self.store.append_event_once(f"{action.key}/{name}", event)

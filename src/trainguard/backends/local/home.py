@@ -69,6 +69,10 @@ class Home:
         """The agent's report for one launch of a pod; a new launch never reads an older one's lines."""
         return self.job_dir(job) / "reports" / f"{pod}.{launch}.jsonl"
 
+    def nudge_file(self, job: str, pod: str, launch: int) -> Path:
+        """The nudge file of one launch of a pod (its agent's ``--nudge-file``, ``trainguard.agent.nudge``)."""
+        return self.job_dir(job) / "nudges" / f"{pod}.{launch}"
+
     def control_file(self, job: str, pod: str) -> Path:
         """Requests to a pod's agent (e.g. an injected exit code for ``chaos kill --exit-code``)."""
         return self.job_dir(job) / "control" / f"{pod}.json"

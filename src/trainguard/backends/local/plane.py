@@ -194,7 +194,7 @@ class ControlPlane:
         if not status.phase.is_terminal and self.stores.needed(job, record.port):
             self.stores.ensure(job, record.uid, record.port)  # before any pod's agent looks for it
         self.runtime.place_pending(record, job)
-        self.runtime.refresh(record.name)  # the kubelet's part, before the controller looks
+        self.runtime.refresh(record.name, keep=True)  # the kubelet's part, before the controller looks
         result = step(self.backend, job, status, now, self.settled)
         ttl, completed = job.spec.ttl_seconds_after_finished, result.status.completed_at
         if (

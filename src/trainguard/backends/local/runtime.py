@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from trainguard.api import TrainingJob
-from trainguard.backends.local import placement, processes
+from trainguard.backends.local import nudge, placement, processes
 from trainguard.backends.local.agentcmd import agent_argv, grace_seconds
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.hosts.setup import pod_environment as horovod_environment
@@ -64,6 +64,9 @@ class Runtime:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         #: The nodes' free slots while a batch of placements runs (``placing``).
         self._free: FreeSlots | None = None
+        #: Each job's rows as the latest ``refresh`` left them, until ``rows`` takes them (one read of a big
+        #: job's rows per reconcile, not two).
+        self._refreshed: dict[str, list[PodRecord]] = {}
 
     # ---- launching ---------------------------------------------------------------------------------
 
@@ -179,7 +182,10 @@ class Runtime:
             spec = LaunchSpec.from_dict(row.launch_spec)
             env = pod_environment(job, row.role, spec, self.base_env, extra)
             argv, cwd = argv_and_cwd(job, row.role, spec, env, record.workdir)
-            started = processes.start(agent_argv(job, row.role, report, argv, control), env, cwd, log)
+            nudge_file = self.home.nudge_file(record.name, row.name, row.launch)
+            nudge.create(nudge_file)  # empty before the agent starts: the first nudge it sees is a change
+            command = agent_argv(job, row.role, report, argv, control, nudge_file)
+            started = processes.start(command, env, cwd, log)
         except (OSError, KeyError) as error:
             why = error.strerror or error if isinstance(error, OSError) else f"no launch spec ({error})"
             message = f"cannot start {row.name}: {why} ({cwd})"
@@ -207,7 +213,7 @@ class Runtime:
 
     # ---- watching ----------------------------------------------------------------------------------
 
-    def refresh(self, job: str) -> list[PodRecord]:
+    def refresh(self, job: str, *, keep: bool = False) -> list[PodRecord]:
         """Bring the job's pod rows up to date with their processes (the kubelet's part: an agent that ended
         is recorded with its exit, one that vanished as gone, an eviction's grace enforced); returns them. It
         decides nothing: a pod the controller removes that outlives its grace period is the controller's to
@@ -218,7 +224,14 @@ class Runtime:
             with contextlib.suppress(Conflict):  # changed under us: the next refresh sees it
                 row = self._refresh_one(row)
             rows.append(row)
+        if keep:  # for the controller's look that follows (``rows``)
+            self._refreshed[job] = rows
         return rows
+
+    def rows(self, job: str) -> list[PodRecord]:
+        """The job's pod rows: as the refresh just before left them (taken once), else read now."""
+        rows = self._refreshed.pop(job, None)
+        return rows if rows is not None else self.store.list_pods(job)
 
     def _refresh_one(self, row: PodRecord) -> PodRecord:
         if not row.alive or row.pid is None:

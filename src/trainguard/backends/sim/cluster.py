@@ -24,12 +24,12 @@ as things change, so observing a job of thousands of pods costs next to nothing.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainguard.api import TrainingJob
 from trainguard.backends.sim.clock import VirtualClock
+from trainguard.backends.sim.verbs import Refused, SimVerbs
 from trainguard.controller import (
     Action,
     ActionError,
@@ -47,10 +47,9 @@ from trainguard.controller import (
     ScaleRequest,
     StatusConflict,
     TerminatePod,
-    UpdateDiscovery,
     WriteStatus,
 )
-from trainguard.controller.apply import apply_actions, in_order
+from trainguard.controller.apply import apply_actions
 
 GPU_POOL = "gpu"
 CPU_POOL = "cpu"
@@ -185,7 +184,7 @@ class SimCluster:
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
         fresh = [action for action in actions if self._accept(action.key)]
-        return apply_actions(_Verbs(self), fresh)
+        return apply_actions(SimVerbs(self), fresh)
 
     def _accept(self, key: str) -> bool:
         """True the first time a key is seen (idempotency by key)."""
@@ -196,7 +195,7 @@ class SimCluster:
             self._accepted.popitem(last=False)
         return True
 
-    def _launch(self, action: LaunchPod) -> SimPod:
+    def launch_pod(self, action: LaunchPod) -> SimPod:
         if action.pod in self.pods:
             raise Refused(f"pod {action.pod} already exists")
         pod = SimPod(
@@ -212,7 +211,7 @@ class SimCluster:
         self._show(pod)
         return pod
 
-    def _terminate(self, action: TerminatePod) -> None:
+    def terminate_pod(self, action: TerminatePod) -> None:
         pod = self.pods.get(action.pod)
         if pod is None or pod.generation != action.generation or (pod.terminating and not action.force):
             return
@@ -228,7 +227,7 @@ class SimCluster:
         if self.pods.get(pod.name) is pod:
             self._remove(pod)
 
-    def _restart_in_place(self, action: RestartInPlace) -> None:
+    def restart_pod_in_place(self, action: RestartInPlace) -> None:
         pod = self.pods.get(action.pod)
         if pod is None or pod.generation != action.generation:
             return
@@ -242,7 +241,7 @@ class SimCluster:
         pod.agent = AgentReport(attempt, hung=False, last_progress_at=progress)
         self._show(pod)
 
-    def _write(self, action: WriteStatus) -> None:
+    def write_status(self, action: WriteStatus) -> None:
         if self.stored is not None and action.status.revision <= self.stored.revision:
             message = f"status revision {action.status.revision} is not newer than {self.stored.revision}"
             raise StatusConflict(message)
@@ -250,7 +249,7 @@ class SimCluster:
 
     # ---- placement --------------------------------------------------------------------------------
 
-    def _place(self, pods: Iterable[SimPod]) -> None:
+    def place(self, pods: Iterable[SimPod]) -> None:
         """Put waiting pods on free nodes; the ones placed together start together."""
         placed = [pod for pod in pods if pod.name in self._unplaced and self._bind(pod)]
         if not placed:
@@ -283,7 +282,7 @@ class SimCluster:
 
     def _retry_unplaced(self) -> None:
         if self._unplaced:
-            self._place([self.pods[name] for name in list(self._unplaced)])
+            self.place([self.pods[name] for name in list(self._unplaced)])
 
     def _update_free(self, node: SimNode) -> None:
         free = self._free.setdefault(node.pool, {})
@@ -307,9 +306,9 @@ class SimCluster:
             self._unhealthy.discard(pod.name)
         else:
             self._unhealthy.add(pod.name)
-        self._changed()
+        self.changed()
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
         self._pods_view = None
         self.version += 1
 
@@ -318,7 +317,7 @@ class SimCluster:
         del self._observed[pod.name]
         self._unhealthy.discard(pod.name)
         self._unplaced.pop(pod.name, None)
-        self._changed()
+        self.changed()
         if pod.node is not None:
             node = self.nodes[pod.node]
             if node.pod == pod.name:
@@ -362,7 +361,7 @@ class SimCluster:
         target = self.nodes[node]
         target.alive = target.ready = False
         self._update_free(target)
-        self._changed()
+        self.changed()
 
     def node_up(self, node: str) -> None:
         """The node is back (repaired): Ready, and no longer avoided by pods that lost it."""
@@ -392,7 +391,7 @@ class SimCluster:
     def scale(self, role: str, replicas: int) -> str:
         request = ScaleRequest(f"scale-{len(self.scale_requests) + 1}", role, replicas, self.now)
         self.scale_requests.append(request)
-        self._changed()
+        self.changed()
         return request.id
 
     # ---- questions ----------------------------------------------------------------------------------
@@ -411,57 +410,3 @@ class SimCluster:
 
     def unplaced(self) -> Iterable[str]:
         return iter(self._unplaced)
-
-
-class Refused(Exception):
-    """The simulated cluster cannot carry the action out (recorded under its key)."""
-
-
-class _Verbs:
-    """The simulator's hands for one batch (``trainguard.controller.apply``): the pods it launches are placed
-    together at its end, so that they start together."""
-
-    failures: tuple[type[Exception], ...] = (Refused,)
-
-    def __init__(self, cluster: SimCluster) -> None:
-        self.cluster = cluster
-        self.launched: list[SimPod] = []
-
-    def now(self) -> float:
-        return self.cluster.now
-
-    def keep_error(self, error: ActionError) -> None:
-        self.cluster.errors.append(error)
-        self.cluster._changed()
-
-    @contextmanager
-    def batch(self, actions: Sequence[Action]) -> Iterator[None]:
-        yield
-        self.cluster._place(self.launched)
-
-    def before_launches(self) -> None:
-        pass
-
-    side_by_side = staticmethod(in_order)
-
-    def launch(self, action: LaunchPod) -> None:
-        self.launched.append(self.cluster._launch(action))
-
-    def terminate(self, action: TerminatePod) -> None:
-        self.cluster._terminate(action)
-
-    def restart_in_place(self, action: RestartInPlace) -> None:
-        self.cluster._restart_in_place(action)
-
-    def nudge(self, action: NudgeSurvivors) -> None:
-        self.cluster.nudges.append(action)  # simulated pods have no workers: what was asked is kept
-
-    def update_discovery(self, action: UpdateDiscovery) -> None:
-        self.cluster.discovery = action.hosts
-
-    def emit_event(self, action: EmitEvent) -> None:
-        self.cluster.events_total += 1
-        self.cluster.recent_events.append(action)
-
-    def write_status(self, action: WriteStatus) -> None:
-        self.cluster._write(action)

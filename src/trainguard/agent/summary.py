@@ -1,0 +1,179 @@
+"""One fold of the agent's report events (``trainguard.agent.report``) into a summary of its pod.
+
+Every runtime learns what happened inside a pod from this summary, folded by this module alone: the local
+runtime folds the lines of each pod's report file (``trainguard.backends.local.reports``); the agent's
+``Upstream`` folds its events as they come and POSTs the part in ``WIRE`` to the operator, which checks it
+with ``parse`` (``trainguard.backends.k8s.agentreports``). Both backends hand the summary to the controller as
+``AgentReport.from_summary`` reads it.
+
+The summary is a JSON object:
+
+- ``attempt``: the latest start of the command (1 for the first; 0 before any).
+- ``hangs``: hangs detected; ``inPlaceRestarts``: hung commands stopped and run again.
+- ``workerRestarts``: the latest ``KEPT`` restarts of failed workers by torchrun inside the command, oldest
+  first (``at``, ``exitCode`` and ``rank`` of the first failed worker with an exit code, ``failed``,
+  ``restartsLeft``, ``maxRestarts``), and ``workerRestartsFrom``, the number of the first one kept. Workers
+  the agent killed for a nudge are never among them (its events leave them out).
+- Kept for the local runtime, never sent (the operator has them from the pod itself, and progress would be
+  a POST a second): ``startedAt`` (the first start, wall clock), ``pid`` (the command's latest process),
+  ``lastProgressAt``, and once the agent ended (``exited``): ``exitCode``, ``signal`` (its number) and
+  ``reason`` ("OOMKilled", "Hang", ...).
+
+The summary only grows, so a POST that is lost is made good by the next one.
+
+Standard library only, Python 3.8: it runs in users' images from the bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterable
+from typing import Any
+
+#: Worker restarts kept in a summary (the pod's annotation stays small; the controller has the older ones).
+KEPT = 16
+#: What the agent sends to the operator.
+WIRE = ("attempt", "hangs", "inPlaceRestarts", "workerRestarts", "workerRestartsFrom")
+#: At most this many worker restarts are taken from a summary sent to the operator.
+_TAKEN = 32
+_COUNTS = ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom")
+_RESTART_FIELDS = ("rank", "failed", "restartsLeft", "maxRestarts")
+
+
+def new() -> dict[str, Any]:
+    """The summary of a pod whose agent has said nothing yet."""
+    return {
+        "attempt": 0,
+        "hangs": 0,
+        "inPlaceRestarts": 0,
+        "workerRestarts": [],
+        "workerRestartsFrom": 0,
+        "startedAt": None,
+        "pid": None,
+        "lastProgressAt": None,
+        "exited": False,
+        "exitCode": None,
+        "signal": None,
+        "reason": None,
+    }
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of a report's events, in order."""
+    summary = new()
+    for record in records:
+        fold(summary, record)
+    return summary
+
+
+def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
+    """Add one report event to ``summary``; True when its ``WIRE`` part changed."""
+    event = record.get("event")
+    at = _number(record.get("time"))
+    if event == "started":
+        summary["attempt"] = _integer(record.get("attempt")) or summary["attempt"] + 1
+        if summary["startedAt"] is None:
+            summary["startedAt"] = at
+        summary["pid"] = _integer(record.get("pid")) or summary["pid"]
+        return True
+    if event == "progress":
+        if at is not None:
+            summary["lastProgressAt"] = at
+        return False
+    if event == "hang":
+        summary["hangs"] += 1
+        return True
+    if event == "restart-in-place":
+        summary["inPlaceRestarts"] += 1
+        summary["pid"] = _integer(record.get("pid")) or summary["pid"]
+        return True
+    if event == "workers-restarted":
+        restart = _worker_restart(record)
+        if restart is None:
+            return False
+        kept = [*summary["workerRestarts"], restart]
+        dropped = max(len(kept) - KEPT, 0)
+        summary["workerRestarts"] = kept[dropped:]
+        summary["workerRestartsFrom"] += dropped
+        return True
+    if event in ("exited", "gave-up"):
+        reason = record.get("reason")
+        summary.update(
+            exited=True,
+            exitCode=_integer(record.get("exit_code")),
+            signal=_signal(record.get("signal")),
+            reason=reason if isinstance(reason, str) else None,
+        )
+        if record.get("oom") is True:
+            summary["reason"] = "OOMKilled"
+        if event == "gave-up":
+            summary["reason"] = summary["reason"] or "Hang"
+    return False
+
+
+def wire(summary: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``summary`` the agent sends to the operator."""
+    return {key: summary[key] for key in WIRE}
+
+
+def parse(value: object) -> dict[str, Any] | None:
+    """A summary as the operator received it, cut to ``WIRE``, each field of its type; None when it is no
+    summary at all. Entries of ``workerRestarts`` without a time or an exit code are dropped, and only the
+    latest ``_TAKEN`` are kept."""
+    if not isinstance(value, dict):
+        return None
+    parsed: dict[str, Any] = {key: _count(value.get(key)) for key in _COUNTS}
+    restarts = []
+    for item in value.get("workerRestarts") or []:
+        if not isinstance(item, dict):
+            continue
+        at, code = _number(item.get("at")), _integer(item.get("exitCode"))
+        if at is None or code is None:
+            continue
+        fields = {key: item[key] for key in _RESTART_FIELDS if _integer(item.get(key)) is not None}
+        restarts.append({"at": at, "exitCode": code, **fields})
+    dropped = max(len(restarts) - _TAKEN, 0)
+    parsed["workerRestartsFrom"] += dropped
+    parsed["workerRestarts"] = restarts[dropped:]
+    return parsed
+
+
+def _worker_restart(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A ``workers-restarted`` event as a summary's entry; None without a failure that has an exit code, or
+    without a time."""
+    failures = [item for item in record.get("failures") or [] if isinstance(item, dict)]
+    coded = [item for item in failures if _integer(item.get("exit_code")) is not None]
+    at = _number(record.get("failed_at")) or _number(record.get("time"))
+    if not coded or at is None:
+        return None
+    return {
+        "at": at,
+        "exitCode": coded[0]["exit_code"],
+        "rank": _integer(coded[0].get("rank")),
+        "failed": len(failures),
+        "restartsLeft": _integer(record.get("restarts_left")),
+        "maxRestarts": _integer(record.get("max_restarts")),
+    }
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _count(value: object) -> int:
+    number = _integer(value)
+    return number if number is not None and number >= 0 else 0
+
+
+def _signal(value: object) -> int | None:
+    """The agent names signals ("SIGKILL"); older lines may carry the number."""
+    if isinstance(value, str):
+        with contextlib.suppress(KeyError):
+            return int(signal.Signals[value])
+        return None
+    return _integer(value)

@@ -1,0 +1,262 @@
+"""The rows of jobs, pods and nodes: reading them into records, and writing records back with
+compare-and-swap (``statefile``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import replace
+from typing import Any
+
+from trainguard.backends.local.records import JobRecord, NodeRecord, PodRecord, PodState
+from trainguard.backends.local.statefile import AlreadyExists, Conflict, StateFile
+
+#: Pod states whose pod holds a slot of its node (``PodRecord.holds_slot``), and those of a pod with a
+#: process (``PodRecord.alive``).
+_HOLDING = tuple(state.value for state in PodState if PodRecord(".", ".", ".", 0, ".", state).holds_slot)
+_ALIVE = tuple(state.value for state in PodState if PodRecord(".", ".", ".", 0, ".", state).alive)
+_POD_COLUMNS = (
+    "name, job, role, idx, node, state, launch, restarts, pid, create_time, exit_code, signal, reason,"
+    " started_at, finished_at, deleted_by_us, in_place_acked, stop_deadline, avoid, injected, launch_spec,"
+    " version"
+)
+
+
+class Rows(StateFile):
+    """The jobs', pods' and nodes' rows of the state file."""
+
+    # --- jobs -------------------------------------------------------------------------------------------
+
+    def insert_job(self, job: JobRecord) -> JobRecord:
+        with self.transaction() as db:
+            row = db.execute("SELECT deleted FROM jobs WHERE name = ?", (job.name,)).fetchone()
+            if row is not None and not row["deleted"]:
+                raise AlreadyExists(job.name)
+            if row is not None:  # a deleted job of the same name: its leftovers go first
+                self._forget_job(db, job.name)
+            db.execute(
+                "INSERT INTO jobs VALUES (?, ?, ?, 1, ?, 1, ?, ?, ?, ?, 0)",
+                (
+                    job.name,
+                    job.uid,
+                    json.dumps(job.spec),
+                    json.dumps(job.status),
+                    job.created_at,
+                    job.port,
+                    job.nodes_wanted,
+                    job.workdir,
+                ),
+            )
+        return replace(job, spec_version=1, status_version=1)
+
+    def get_job(self, name: str, *, include_deleted: bool = False) -> JobRecord | None:
+        rows = self._query("SELECT * FROM jobs WHERE name = ?", (name,))
+        if not rows or (rows[0]["deleted"] and not include_deleted):
+            return None
+        return _job(rows[0])
+
+    def list_jobs(self, *, include_deleted: bool = False) -> list[JobRecord]:
+        rows = self._query("SELECT * FROM jobs ORDER BY created_at, name")
+        return [_job(row) for row in rows if include_deleted or not row["deleted"]]
+
+    def job_names(self, *, include_deleted: bool = False) -> list[str]:
+        """The jobs' names in ``list_jobs`` order, without reading their specs and statuses."""
+        rows = self._query("SELECT name, deleted FROM jobs ORDER BY created_at, name")
+        return [row["name"] for row in rows if include_deleted or not row["deleted"]]
+
+    def update_spec(self, name: str, spec: dict[str, Any], expected_version: int) -> int:
+        return self._cas(
+            "UPDATE jobs SET spec = ?, spec_version = spec_version + 1 WHERE name = ? AND spec_version = ?"
+            " AND deleted = 0",
+            (json.dumps(spec), name, expected_version),
+            expected_version,
+        )
+
+    def update_status(self, name: str, status: dict[str, Any], expected_version: int) -> int:
+        return self._cas(
+            "UPDATE jobs SET status = ?, status_version = status_version + 1"
+            " WHERE name = ? AND status_version = ?",
+            (json.dumps(status), name, expected_version),
+            expected_version,
+        )
+
+    def mark_job_deleted(self, name: str) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE jobs SET deleted = 1 WHERE name = ?", (name,))
+
+    def forget_job(self, name: str) -> None:
+        """Remove every row of a deleted job, once its pods are gone."""
+        with self.transaction() as db:
+            self._forget_job(db, name)
+
+    @staticmethod
+    def _forget_job(db: sqlite3.Connection, name: str) -> None:
+        for table in ("pods", "events", "applied", "scale_requests"):
+            db.execute(f"DELETE FROM {table} WHERE job = ?", (name,))
+        db.execute("DELETE FROM jobs WHERE name = ?", (name,))
+
+    def used_ports(self) -> set[int]:
+        return {row["port"] for row in self._query("SELECT port FROM jobs")}
+
+    # --- pods -------------------------------------------------------------------------------------------
+
+    def get_pod(self, name: str) -> PodRecord | None:
+        rows = self._query("SELECT * FROM pods WHERE name = ?", (name,))
+        return _pod(rows[0]) if rows else None
+
+    def list_pods(self, job: str | None = None, *, state: PodState | None = None) -> list[PodRecord]:
+        """The pods (of ``job``; in ``state``)."""
+        where, params = ["1"], []
+        if job is not None:
+            where.append("job = ?")
+            params.append(job)
+        if state is not None:
+            where.append("state = ?")
+            params.append(state.value)
+        rows = self._query(
+            f"SELECT * FROM pods WHERE {' AND '.join(where)} ORDER BY job, role, idx", tuple(params)
+        )
+        return [_pod(row) for row in rows]
+
+    def has_live_pods(self, job: str) -> bool:
+        """Whether a pod of ``job`` has a process (``PodRecord.alive``), without reading the pods."""
+        marks = ", ".join("?" * len(_ALIVE))
+        return bool(
+            self._query(f"SELECT 1 FROM pods WHERE job = ? AND state IN ({marks}) LIMIT 1", (job, *_ALIVE))
+        )
+
+    def slots_in_use(self) -> dict[str, int]:
+        """node -> pods that hold one of its slots (``PodRecord.holds_slot``), counted without reading them."""
+        rows = self._query(
+            f"SELECT node, COUNT(*) AS used FROM pods WHERE state IN ({', '.join('?' * len(_HOLDING))})"
+            " GROUP BY node",
+            _HOLDING,
+        )
+        return {row["node"]: row["used"] for row in rows}
+
+    def insert_pod(self, pod: PodRecord) -> PodRecord:
+        """A new pod slot. Raises ``Conflict`` when one of that name exists: never two of one pod."""
+        try:
+            with self.transaction() as db:
+                db.execute(
+                    f"INSERT INTO pods ({_POD_COLUMNS}) VALUES"
+                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    _pod_values(pod),
+                )
+        except sqlite3.IntegrityError as error:
+            raise Conflict(f"pod {pod.name} exists") from error
+        return replace(pod, version=1)
+
+    def update_pod(self, pod: PodRecord) -> PodRecord:
+        """Write ``pod`` if its row is still at ``pod.version``; returns the row at its new version."""
+        values = _pod_values(pod)
+        self._cas(
+            "UPDATE pods SET job = ?, role = ?, idx = ?, node = ?, state = ?, launch = ?, restarts = ?,"
+            " pid = ?, create_time = ?, exit_code = ?, signal = ?, reason = ?, started_at = ?,"
+            " finished_at = ?, deleted_by_us = ?, in_place_acked = ?, stop_deadline = ?, avoid = ?, injected = ?,"
+            " launch_spec = ?, version = version + 1"
+            " WHERE name = ? AND version = ?",
+            (*values[1:], pod.name, pod.version),
+            pod.version,
+        )
+        return replace(pod, version=pod.version + 1)
+
+    def delete_pod(self, pod: PodRecord) -> None:
+        self._cas("DELETE FROM pods WHERE name = ? AND version = ?", (pod.name, pod.version), pod.version)
+
+    # --- nodes ------------------------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[NodeRecord]:
+        rows = self._query("SELECT * FROM nodes ORDER BY length(name), name")
+        return [NodeRecord(row["name"], row["slots"], bool(row["ready"]), row["version"]) for row in rows]
+
+    def get_node(self, name: str) -> NodeRecord | None:
+        return next((node for node in self.list_nodes() if node.name == name), None)
+
+    def add_node(self, node: NodeRecord) -> None:
+        self.add_nodes([node])
+
+    def add_nodes(self, nodes: list[NodeRecord]) -> None:
+        """Add nodes (in one transaction); a name that exists already is left as it is."""
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, 1)",
+                [(node.name, node.slots, int(node.ready)) for node in nodes],
+            )
+
+    def update_node(self, node: NodeRecord) -> NodeRecord:
+        self._cas(
+            "UPDATE nodes SET slots = ?, ready = ?, version = version + 1 WHERE name = ? AND version = ?",
+            (node.slots, int(node.ready), node.name, node.version),
+            node.version,
+        )
+        return replace(node, version=node.version + 1)
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        name=row["name"],
+        uid=row["uid"],
+        spec=json.loads(row["spec"]),
+        spec_version=row["spec_version"],
+        status=json.loads(row["status"]),
+        status_version=row["status_version"],
+        created_at=row["created_at"],
+        port=row["port"],
+        nodes_wanted=row["nodes_wanted"],
+        workdir=row["workdir"],
+        deleted=bool(row["deleted"]),
+    )
+
+
+def _pod(row: sqlite3.Row) -> PodRecord:
+    return PodRecord(
+        name=row["name"],
+        job=row["job"],
+        role=row["role"],
+        index=row["idx"],
+        node=row["node"],
+        state=PodState(row["state"]),
+        launch=row["launch"],
+        restarts=row["restarts"],
+        pid=row["pid"],
+        create_time=row["create_time"],
+        exit_code=row["exit_code"],
+        signal=row["signal"],
+        reason=row["reason"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        deleted_by_us=bool(row["deleted_by_us"]),
+        in_place_acked=row["in_place_acked"],
+        stop_deadline=row["stop_deadline"],
+        avoid=tuple(json.loads(row["avoid"])),
+        injected=json.loads(row["injected"]),
+        launch_spec=json.loads(row["launch_spec"]),
+        version=row["version"],
+    )
+
+
+def _pod_values(pod: PodRecord) -> tuple[Any, ...]:
+    return (
+        pod.name,
+        pod.job,
+        pod.role,
+        pod.index,
+        pod.node,
+        pod.state.value,
+        pod.launch,
+        pod.restarts,
+        pod.pid,
+        pod.create_time,
+        pod.exit_code,
+        pod.signal,
+        pod.reason,
+        pod.started_at,
+        pod.finished_at,
+        int(pod.deleted_by_us),
+        pod.in_place_acked,
+        pod.stop_deadline,
+        json.dumps(list(pod.avoid)),
+        json.dumps(pod.injected),
+        json.dumps(pod.launch_spec),
+    )
