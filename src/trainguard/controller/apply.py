@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Protocol
 
 from trainguard.controller.backend import (
@@ -117,6 +118,10 @@ def _run_segment(verbs: Verbs, actions: list[Action]) -> None:
     first_launch = next((a for a in actions if isinstance(a, LaunchPod)), None)
     if first_launch is not None:
         _carry_out(verbs, first_launch.key, verbs.before_launches)
+    if verbs.side_by_side is in_order:  # one thing at a time: in the order given, no chains to build
+        for action in actions:
+            _carry_out_action(verbs, action)
+        return
     chains: dict[object, list[Action]] = {}
     for number, action in enumerate(actions):
         if isinstance(action, (LaunchPod, TerminatePod, RestartInPlace)):
@@ -125,34 +130,36 @@ def _run_segment(verbs: Verbs, actions: list[Action]) -> None:
             chains.setdefault("discovery", []).append(action)
         else:
             chains[number] = [action]
-    verbs.side_by_side([_chain(verbs, chain) for chain in chains.values()])
+    verbs.side_by_side([partial(_run_chain, verbs, chain) for chain in chains.values()])
 
 
-def _chain(verbs: Verbs, chain: list[Action]) -> Callable[[], None]:
-    def run() -> None:
-        for action in chain:
-            _carry_out(verbs, action.key, _verb(verbs, action))
-
-    return run
+def _run_chain(verbs: Verbs, chain: list[Action]) -> None:
+    for action in chain:
+        _carry_out_action(verbs, action)
 
 
-def _verb(verbs: Verbs, action: Action) -> Callable[[], None]:
-    """The backend's verb for ``action``, bound to it."""
-    match action:
-        case LaunchPod():
-            return lambda: verbs.launch(action)
-        case TerminatePod():
-            return lambda: verbs.terminate(action)
-        case RestartInPlace():
-            return lambda: verbs.restart_in_place(action)
-        case NudgeSurvivors():
-            return lambda: verbs.nudge(action)
-        case UpdateDiscovery():
-            return lambda: verbs.update_discovery(action)
-        case EmitEvent():
-            return lambda: verbs.emit_event(action)
-    # A status write ends a segment and is never in a chain.
-    return lambda: verbs.write_status(action)
+def _carry_out_action(verbs: Verbs, action: Action) -> None:
+    """The backend's verb for ``action``, with its failure recorded under the action's key."""
+    try:
+        match action:
+            case LaunchPod():
+                verbs.launch(action)
+            case TerminatePod():
+                verbs.terminate(action)
+            case RestartInPlace():
+                verbs.restart_in_place(action)
+            case NudgeSurvivors():
+                verbs.nudge(action)
+            case UpdateDiscovery():
+                verbs.update_discovery(action)
+            case EmitEvent():
+                verbs.emit_event(action)
+            case WriteStatus():  # never between two writes: each one ends a segment
+                verbs.write_status(action)
+    except NotYet as error:
+        verbs.keep_error(ActionError(action.key, str(error), verbs.now(), transient=True))
+    except verbs.failures as error:
+        verbs.keep_error(ActionError(action.key, str(error), verbs.now()))
 
 
 def _carry_out(verbs: Verbs, key: str, call: Callable[[], None]) -> None:
@@ -165,7 +172,8 @@ def _carry_out(verbs: Verbs, key: str, call: Callable[[], None]) -> None:
 
 
 def in_order(chains: Sequence[Callable[[], None]]) -> None:
-    """``Verbs.side_by_side`` for a backend that does one thing at a time."""
+    """``Verbs.side_by_side`` for a backend that does one thing at a time: its actions then run in the order
+    given, and the applier builds no chains for it."""
     for chain in chains:
         chain()
 
