@@ -30,6 +30,8 @@ from trainguard.controller.backend import (
     ObservedNode,
     ObservedPhase,
     ObservedPod,
+    ReleaseMode,
+    ReleaseSurvivors,
     RestartInPlace,
     ScaleRequest,
     StatusConflict,
@@ -65,6 +67,7 @@ class FakePod:
     reason: str | None = None
     terminating: bool = False
     overdue: bool = False
+    address: str | None = None
     agent: AgentReport | None = None
     agent_missing: str | None = None
 
@@ -86,6 +89,9 @@ class FakeCluster:
     discovery: tuple[str, ...] = ()
     #: Nudges of survivors asked for, in order.
     nudges: list[NudgeSurvivors] = field(default_factory=list)
+    #: Releases of survivors asked for, in order; and whether this cluster offers them.
+    releases: list[ReleaseSurvivors] = field(default_factory=list)
+    release: ReleaseMode = ReleaseMode.NONE
     #: Where pods find each other, as ``observe`` reports it.
     network: Network = field(default_factory=Network)
     discovery_version: int = 0
@@ -130,6 +136,7 @@ class FakeCluster:
                 started_at=pod.started_at,
                 terminating=pod.terminating,
                 overdue=pod.overdue,
+                address=pod.address,
                 agent=pod.agent,
                 agent_missing=pod.agent_missing,
             )
@@ -139,7 +146,9 @@ class FakeCluster:
             ObservedNode(node.name, node.ready, node.slots - self._used(node.name))
             for node in self.nodes.values()
         )
-        return Observed(pods, nodes, tuple(self.scale_requests), tuple(self.errors), self.network)
+        return Observed(
+            pods, nodes, tuple(self.scale_requests), tuple(self.errors), self.network, self.release
+        )
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
         fresh = []
@@ -327,6 +336,9 @@ class _Verbs:
 
     def nudge(self, action: NudgeSurvivors) -> None:
         self.cluster.nudges.append(action)  # no processes to restart: what was asked is kept
+
+    def release(self, action: ReleaseSurvivors) -> None:
+        self.cluster.releases.append(action)  # no connections to close: what was asked is kept
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         if action.version > self.cluster.discovery_version:

@@ -12,6 +12,7 @@ The environment lets a runtime configure the agent without touching the command 
 | ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
 | ``--control FILE`` | ``TRAINGUARD_CONTROL_FILE`` | none: see ``trainguard.agent.control`` |
 | ``--nudge-file FILE`` | ``TRAINGUARD_NUDGE_FILE`` | none: see ``trainguard.agent.nudge`` |
+| ``--release-file FILE`` | ``TRAINGUARD_RELEASE_FILE`` | none: see ``trainguard.agent.release`` |
 | ``--report-url URL`` | ``TRAINGUARD_REPORT_URL`` | none: see ``trainguard.agent.upstream`` |
 | ``--report-token FILE`` | ``TRAINGUARD_REPORT_TOKEN`` | none (needed with a report URL) |
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from trainguard.agent.control import ENV_CONTROL
 from trainguard.agent.nudge import ENV_NUDGE
+from trainguard.agent.release import ENV_RELEASE
 from trainguard.agent.report import default_termination_log
 from trainguard.agent.upstream import ENV_REPORT_TOKEN, ENV_REPORT_URL
 from trainguard.hangsignal import HangSignal
@@ -56,6 +58,8 @@ class AgentConfig:
     control_file: Path | None = None
     #: Where the runtime says that another pod of the job failed (``<token> <time>``): restart the workers.
     nudge_file: Path | None = None
+    #: Where the runtime says that a peer pod is lost (``<token> <addresses>``): close connections to it.
+    release_file: Path | None = None
     #: The operator's agent-report endpoint, and the file holding the token to show it.
     report_url: str | None = None
     report_token: Path | None = None
@@ -75,6 +79,7 @@ class AgentConfig:
         termination_log: str | None = None,
         control: str | None = None,
         nudge_file: str | None = None,
+        release_file: str | None = None,
         report_url: str | None = None,
         report_token: str | None = None,
         env: Mapping[str, str] = os.environ,
@@ -92,6 +97,7 @@ class AgentConfig:
         log_text, _ = _pick(termination_log, "--termination-log", env, ENV_TERMINATION_LOG)
         control_text, _ = _pick(control, "--control", env, ENV_CONTROL)
         nudge_text, _ = _pick(nudge_file, "--nudge-file", env, ENV_NUDGE)
+        release_text, _ = _pick(release_file, "--release-file", env, ENV_RELEASE)
         url_text, url_name = _pick(report_url, "--report-url", env, ENV_REPORT_URL)
         token_text, _ = _pick(report_token, "--report-token", env, ENV_REPORT_TOKEN)
         if url_text is not None and not url_text.startswith(("http://", "https://")):
@@ -110,6 +116,7 @@ class AgentConfig:
             termination_log=Path(log_text) if log_text else default_termination_log(),
             control_file=Path(control_text) if control_text else None,
             nudge_file=Path(nudge_text) if nudge_text else None,
+            release_file=Path(release_text) if release_text else None,
             report_url=url_text,
             report_token=Path(token_text) if token_text else None,
         )

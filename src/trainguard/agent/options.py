@@ -12,7 +12,7 @@ DESCRIPTION = (
     "whole process tree and, with --hang-timeout, restart it in place when it hangs. Each option falls back "
     "to an environment variable (TRAINGUARD_HANG_TIMEOUT, TRAINGUARD_HANG_MAX_CONSECUTIVE, "
     "TRAINGUARD_HANG_SIGNALS, TRAINGUARD_HANG_GRACE, TRAINGUARD_REPORT_FILE, TRAINGUARD_TERMINATION_LOG, "
-    "TRAINGUARD_CONTROL_FILE, TRAINGUARD_NUDGE_FILE). "
+    "TRAINGUARD_CONTROL_FILE, TRAINGUARD_NUDGE_FILE, TRAINGUARD_RELEASE_FILE). "
     "Exit status: CMD's (128+N when killed by signal N); 137 after giving up on a hang; 127/126 when CMD "
     "cannot be found/run; N when the runtime asked for exit code N through --control."
 )
@@ -56,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "started before it so that torchrun restarts them into a new round",
     )
     parser.add_argument(
+        "--release-file",
+        metavar="FILE",
+        help="'<token> <address>[,<address>...]' from the runtime: a peer pod at those addresses is lost; "
+        "shut down the connections of the pod's processes to it so that they stop waiting on it",
+    )
+    parser.add_argument(
         "--report-url",
         metavar="URL",
         help="POST a summary of what happens in the pod (hangs, restarts) to the operator at URL",
@@ -81,6 +87,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         termination_log=args.termination_log,
         control=args.control,
         nudge_file=args.nudge_file,
+        release_file=args.release_file,
         report_url=args.report_url,
         report_token=args.report_token,
     )

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from trainguard.agent.control import take_exit_request
 from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
+from trainguard.agent.release import QUIET_SECONDS, Release, Released, ReleaseWatch, release_connections
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
 from trainguard.hangsignal import HangSignal
@@ -73,6 +75,7 @@ class Agent:
         self._hang_restarts = 0
         self._last_progress: tuple[float, object] | None = None
         self._nudges: NudgeWatch | None = None
+        self._releases: ReleaseWatch | None = None
         self._worker_events: WorkerEventReader | None = None
         #: Workers SIGKILLed for a nudge: their ends are no fault of theirs.
         self._nudged: set[int] = set()
@@ -88,6 +91,8 @@ class Agent:
         if self.config.nudge_file is not None:
             # Read once now: a failure already there when the agent starts is old news.
             self._nudges = NudgeWatch(self.config.nudge_file)
+        if self.config.release_file is not None:
+            self._releases = ReleaseWatch(self.config.release_file)  # the same: a loss known at start is old
         self._worker_events = WorkerEventReader(str(heartbeat_dir / WORKER_EVENTS_FILE))
         command = Command(
             self.config.command,
@@ -175,6 +180,7 @@ class Agent:
             or reporter.enabled
             or config.control_file is not None
             or self._nudges is not None
+            or self._releases is not None
         )
         next_tick = next_cpu = started_at
         self._last_progress = None
@@ -198,6 +204,10 @@ class Agent:
                 nudge = self._nudges.poll()
                 if nudge is not None:
                     self._nudge(reporter, command.pid, nudge)
+            if self._releases is not None:
+                release = self._releases.poll()
+                if release is not None:
+                    self._release(reporter, release)
             if self._worker_events is not None:
                 for record in self._worker_events.read():
                     if record["event"] == FAILED:
@@ -259,6 +269,39 @@ class Agent:
         else:
             then = "no worker of the command was started before that: nothing to do"
         self._say(f"nudge {nudge.token}: another pod of the job failed {age:.0f} s ago; {then}")
+
+    def _release(self, reporter: Reporter, release: Release) -> None:
+        """The lost pod's connections now; the peers' quiet ones ``QUIET_SECONDS`` later, in a thread of
+        their own so that supervision goes on meanwhile."""
+        done = release_connections(release.addresses)
+        self._released(reporter, release, release.addresses, done)
+        if release.peers:
+
+            def later() -> None:
+                time.sleep(QUIET_SECONDS)
+                quiet = release_connections((), release.peers, quiet=QUIET_SECONDS)
+                self._released(reporter, release, release.peers, quiet)
+
+            threading.Thread(target=later, name="trainguard-release", daemon=True).start()
+
+    def _released(self, reporter: Reporter, release: Release, to: tuple[str, ...], done: Released) -> None:
+        reporter.event(
+            "released",
+            pid=None,
+            attempt=self._attempt,
+            token=release.token,
+            addresses=list(to),
+            sockets=done.count,
+            refused=done.refused,
+        )
+        where = ", ".join(to)
+        if done.count:
+            pids = ", ".join(f"{pid} ({n})" for pid, n in sorted(done.sockets.items()))
+            self._say(f"release {release.token}: shut down {done.count} connection(s) to {where}, of {pids}")
+        else:
+            self._say(f"release {release.token}: no connection to {where} to shut down")
+        if done.refused:
+            self._say(f"release {release.token}: some could not be shut down: {'; '.join(done.refused)}")
 
     def _on_hang(self, reporter: Reporter, pid: int, hang: Hang, allowed: bool) -> None:
         reporter.event(

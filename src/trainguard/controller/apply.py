@@ -32,6 +32,7 @@ from trainguard.controller.backend import (
     LaunchPod,
     NotYet,
     NudgeSurvivors,
+    ReleaseSurvivors,
     RestartInPlace,
     StatusConflict,
     TerminatePod,
@@ -71,6 +72,8 @@ class Verbs(Protocol):
     def restart_in_place(self, action: RestartInPlace) -> None: ...
 
     def nudge(self, action: NudgeSurvivors) -> None: ...
+
+    def release(self, action: ReleaseSurvivors) -> None: ...
 
     def update_discovery(self, action: UpdateDiscovery) -> None: ...
 
@@ -150,6 +153,8 @@ def _carry_out_action(verbs: Verbs, action: Action) -> None:
                 verbs.restart_in_place(action)
             case NudgeSurvivors():
                 verbs.nudge(action)
+            case ReleaseSurvivors():
+                verbs.release(action)
             case UpdateDiscovery():
                 verbs.update_discovery(action)
             case EmitEvent():

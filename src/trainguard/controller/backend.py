@@ -150,6 +150,8 @@ class ObservedPod:
     #: kubelet enforces the grace period itself, as Kubernetes', never reports it).
     overdue: bool = False
     agent: AgentReport | None = None
+    #: The pod's network address (its IP on Kubernetes), if it has one of its own.
+    address: str | None = None
     #: The agent cannot run in this pod's image (why, e.g. "the image has no python3"): its command runs as
     #: written, without hang detection or restart in place.
     agent_missing: str | None = None
@@ -201,6 +203,17 @@ class Applied:
     conflict: bool = False
 
 
+class ReleaseMode(str, Enum):
+    """Whether a backend can release the survivors of a lost peer (``ReleaseSurvivors``)."""
+
+    #: It can, and does.
+    ON = "on"
+    #: It could, but it is turned off (the operator's ``--no-release-survivors``): the job's history says so.
+    OFF = "off"
+    #: It cannot (the local runtime's pods share one address): nothing is released or recorded.
+    NONE = "none"
+
+
 @dataclass(frozen=True)
 class Observed:
     pods: tuple[ObservedPod, ...] = ()
@@ -209,6 +222,7 @@ class Observed:
     errors: tuple[ActionError, ...] = ()
     #: Where the job's pods find each other on this backend (what launches are given).
     network: Network = field(default_factory=Network)
+    release: ReleaseMode = ReleaseMode.NONE
 
 
 # ---- actions ---------------------------------------------------------------------------------------
@@ -285,6 +299,28 @@ class NudgeSurvivors:
     pods: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class ReleaseSurvivors:
+    """Close the connections of the processes of ``pods`` to ``addresses``, where ``lost_pod`` was, so that
+    they stop waiting on a peer that will never answer (``trainguard.controller.release`` says why and when).
+
+    Every backend that can hands ``token`` and the addresses to each pod's agent, which shuts those sockets
+    down inside the pod (``trainguard.agent.release``): the operator through an annotation the agent reads
+    from a downwardAPI file. No process is killed or restarted."""
+
+    key: str
+    lost_pod: str
+    #: Names the loss: ``<pod>#<history seq>``.
+    token: str
+    addresses: tuple[str, ...]
+    pods: tuple[str, ...]
+    #: The other hosts that stay, and the addresses of theirs: in those pods, the connections to one another
+    #: but ssh's are closed too (the previous round's, which a peer that reset by itself leaves open and a
+    #: survivor may still wait on). Not in the launcher's: its connections to them are horovodrun's own.
+    hosts: tuple[str, ...] = ()
+    peers: tuple[str, ...] = ()
+
+
 class EventType(str, Enum):
     NORMAL = "Normal"
     WARNING = "Warning"
@@ -309,7 +345,14 @@ class WriteStatus:
 
 
 Action: TypeAlias = (
-    LaunchPod | TerminatePod | RestartInPlace | NudgeSurvivors | UpdateDiscovery | EmitEvent | WriteStatus
+    LaunchPod
+    | TerminatePod
+    | RestartInPlace
+    | NudgeSurvivors
+    | ReleaseSurvivors
+    | UpdateDiscovery
+    | EmitEvent
+    | WriteStatus
 )
 
 

@@ -27,7 +27,7 @@ from trainguard.policy import (
     start_timed_out,
     torchrun_restarted,
 )
-from trainguard.policy.types import Decision, Fault, FaultKind, Observation, Remedy
+from trainguard.policy.types import Decision, Fault, FaultKind, Observation, PodRef, Remedy
 
 #: Faults that say nothing about the program, only about where it ran: a role shrunk for one of these
 #: grows back when capacity returns. (A program that keeps failing is not started again by growing.)
@@ -178,6 +178,8 @@ def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
     """What the pod shows, whatever is decided about it next: seen, its node, started or running."""
     node = pod.node or slot.node
     changes: dict[str, object] = {"seen": True, "node": node}
+    if pod.address is not None:
+        changes["address"] = pod.address
     if pod.phase is ObservedPhase.PENDING:
         changes["phase"] = PodPhase.CREATING if pod.node else PodPhase.PENDING
     elif pod.phase is ObservedPhase.RUNNING:
@@ -191,6 +193,7 @@ def _note(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> PodStatus:
         and slot.node == node
         and slot.phase == changes.get("phase", slot.phase)
         and slot.running_since == changes.get("running_since", slot.running_since)
+        and slot.address == changes.get("address", slot.address)
     ):
         return slot  # nothing new: most pods of a big job on most reconciles
     return cycle.put(slot, **changes)
@@ -333,6 +336,7 @@ def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, f
         progress_at=None,
         seen=False,
         node=None,
+        address=None,
         avoid_nodes=avoid,
         open_faults=opened,
         cause="restart",
@@ -401,6 +405,7 @@ def _history_entry(cycle: Cycle, decision: Decision) -> HistoryEntry:
         role=ref.role if ref is not None else None,
         pod=cycle.name_of(ref) if ref is not None else None,
         node=fault.node,
+        address=_address(cycle, ref),
         fault=fault.kind,
         exit_code=fault.exit_code,
         rule=decision.rule,
@@ -410,3 +415,11 @@ def _history_entry(cycle: Cycle, decision: Decision) -> HistoryEntry:
         reason=decision.reason,
         counters=counters,
     )
+
+
+def _address(cycle: Cycle, ref: PodRef | None) -> str | None:
+    """The address of the incarnation a fault is about, as last seen (before a relaunch forgets it)."""
+    if ref is None:
+        return None
+    slot = cycle.slots.get(cycle.name_of(ref))
+    return slot.address if slot is not None else None

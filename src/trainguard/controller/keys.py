@@ -55,3 +55,8 @@ def status(job: TrainingJob, revision: int) -> str:
 def nudge(job: TrainingJob, failed_pod: str, seq: int) -> str:
     """The nudge of the survivors of one failure (history entry ``seq``)."""
     return f"{job_key(job)}/nudge/{failed_pod}#{seq}"
+
+
+def release(job: TrainingJob, lost_pod: str, seq: int) -> str:
+    """The release of the survivors of one loss (history entry ``seq``), or the record that it waits."""
+    return f"{job_key(job)}/release/{lost_pod}#{seq}"

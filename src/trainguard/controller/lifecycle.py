@@ -32,6 +32,7 @@ def suspend(cycle: Cycle) -> None:
             running_since=None,
             seen=False,
             node=None,
+            address=None,
             in_place_restarts=0,
             cause="resume",
         )

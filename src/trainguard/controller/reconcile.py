@@ -26,6 +26,7 @@ from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.nudges import nudge_survivors
 from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
+from trainguard.controller.release import release_survivors
 from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
 from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
@@ -70,6 +71,7 @@ def reconcile(
         _run(cycle)
         warn_pods_without_agent(cycle)
     actuate(cycle)
+    release_survivors(cycle)
     nudge_at = nudge_survivors(cycle)
     update_discovery(cycle)
     settle_phase(cycle)

@@ -163,6 +163,7 @@ def grow_back(cycle: Cycle) -> None:
                 due_at=cycle.now,
                 seen=False,
                 node=None,
+                address=None,
                 avoid_nodes=(),  # the room that returned may well be the node it left
                 cause="grow",
                 shrunk_for=None,
@@ -206,7 +207,7 @@ def update_discovery(cycle: Cycle) -> None:
     hosts = tuple(
         f"{slot.name}:{per_host}"
         for slot in cycle.ordered_slots()
-        if slot.phase is PodPhase.RUNNING and not _is_launcher(cycle, slot.role)
+        if slot.phase is PodPhase.RUNNING and not is_launcher(cycle, slot.role)
     )
     if hosts == cycle.get("discovery"):
         return
@@ -215,6 +216,7 @@ def update_discovery(cycle: Cycle) -> None:
     cycle.issue(UpdateDiscovery(keys.discovery(cycle.job, version), version, hosts))
 
 
-def _is_launcher(cycle: Cycle, role: str) -> bool:
+def is_launcher(cycle: Cycle, role: str) -> bool:
+    """A Horovod job's launcher role (it runs horovodrun; the other roles' pods are Horovod's hosts)."""
     spec = cycle.job.spec.replica_specs[role]
     return role.lower() in _LAUNCHERS or (spec.replica_type or "").lower() in _LAUNCHERS

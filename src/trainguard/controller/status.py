@@ -54,6 +54,8 @@ class PodStatus(_Model):
     index: int
     phase: PodPhase
     node: str | None = None
+    #: The current incarnation's network address, once seen (its IP on Kubernetes).
+    address: str | None = None
     #: Relaunches so far (RESTARTS): incarnations started again after a fault. A hang restart in place
     #: involves no rescheduling and is not among them (``hang_restarts``).
     restarts: int = 0
@@ -103,6 +105,20 @@ class HistoryKind(str, Enum):
     SCALE_REJECTED = "scale-rejected"
     #: Capacity returned and a role shrunk for want of it grew back.
     GROW = "grow"
+    #: The survivors of a lost peer released from their connections to it (or why they were not).
+    RELEASE = "release"
+
+
+class ReleaseOutcome(str, Enum):
+    """The ``action`` of a release entry."""
+
+    def __str__(self) -> str:  # the word, as in the status and the metrics
+        return str(self.value)
+
+    #: Their connections to the lost peer were closed (``ReleaseSurvivors``).
+    RELEASED = "release"
+    #: Not released (turned off): they wait for their own timeout, which the entry's reason names.
+    WAITS = "wait"
 
 
 class ScaleOperation(str, Enum):
@@ -131,11 +147,13 @@ class HistoryEntry(_Model):
     #: The pods a scale or grow step added or removed, in the order it names them.
     pods: tuple[str, ...] = ()
     node: str | None = None
+    #: A fault's pod's network address when it was lost (what a release closes connections to).
+    address: str | None = None
     fault: FaultKind | None = None
     exit_code: int | None = None
     rule: str | None = None
-    #: A fault's remedy, or a scale step's operation; "none" for a rejected scale request.
-    action: Remedy | ScaleOperation
+    #: A fault's remedy, a scale step's operation ("none" for a rejected scale request), or a release's outcome.
+    action: Remedy | ScaleOperation | ReleaseOutcome
     scope: str | None = None
     counted: bool = False
     #: A scale step's (or rejected request's) replicas of the role before and after (asked for).

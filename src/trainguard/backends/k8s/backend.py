@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from trainguard.agent.nudge import format_nudge
+from trainguard.agent.release import format_release
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import gang, manifests, ssh
 from trainguard.backends.k8s.client import ApiError
@@ -36,6 +37,8 @@ from trainguard.controller.backend import (
     NotYet,
     NudgeSurvivors,
     Observed,
+    ReleaseMode,
+    ReleaseSurvivors,
     RestartInPlace,
     StatusConflict,
     TerminatePod,
@@ -94,6 +97,7 @@ class JobBackend:
             nodes=self.shared.observed_nodes(),
             errors=errors,
             network=manifests.network(job),
+            release=ReleaseMode.ON if self.shared.settings.release_survivors else ReleaseMode.OFF,
         )
 
     # ---- apply: the one applier (``trainguard.controller.apply``) with this backend's verbs ----------
@@ -286,6 +290,24 @@ class JobBackend:
                 if error.status != 404:  # gone meanwhile: nothing to nudge
                     raise
 
+    def _release(self, job: TrainingJob, action: ReleaseSurvivors) -> None:
+        """Hand the lost peer's addresses to each survivor's agent: ``<token> <addresses>`` in the pod's release
+        annotation, which kubelet projects into the file the agent polls (``--release-file``); the agent shuts
+        down its processes' connections to them."""
+        for name in action.pods:
+            if self._own_pod(job, name) is None:
+                continue  # gone meanwhile, or another job's
+            peers = action.peers if name in action.hosts else ()
+            value = format_release(action.token, action.addresses, peers).strip()
+            patch = {"metadata": {"annotations": {manifests.ANNOTATION_RELEASE: value}}}
+            try:
+                self.shared.pods.put(
+                    self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", patch)
+                )
+            except ApiError as error:
+                if error.status != 404:  # gone meanwhile: nothing to release
+                    raise
+
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
         uid = job.metadata.uid or ""
         body = event_body(self.kind, self.namespace, self.name, uid, action, self.shared.identity)
@@ -356,6 +378,9 @@ class _Verbs:
 
     def nudge(self, action: NudgeSurvivors) -> None:
         self.backend._nudge(self.job, action)
+
+    def release(self, action: ReleaseSurvivors) -> None:
+        self.backend._release(self.job, action)
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         self.backend._discovery(self.job, action)

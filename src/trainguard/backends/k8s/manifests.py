@@ -60,6 +60,11 @@ REPORT_AUDIENCE = "trainguard"
 ANNOTATION_NUDGE = "trainguard.io/nudge"
 NUDGE_DIR = "/etc/trainguard/nudge"
 NUDGE_FILE = f"{NUDGE_DIR}/token"
+#: ``<token> <address>[,<address>...]`` of a lost peer (the controller's ``ReleaseSurvivors``), projected into
+#: ``RELEASE_FILE`` for the agent of each pod of a Horovod job.
+ANNOTATION_RELEASE = "trainguard.io/release"
+RELEASE_DIR = "/etc/trainguard/release"
+RELEASE_FILE = f"{RELEASE_DIR}/token"
 #: Where the operator's image keeps what pods need (``deploy/Dockerfile``): ``bin/trainguard-entry`` and
 #: ``lib/`` (the agent's modules, standard library only).
 IMAGE_AGENT_ROOT = "/opt/trainguard"
@@ -92,6 +97,9 @@ class PodSettings:
     #: Where the agents POST what happens inside their pods (the operator's agent-report endpoint, reachable
     #: from the pods); None: they report nothing but their end.
     report_url: str | None = None
+    #: Release the survivors of a lost Horovod host (``trainguard.controller.release``): the pods of Horovod
+    #: jobs get the release file their agent watches. Off: they wait for Gloo's timeout, as without trainguard.
+    release_survivors: bool = True
 
 
 def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:
@@ -133,6 +141,9 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     argv = list(launch.spec.argv)
     # The agent of a pod in the rendezvous hears of its peers' failures (the controller's nudges).
     nudge = ["--nudge-file", NUDGE_FILE] if launch.spec.in_rendezvous else []
+    # The agent of a pod of a Horovod job closes its processes' connections to a lost peer (releases).
+    releases = settings.release_survivors and job.spec.framework_type is FrameworkType.HOROVOD
+    release = ["--release-file", RELEASE_FILE] if releases else []
     report = (
         ["--report-url", settings.report_url, "--report-token", REPORT_TOKEN_FILE]
         if settings.report_url
@@ -140,12 +151,15 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     )
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
-        first["command"] = [ENTRY, "run", *agent_options(job, launch.role), *nudge, *report, "--", *argv]
+        options = [*agent_options(job, launch.role), *nudge, *release, *report]
+        first["command"] = [ENTRY, "run", *options, "--", *argv]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
         deliver_agent(spec, first, settings, probe=True)
         if nudge:
-            _mount_nudge(spec, first)
+            _mount_annotation(spec, first, "trainguard-nudge", ANNOTATION_NUDGE, NUDGE_DIR)
+        if release:
+            _mount_annotation(spec, first, "trainguard-release", ANNOTATION_RELEASE, RELEASE_DIR)
         if report:
             _mount_report_token(spec, first)
         _mount_snapshots(spec, first)
@@ -206,15 +220,15 @@ def deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool)
     container["volumeMounts"] = [*(container.get("volumeMounts") or []), {**mount, "readOnly": True}]
 
 
-def _mount_nudge(spec: Obj, container: Obj) -> None:
-    """The pod's nudge annotation as a file for the agent (empty while the annotation is absent); kubelet
-    refreshes it on its sync, within about a minute of the operator's patch."""
-    volume = "trainguard-nudge"
-    item = {"path": "token", "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_NUDGE}']"}}
+def _mount_annotation(spec: Obj, container: Obj, volume: str, annotation: str, directory: str) -> None:
+    """One of the pod's annotations (a nudge, a release) as the file ``<directory>/token`` for the agent (empty
+    while the annotation is absent); kubelet rewrites it when it syncs the pod after the operator's patch
+    (seconds), at the latest on its periodic sync (about a minute)."""
+    item = {"path": "token", "fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}
     spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "downwardAPI": {"items": [item]}}]
     container["volumeMounts"] = [
         *(container.get("volumeMounts") or []),
-        {"name": volume, "mountPath": NUDGE_DIR, "readOnly": True},
+        {"name": volume, "mountPath": directory, "readOnly": True},
     ]
 
 

@@ -73,6 +73,7 @@ def observed_pod(pod: Obj) -> ObservedPod:
         terminating=bool(meta.get("deletionTimestamp")),
         agent=agent,
         agent_missing=_agent_missing(status),
+        address=status.get("podIP") or None,
     )
 
 

@@ -35,6 +35,7 @@ from trainguard.controller.backend import (
     ObservedNode,
     ObservedPhase,
     ObservedPod,
+    ReleaseSurvivors,
     RestartInPlace,
     ScaleRequest,
     StatusConflict,
@@ -214,6 +215,12 @@ class _Verbs:
 
     def nudge(self, action: NudgeSurvivors) -> None:
         self.backend._nudge(self.record, action)
+
+    def release(self, action: ReleaseSurvivors) -> None:
+        # Never decided here (observe says ReleaseMode.NONE): every pod has the one loopback address.
+        raise ValueError(
+            "the local runtime's pods share one address: no peer's connections can be told apart"
+        )
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         discovery.write(self.backend.home.discovery_script(self.record.name), action.version, action.hosts)

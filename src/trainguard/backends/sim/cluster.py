@@ -43,6 +43,7 @@ from trainguard.controller import (
     ObservedNode,
     ObservedPhase,
     ObservedPod,
+    ReleaseSurvivors,
     RestartInPlace,
     ScaleRequest,
     StatusConflict,
@@ -122,6 +123,7 @@ class SimCluster:
     discovery: tuple[str, ...] = ()
     #: Nudges of survivors asked for, in order.
     nudges: list[NudgeSurvivors] = field(default_factory=list)
+    releases: list[ReleaseSurvivors] = field(default_factory=list)
     events_total: int = 0
     recent_events: deque[EmitEvent] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
     #: Bumped by every change a later observe() would show.

@@ -12,6 +12,7 @@ from trainguard.controller import (
     EmitEvent,
     LaunchPod,
     NudgeSurvivors,
+    ReleaseSurvivors,
     RestartInPlace,
     TerminatePod,
     UpdateDiscovery,
@@ -65,6 +66,9 @@ class SimVerbs:
 
     def nudge(self, action: NudgeSurvivors) -> None:
         self.cluster.nudges.append(action)  # simulated pods have no workers: what was asked is kept
+
+    def release(self, action: ReleaseSurvivors) -> None:
+        self.cluster.releases.append(action)  # simulated pods have no connections: what was asked is kept
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         self.cluster.discovery = action.hosts

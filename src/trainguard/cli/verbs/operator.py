@@ -101,6 +101,13 @@ def register(subparsers: Any) -> None:
         help="the secret that lets a browser act (scale) on the job pages: open /?token=SECRET (default: a "
         "random one, in the log; the chart mounts its Secret <release>-ui here)",
     )
+    parser.add_argument(
+        "--no-release-survivors",
+        dest="release_survivors",
+        action="store_false",
+        help="do not close the connections of a Horovod job's pods to a lost trainer (they then wait for "
+        "Horovod's Gloo timeout before the elastic reset, as without trainguard; the job's history says so)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -145,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             scheduler=args.scheduler_name,
             agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE,
             report_url=url,
+            release_survivors=args.release_survivors,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",

@@ -121,8 +121,11 @@ function showJob(name) {
     parts.timeline.replaceChildren(drawTimeline(job.timeline));
     parts.history.replaceChildren(table(
       ["time", "pod", "node", "fault", "rule", "action", "counted", "recovery", "reason"],
-      job.history.filter((h) => h.kind === "fault").reverse().map((h) => [when(h.at), h.pod || "", h.node || "",
-        [h.fault, h.exitCode ?? ""].join(" ").trim(), h.rule || "", h.action || "", h.counted ? "yes" : "no",
+      // Faults, and the releases of a lost Horovod host's survivors (their own kind: what was done for the others).
+      job.history.filter((h) => h.kind === "fault" || h.kind === "release").reverse().map((h) => [when(h.at), h.pod || "", h.node || "",
+        [h.fault, h.exitCode ?? ""].join(" ").trim(), h.rule || "",
+        h.kind === "release" ? (h.action === "release" ? "survivors released" : "survivors wait") : h.action || "",
+        h.counted ? "yes" : "no",
         h.recoverySeconds === null || h.recoverySeconds === undefined ? "" : `${h.recoverySeconds.toFixed(1)} s`,
         h.reason || ""])));
     parts.events.replaceChildren(table(["time", "type", "reason", "object", "message"],

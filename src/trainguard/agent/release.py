@@ -1,0 +1,285 @@
+"""Releasing the survivors of a lost peer (``--release-file FILE``): close their connections to its address.
+
+When a machine vanishes, or a pod is deleted by force and its network is torn down before its processes'
+sockets are closed, no packet tells the other pods: their processes wait on those connections until a
+timeout of their own (Horovod's Gloo: ``HOROVOD_GLOO_TIMEOUT_SECONDS``, 300 s in CCE's example). The
+controller knows at once. It writes the lost pod's address into a file of each surviving pod (a downwardAPI
+volume projecting the pod's ``trainguard.io/release`` annotation), and the agent, inside the pod's network
+namespace, shuts down every socket of the pod's processes that is connected to that address: a read blocked
+on it returns at once (end of file), the collective fails, and Horovod's elastic reset starts (the same path
+as when the peer's kernel resets the connection). Nothing is killed and no process is restarted; connections
+to every other address are left alone.
+
+How a socket of another process is shut down: ``pidfd_open`` + ``pidfd_getfd`` duplicate its descriptor into
+the agent (Linux 5.6+), ``shutdown(SHUT_RDWR)`` acts on the socket both descriptors share, and the agent closes
+its duplicate. The kernel allows it where the agent may ptrace the process: the same user, and no Yama
+restriction beyond "descendants only" (the agent is the ancestor of its command's processes; ssh sessions
+started by the command's sshd are its descendants too, re-parented to it as a subreaper when they
+daemonize), and a seccomp profile that allows ``pidfd_getfd`` (Kubernetes' default, Unconfined, does;
+``RuntimeDefault`` allows it with ``CAP_SYS_PTRACE``). Where it is refused the agent says so and nothing else
+changes: the survivors wait for their own timeout, as without trainguard.
+
+The surviving peers (the other hosts of the collective) may be named too. A peer whose own connection to the
+lost pod was reset starts the next round by itself, but Horovod 0.28.1 leaves the previous round's
+connections open, and a survivor still blocked on one of them would wait for it until the timeout as for the
+lost pod. So ``QUIET_SECONDS`` after the release, the connections to peers that carried no data either way
+for that long (``TCP_INFO``'s last data sent and received) are shut down too: the previous round's, blocked
+or leaked. The next round's, which train, are left alone, and so are ssh's (they carry horovodrun's workers).
+
+The file holds one line, ``<token> <address>[,<address>...] [<peer>[,<peer>...]]``: the token names the loss
+(no spaces; a new token is a new loss), the addresses are IPv4 or IPv6. The token present when the agent
+starts is old news.
+
+Standard library only: it runs in users' images from the bundle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_RELEASE = "TRAINGUARD_RELEASE_FILE"
+#: Every architecture Linux runs on numbers these the same (they came after the syscall tables were unified).
+_SYS_PIDFD_OPEN = 434
+_SYS_PIDFD_GETFD = 438
+#: TCP states in /proc/net/tcp: everything but LISTEN (0A) and CLOSE (07) is a connection to somebody.
+_NOT_CONNECTED = {"0A", "07"}
+_MAX_TEXT = 4096
+#: How long a connection to a surviving peer must have carried nothing to be the previous round's.
+QUIET_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Release:
+    token: str
+    #: The lost pod's: every connection to them is shut down.
+    addresses: tuple[str, ...]
+    #: The surviving peers' (the other hosts of the collective): their connections that are not ssh's too, the
+    #: previous round's (a peer that reset by itself keeps its old connections open, and a survivor blocked
+    #: on one of them waits for it as for the lost pod).
+    peers: tuple[str, ...] = ()
+
+
+def _addresses(text: str) -> tuple[str, ...] | None:
+    found = []
+    for item in text.split(","):
+        try:
+            found.append(str(ipaddress.ip_address(item)))
+        except ValueError:
+            return None
+    return tuple(found)
+
+
+def parse_release(text: str) -> Release | None:
+    """``<token> <address>[,<address>...] [<peer>[,<peer>...]]`` on the first line; None for anything else."""
+    lines = text[:_MAX_TEXT].strip().splitlines()
+    parts = lines[0].split() if lines else []
+    if len(parts) not in (2, 3):
+        return None
+    addresses = _addresses(parts[1])
+    peers = _addresses(parts[2]) if len(parts) == 3 else ()
+    if not addresses or peers is None:
+        return None
+    return Release(parts[0], addresses, peers)
+
+
+def format_release(token: str, addresses: tuple[str, ...], peers: tuple[str, ...] = ()) -> str:
+    """The file's line for a loss (what ``parse_release`` reads)."""
+    return f"{token} {','.join(addresses)}{' ' + ','.join(peers) if peers else ''}\n"
+
+
+class ReleaseWatch:
+    """The release file as the agent polls it: a stat each time, a read only when the file changed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        first = self._read()
+        #: The loss already known at start (released, if at all, by an earlier agent): never acted on.
+        self._seen = first.token if first is not None else None
+
+    def poll(self) -> Release | None:
+        """A release with a token not seen before, once; None otherwise."""
+        release = self._read()
+        if release is None or release.token == self._seen:
+            return None
+        self._seen = release.token
+        return release
+
+    def _read(self) -> Release | None:
+        try:
+            info = os.stat(self.path)  # follows the symlinks of a downwardAPI volume to the current file
+        except OSError:
+            self._stamp = None
+            return None
+        stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+        if stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as file:
+                return parse_release(file.read(_MAX_TEXT))
+        except OSError:
+            self._stamp = None
+            return None
+
+
+@dataclass
+class Released:
+    """What one release did."""
+
+    #: Sockets shut down, by pid.
+    sockets: dict[int, int] = field(default_factory=dict)
+    #: Why some could not be (one line per kind of refusal), e.g. "pidfd_getfd: Operation not permitted".
+    refused: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(self.sockets.values())
+
+
+def _remote_hex(address: str) -> set[str]:
+    """How ``/proc/net/tcp{,6}`` write ``address`` as a remote address (without the port)."""
+    ip = ipaddress.ip_address(address)
+    forms = set()
+    if isinstance(ip, ipaddress.IPv4Address):
+        forms.add(ip.packed[::-1].hex().upper())
+        ip = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed)  # as tcp6 lists it, mapped
+    packed = ip.packed
+    forms.add("".join(packed[i : i + 4][::-1].hex() for i in range(0, 16, 4)).upper())
+    return forms
+
+
+def socket_inodes(addresses: tuple[str, ...], proc: str = "/proc") -> set[int]:
+    """The inodes of this network namespace's TCP sockets connected to any of ``addresses``."""
+    wanted: set[str] = set()
+    for address in addresses:
+        wanted |= _remote_hex(address)
+    found: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{table}", encoding="ascii") as file:
+                next(file, None)  # the header
+                for line in file:
+                    fields = line.split()
+                    if len(fields) < 10 or fields[3] in _NOT_CONNECTED:
+                        continue
+                    remote = fields[2].rsplit(":", 1)[0]
+                    if remote in wanted and fields[9].isdigit() and fields[9] != "0":
+                        found.add(int(fields[9]))
+        except OSError:
+            continue
+    return found
+
+
+#: Processes whose connections to surviving peers are kept: ssh carries horovodrun's workers themselves.
+_KEPT_COMMANDS = frozenset({"ssh", "sshd", "sshd-session"})
+
+
+def _command(pid: str, proc: str) -> str:
+    try:
+        with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as file:
+            return file.read().strip()
+    except OSError:
+        return ""
+
+
+def _descriptors(
+    inodes: set[int], peer_inodes: set[int], skip: int, proc: str = "/proc"
+) -> dict[int, list[tuple[int, int]]]:
+    """pid -> the descriptors of its that are one of ``inodes``, or of ``peer_inodes`` unless it is ssh's
+    (this pid's own left out)."""
+    links = {f"socket:[{inode}]" for inode in inodes}
+    peer_links = {f"socket:[{inode}]" for inode in peer_inodes}
+    found: dict[int, list[tuple[int, int]]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit() or int(entry) == skip:
+            continue
+        wanted = links if _command(entry, proc) in _KEPT_COMMANDS else links | peer_links
+        try:
+            fds = os.listdir(f"{proc}/{entry}/fd")
+        except OSError:
+            continue  # gone, or not ours to look at
+        for fd in fds:
+            try:
+                link = os.readlink(f"{proc}/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if link in wanted:
+                found.setdefault(int(entry), []).append((int(fd), int(link[8:-1])))
+    return found
+
+
+def _syscall(number: int, *args: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = int(libc.syscall(number, *args))
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return result
+
+
+def release_connections(
+    addresses: tuple[str, ...], peers: tuple[str, ...] = (), proc: str = "/proc", quiet: float = 0.0
+) -> Released:
+    """Shut down every socket of this namespace's processes connected to ``addresses``; and those connected to
+    ``peers`` (but ssh's) that carried no data either way for ``quiet`` seconds (see the docstring)."""
+    done = Released()
+    inodes = socket_inodes(addresses, proc)
+    peer_inodes = socket_inodes(peers, proc) if peers else set()
+    if not inodes and not peer_inodes:
+        return done
+    refusals: set[str] = set()
+    for pid, fds in _descriptors(inodes, peer_inodes, os.getpid(), proc).items():
+        try:
+            pidfd = _syscall(_SYS_PIDFD_OPEN, pid, 0)
+        except OSError as error:
+            if error.errno != errno.ESRCH:  # gone meanwhile: nothing to release
+                refusals.add(f"pidfd_open: {error.strerror}")
+            continue
+        try:
+            for fd, inode in fds:
+                try:
+                    copy = _syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+                except OSError as error:
+                    if error.errno != errno.EBADF:  # closed meanwhile
+                        refusals.add(f"pidfd_getfd: {error.strerror}")
+                    continue
+                sock = socket.socket(fileno=copy)
+                try:
+                    if inode not in inodes and _idle_seconds(sock) < quiet:
+                        continue  # a peer's connection in use: the next round's, or one that is fine
+                    sock.shutdown(socket.SHUT_RDWR)
+                    done.sockets[pid] = done.sockets.get(pid, 0) + 1
+                except OSError as error:
+                    if error.errno != errno.ENOTCONN:
+                        refusals.add(f"shutdown: {error.strerror}")
+                finally:
+                    sock.close()  # the duplicate only: the process's own descriptor stays open
+        finally:
+            os.close(pidfd)
+    done.refused = sorted(refusals)
+    return done
+
+
+#: ``struct tcp_info``: ``tcpi_last_data_sent`` and ``tcpi_last_data_recv`` (milliseconds ago) are at these
+#: offsets on every Linux since 2.6.
+_LAST_DATA_SENT, _LAST_DATA_RECV = 44, 52
+
+
+def _idle_seconds(sock: socket.socket) -> float:
+    """How long the connection has carried no data, either way (0 where the kernel does not say)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, AttributeError):
+        return 0.0
+    if len(info) < _LAST_DATA_RECV + 4:
+        return 0.0
+    sent = int.from_bytes(info[_LAST_DATA_SENT : _LAST_DATA_SENT + 4], "little")
+    received = int.from_bytes(info[_LAST_DATA_RECV : _LAST_DATA_RECV + 4], "little")
+    return min(sent, received) / 1000.0

@@ -1,0 +1,179 @@
+"""The agent's release of a lost peer (``trainguard.agent.release``), on real sockets and processes: the
+connections of other processes to the lost address are shut down (a blocked read returns at once), every
+other connection stays as it was, and through the agent itself a token in its release file does it once."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainguard.agent.release import (
+    format_release,
+    parse_release,
+    release_connections,
+    socket_inodes,
+)
+
+pytestmark = pytest.mark.integration
+
+#: Two peers on loopback with addresses of their own (Linux routes all of 127/8 to lo).
+LOST, KEPT = "127.0.0.2", "127.0.0.3"
+
+_PEER = """
+import socket, sys, time
+lost = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+kept = socket.create_connection((sys.argv[3], int(sys.argv[4])))
+print("connected", flush=True)
+started = time.monotonic()
+data = lost.recv(10)  # blocks: the lost peer never writes (as a vanished machine)
+print(f"lost returned {data!r} after {time.monotonic() - started:.2f}", flush=True)
+kept.sendall(b"still here")
+print("kept works", flush=True)
+"""
+
+
+def _listener(address: str) -> socket.socket:
+    server = socket.socket()
+    server.bind((address, 0))
+    server.listen(1)
+    return server
+
+
+@pytest.fixture
+def peer() -> Iterator[tuple[subprocess.Popen[str], socket.socket, socket.socket]]:
+    lost, kept = _listener(LOST), _listener(KEPT)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _PEER, LOST, str(lost.getsockname()[1]), KEPT, str(kept.getsockname()[1])],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "connected"
+    lost_end, _ = lost.accept()
+    kept_end, _ = kept.accept()
+    yield process, lost_end, kept_end
+    process.kill()
+    process.wait(10)
+    assert process.stdout is not None
+    process.stdout.close()
+    for item in (lost, kept, lost_end, kept_end):
+        item.close()
+
+
+def test_parse_and_format() -> None:
+    release = parse_release(format_release("trainer-1#7", ("10.0.0.5", "fd00::5")))
+    assert release is not None
+    assert (release.token, release.addresses) == ("trainer-1#7", ("10.0.0.5", "fd00::5"))
+    for garbled in ("", "token", "token not-an-address", "a b c", "token 10.0.0.5,", "token 999.0.0.1"):
+        assert parse_release(garbled) is None, garbled
+
+
+def test_only_the_connections_to_the_lost_address_are_shut_down(
+    peer: tuple[subprocess.Popen[str], socket.socket, socket.socket],
+) -> None:
+    process, _, kept_end = peer
+    assert socket_inodes((LOST,))  # the peer's connection, as /proc/net/tcp lists it
+    started = time.monotonic()
+    done = release_connections((LOST,))
+    assert done.refused == []
+    assert done.sockets == {process.pid: 1}
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    assert line.startswith("lost returned b''"), line  # end of file at once, as after a reset
+    assert time.monotonic() - started < 5
+    assert process.stdout.readline().strip() == "kept works"
+    kept_end.settimeout(10)
+    assert kept_end.recv(10) == b"still here"  # the other connection was left alone
+
+
+def test_a_peers_connections_are_shut_down_too_but_not_sshs(tmp_path: Path) -> None:
+    """Named as peers (the other hosts), connections are shut down too, except those of ssh's processes."""
+    kept_listener = _listener(KEPT)
+    ssh = tmp_path / "ssh"  # a process whose name is ssh's (comm), holding a connection to the peer
+    ssh.symlink_to(sys.executable)
+    script = "import socket, sys, time\ns = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n"
+    script += "print('connected', flush=True)\nprint(repr(s.recv(10)), flush=True)\n"
+    port = str(kept_listener.getsockname()[1])
+    worker = subprocess.Popen([sys.executable, "-c", script, KEPT, port], stdout=subprocess.PIPE, text=True)
+    sshd = subprocess.Popen([str(ssh), "-c", script, KEPT, port], stdout=subprocess.PIPE, text=True)
+    try:
+        for process in (worker, sshd):
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "connected"
+        ends = [kept_listener.accept()[0] for _ in range(2)]
+        # A peer's connection that carried data within the quiet time is in use: kept.
+        assert release_connections((), peers=(KEPT,), quiet=600).sockets == {}
+        done = release_connections(("127.0.0.9",), peers=(KEPT,), quiet=0)
+        assert done.sockets == {worker.pid: 1}
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "b''"
+        assert sshd.poll() is None  # still waiting on its connection
+        for end in ends:
+            end.close()
+    finally:
+        for process in (worker, sshd):
+            process.kill()
+            process.wait(10)
+            if process.stdout is not None:
+                process.stdout.close()
+        kept_listener.close()
+
+
+def test_nothing_connected_to_the_address_is_nothing_to_do() -> None:
+    done = release_connections(("127.0.0.9",))
+    assert (done.count, done.refused) == (0, [])
+
+
+def test_the_agent_releases_once_per_token_and_reports_it(tmp_path: Path) -> None:
+    lost, kept = _listener(LOST), _listener(KEPT)
+    release_file = tmp_path / "release"
+    release_file.write_text("old-loss 127.0.0.2\n")  # there when the agent starts: old news, never acted on
+    report = tmp_path / "report.jsonl"
+    argv = [
+        sys.executable,
+        "-m",
+        "trainguard.agent",
+        "--report",
+        str(report),
+        "--release-file",
+        str(release_file),
+    ]
+    command = [
+        sys.executable,
+        "-c",
+        _PEER,
+        LOST,
+        str(lost.getsockname()[1]),
+        KEPT,
+        str(kept.getsockname()[1]),
+    ]
+    agent = subprocess.Popen([*argv, "--", *command], stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline().strip() == "connected"
+        lost_end, _ = lost.accept()
+        kept_end, _ = kept.accept()
+        # The agent read the file before it started the command: the next token written is news.
+        release_file.write_text(format_release("trainer-1#3", (LOST,)))
+        assert agent.stdout.readline().strip().startswith("lost returned b''")
+        assert agent.stdout.readline().strip() == "kept works"
+        assert agent.wait(30) == 0
+        events = [json.loads(line) for line in report.read_text().splitlines()]
+        (released,) = [e for e in events if e["event"] == "released"]
+        assert (released["token"], released["addresses"], released["sockets"]) == ("trainer-1#3", [LOST], 1)
+        lost_end.close()
+        kept_end.close()
+    finally:
+        agent.kill()
+        agent.wait(10)
+        if agent.stdout is not None:
+            agent.stdout.close()
+        lost.close()
+        kept.close()
