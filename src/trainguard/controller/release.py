@@ -46,22 +46,34 @@ RELEASED_FAULTS = frozenset(
         FaultKind.POD_EVICTED,
     }
 )
+#: A release names again the addresses released this long before (a replaced line its agent may have missed).
+RECENT_SECONDS = 60.0
 #: Where Horovod's Gloo timeout is set, for the words of an entry that says why the survivors wait.
 GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
 
 
 def release_survivors(cycle: Cycle) -> None:
-    """Issue the releases due now (one per lost Horovod host not released yet)."""
+    """Issue the release due now: one for all the lost Horovod hosts not released yet (a node that dies takes
+    several at once, and a pod's release file holds one line), naming as well those lost within
+    ``RECENT_SECONDS`` (a line its agent may not have read before this one replaced it)."""
     mode = cycle.observed.release
     if mode is ReleaseMode.NONE or cycle.job.spec.framework_type is not FrameworkType.HOROVOD:
         return
     if cycle.phase.is_terminal:
         return
+    due: list[HistoryEntry] = []
+    recent: list[HistoryEntry] = []
     for entry in reversed(list(cycle.history)):
         if cycle.now >= entry.at + FORGET_AFTER_SECONDS:
             break  # the history is in time order: everything before is older still
-        if _lost_host(cycle, entry):
-            _release(cycle, entry, mode)
+        if not _lost_host(cycle, entry):
+            continue
+        if keys.release(cycle.job, str(entry.pod), entry.seq) not in cycle.issued:
+            due.append(entry)
+        elif cycle.now < entry.at + RECENT_SECONDS:
+            recent.append(entry)
+    if due:
+        _release(cycle, due[::-1], recent, mode)
 
 
 def _lost_host(cycle: Cycle, entry: HistoryEntry) -> bool:
@@ -76,25 +88,25 @@ def _lost_host(cycle: Cycle, entry: HistoryEntry) -> bool:
     )
 
 
-def _release(cycle: Cycle, lost: HistoryEntry, mode: ReleaseMode) -> None:
-    pod, address = str(lost.pod), str(lost.address)
-    key = keys.release(cycle.job, pod, lost.seq)
-    if key in cycle.issued:
-        return
+def _release(cycle: Cycle, lost: list[HistoryEntry], recent: list[HistoryEntry], mode: ReleaseMode) -> None:
+    lost_pods = {str(entry.pod) for entry in lost}
+    addresses = tuple(dict.fromkeys(str(entry.address) for entry in (*lost, *recent)))
     slots = cycle.slots
     survivors = tuple(
         observed.name
         for observed in cycle.observed.pods
-        if observed.name != pod
+        if observed.name not in lost_pods
         and observed.phase is ObservedPhase.RUNNING
         and not observed.terminating
-        and observed.address != address
+        and observed.address not in addresses
         and (slot := slots.get(observed.name)) is not None
         and slot.generation == observed.generation
     )
     if not survivors:
         return
-    token = f"{pod}#{lost.seq}"
+    first = lost[0]
+    key = keys.release(cycle.job, str(first.pod), first.seq)
+    token = f"{first.pod}#{first.seq}" + (f"+{len(lost) - 1}" if len(lost) > 1 else "")
     if mode is ReleaseMode.ON:
         hosts = tuple(
             observed
@@ -103,14 +115,21 @@ def _release(cycle: Cycle, lost: HistoryEntry, mode: ReleaseMode) -> None:
         )
         peers = tuple(sorted({str(observed.address) for observed in hosts}))
         names = tuple(observed.name for observed in hosts)
-        cycle.issue(ReleaseSurvivors(key, pod, token, (address,), survivors, names, peers))
+        cycle.issue(ReleaseSurvivors(key, str(first.pod), token, addresses, survivors, names, peers))
+    for entry in lost:
+        cycle.issued[keys.release(cycle.job, str(entry.pod), entry.seq)] = None  # decided: once
+        _record(cycle, entry, survivors, mode)
+
+
+def _record(cycle: Cycle, lost: HistoryEntry, survivors: tuple[str, ...], mode: ReleaseMode) -> None:
+    pod, address = str(lost.pod), str(lost.address)
+    if mode is ReleaseMode.ON:
         reason = (
             f"{pod} ({address}) was lost ({lost.fault}): the connections of {', '.join(survivors)} to it are "
             "closed, so that Horovod's elastic reset starts now rather than after the Gloo timeout"
         )
         outcome, event_type, event_reason = ReleaseOutcome.RELEASED, EventType.NORMAL, "ReleaseSurvivors"
     else:
-        cycle.issued[key] = None  # decided: recorded once
         reason = (
             f"{pod} ({address}) was lost ({lost.fault}) and the survivors are not released (the operator runs "
             f"with --no-release-survivors): {', '.join(survivors)} may wait on it until Horovod's Gloo timeout "

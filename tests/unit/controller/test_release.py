@@ -101,3 +101,21 @@ def test_nothing_is_released(mode: ReleaseMode, framework: str, lost: str) -> No
     status = _rounds(cluster, job, status)
     assert cluster.releases == []
     assert [e for e in status.history if e.kind is HistoryKind.RELEASE] == []
+
+
+def test_a_node_that_takes_two_trainers_is_one_release_naming_both() -> None:
+    """A pod's release file holds one line: the losses seen together go out as one, with every address."""
+    job = make_job()
+    cluster, status = _running(job, ReleaseMode.ON)
+    node = cluster.pods[TRAINERS[1]].node
+    assert node is not None
+    cluster.pods[TRAINERS[2]].node = node  # both on the node that dies
+    lost = {cluster.pods[TRAINERS[1]].address, cluster.pods[TRAINERS[2]].address}
+    cluster.node_down(node)
+    status = _rounds(cluster, job, status)
+
+    (release,) = cluster.releases
+    assert set(release.addresses) == lost
+    assert set(release.pods) == {LAUNCHER, TRAINERS[0]}
+    entries = [e for e in status.history if e.kind is HistoryKind.RELEASE]
+    assert sorted(str(e.pod) for e in entries) == TRAINERS[1:]
