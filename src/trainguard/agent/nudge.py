@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from trainguard.agent import proc
 
@@ -60,25 +62,35 @@ def parse_nudge(text: str) -> Nudge | None:
     return Nudge(parts[0], failed_at)
 
 
-class NudgeWatch:
-    """The nudge file as the agent polls it: a stat each time, a read only when the file changed."""
+class _Tokened(Protocol):
+    @property
+    def token(self) -> str: ...
 
-    def __init__(self, path: Path) -> None:
+
+T = TypeVar("T", bound=_Tokened)
+
+
+class TokenWatch(Generic[T]):
+    """A file of one ``<token> ...`` line that the runtime replaces (a nudge, a release), as the agent polls it:
+    a stat each time, a read only when the file changed; a token is acted on once, and the one there when the
+    agent starts (news of an earlier agent's time) never."""
+
+    def __init__(self, path: Path, parse: Callable[[str], T | None]) -> None:
         self.path = path
+        self._parse = parse
         self._stamp: tuple[int, int, int] | None = None
         first = self._read()
-        #: The failure already known at start (nudged, if at all, by an earlier agent): never acted on.
         self._seen = first.token if first is not None else None
 
-    def poll(self) -> Nudge | None:
-        """A nudge with a token not seen before, once; None otherwise."""
-        nudge = self._read()
-        if nudge is None or nudge.token == self._seen:
+    def poll(self) -> T | None:
+        """What the file says, if its token was not seen before, once; None otherwise."""
+        found = self._read()
+        if found is None or found.token == self._seen:
             return None
-        self._seen = nudge.token
-        return nudge
+        self._seen = found.token
+        return found
 
-    def _read(self) -> Nudge | None:
+    def _read(self) -> T | None:
         try:
             info = os.stat(self.path)  # follows the symlinks of a downwardAPI volume to the current file
         except OSError:
@@ -90,10 +102,17 @@ class NudgeWatch:
         self._stamp = stamp
         try:
             with open(self.path, encoding="utf-8", errors="replace") as file:
-                return parse_nudge(file.read(_MAX_TEXT))
+                return self._parse(file.read(_MAX_TEXT))
         except OSError:
             self._stamp = None
             return None
+
+
+class NudgeWatch(TokenWatch[Nudge]):
+    """The nudge file as the agent polls it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, parse_nudge)
 
 
 def workers(command: int) -> list[proc.Process]:

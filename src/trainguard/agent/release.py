@@ -43,6 +43,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainguard.agent.nudge import TokenWatch
+
 ENV_RELEASE = "TRAINGUARD_RELEASE_FILE"
 #: Every architecture Linux runs on numbers these the same (they came after the syscall tables were unified).
 _SYS_PIDFD_OPEN = 434
@@ -93,40 +95,11 @@ def format_release(token: str, addresses: tuple[str, ...], peers: tuple[str, ...
     return f"{token} {','.join(addresses)}{' ' + ','.join(peers) if peers else ''}\n"
 
 
-class ReleaseWatch:
-    """The release file as the agent polls it: a stat each time, a read only when the file changed."""
+class ReleaseWatch(TokenWatch[Release]):
+    """The release file as the agent polls it (as the nudge file: ``trainguard.agent.nudge.TokenWatch``)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stamp: tuple[int, int, int] | None = None
-        first = self._read()
-        #: The loss already known at start (released, if at all, by an earlier agent): never acted on.
-        self._seen = first.token if first is not None else None
-
-    def poll(self) -> Release | None:
-        """A release with a token not seen before, once; None otherwise."""
-        release = self._read()
-        if release is None or release.token == self._seen:
-            return None
-        self._seen = release.token
-        return release
-
-    def _read(self) -> Release | None:
-        try:
-            info = os.stat(self.path)  # follows the symlinks of a downwardAPI volume to the current file
-        except OSError:
-            self._stamp = None
-            return None
-        stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
-        if stamp == self._stamp:
-            return None
-        self._stamp = stamp
-        try:
-            with open(self.path, encoding="utf-8", errors="replace") as file:
-                return parse_release(file.read(_MAX_TEXT))
-        except OSError:
-            self._stamp = None
-            return None
+        super().__init__(path, parse_release)
 
 
 @dataclass
