@@ -39,7 +39,8 @@ def test_without_hang_handling_the_agent_gets_the_pods_grace_period(tmp_path: Pa
         "/trainguard/bin/trainguard-entry",
         "run",
     ]  # the agent, delivered: the image needs only python3
-    assert command[2:agent_end] == ["--grace", "300"]  # the trainer's terminationGracePeriodSeconds
+    # The trainer's terminationGracePeriodSeconds; the release file a Horovod job's pods watch.
+    assert command[2:agent_end] == ["--grace", "300", "--release-file", manifests.RELEASE_FILE]
     assert command[agent_end + 1 :] == ["/bin/bash", "-c", "/usr/sbin/sshd && sleep infinity"]
 
 
