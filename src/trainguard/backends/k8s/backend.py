@@ -278,34 +278,34 @@ class JobBackend:
         kubelet projects into the file the agent polls (``--nudge-file``); the agent SIGKILLs its workers
         started before that time."""
         value = format_nudge(action.token, action.failed_at).strip()
-        patch = {"metadata": {"annotations": {manifests.ANNOTATION_NUDGE: value}}}
-        for name in action.pods:
-            if self._own_pod(job, name) is None:
-                continue  # gone meanwhile (nothing to nudge), or another job's
-            try:
-                self.shared.pods.put(
-                    self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", patch)
-                )
-            except ApiError as error:
-                if error.status != 404:  # gone meanwhile: nothing to nudge
-                    raise
+        self._annotate_survivors(job, action.pods, manifests.ANNOTATION_NUDGE, lambda _: value)
 
     def _release(self, job: TrainingJob, action: ReleaseSurvivors) -> None:
         """Hand the lost peer's addresses to each survivor's agent: ``<token> <addresses>`` in the pod's release
         annotation, which kubelet projects into the file the agent polls (``--release-file``); the agent shuts
-        down its processes' connections to them."""
-        for name in action.pods:
-            if self._own_pod(job, name) is None:
-                continue  # gone meanwhile, or another job's
+        down its processes' connections to them (and, in the other hosts, their quiet ones to each other)."""
+
+        def value(name: str) -> str:
             peers = action.peers if name in action.hosts else ()
-            value = format_release(action.token, action.addresses, peers).strip()
-            patch = {"metadata": {"annotations": {manifests.ANNOTATION_RELEASE: value}}}
+            return format_release(action.token, action.addresses, peers).strip()
+
+        self._annotate_survivors(job, action.pods, manifests.ANNOTATION_RELEASE, value)
+
+    def _annotate_survivors(
+        self, job: TrainingJob, pods: Sequence[str], annotation: str, value: Callable[[str], str]
+    ) -> None:
+        """Set ``annotation`` to ``value(pod)`` on each of ``pods`` that is this job's; one gone meanwhile (or
+        another job's) has nothing to hear."""
+        for name in pods:
+            if self._own_pod(job, name) is None:
+                continue
+            patch = {"metadata": {"annotations": {annotation: value(name)}}}
             try:
                 self.shared.pods.put(
                     self.kube.patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}", patch)
                 )
             except ApiError as error:
-                if error.status != 404:  # gone meanwhile: nothing to release
+                if error.status != 404:  # gone meanwhile
                     raise
 
     def _event(self, job: TrainingJob, action: EmitEvent) -> None:
