@@ -14,6 +14,7 @@ if TYPE_CHECKING:
         elastic,
         heartbeat,
     )
+    from trainguard.sdk.live import Live, LiveError
 
 __all__ = [
     "Checkpoint",
@@ -21,6 +22,8 @@ __all__ = [
     "Checkpointer",
     "ElasticInfo",
     "ElasticSampler",
+    "Live",
+    "LiveError",
     "Restored",
     "Snapshots",
     "__version__",

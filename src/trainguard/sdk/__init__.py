@@ -6,6 +6,7 @@ Imports nothing else of trainguard's and no torch at module level, so ``import t
 from trainguard.sdk.checkpoint import Checkpoint, Checkpointer, CheckpointError
 from trainguard.sdk.elasticity import ElasticInfo, elastic
 from trainguard.sdk.heartbeat import heartbeat
+from trainguard.sdk.live import Live, LiveError
 from trainguard.sdk.sampler import ElasticSampler
 from trainguard.sdk.snapshots import Restored, Snapshots
 
@@ -15,6 +16,8 @@ __all__ = [
     "Checkpointer",
     "ElasticInfo",
     "ElasticSampler",
+    "Live",
+    "LiveError",
     "Restored",
     "Snapshots",
     "elastic",

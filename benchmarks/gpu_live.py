@@ -1,0 +1,390 @@
+"""Live recovery on one GPU: the survivors' pause after a rank is killed or stopped, and a newcomer's time to
+its first step, against restarting every rank (what torchrun does), in one run.
+
+    PYTHONPATH=src python benchmarks/gpu_live.py [--device cuda|cpu] [--ranks 3] [--params 100e6]
+
+Every rank is a process training a ``--params`` MLP with Adam under DDP over gloo with device tensors (NCCL
+refuses two ranks on one GPU), in live mode (``trainguard.Live``) on a store this script serves, as a job's
+rendezvous store would be. This script plays the agents: it starts the ranks, and marks a rank it killed
+gone in the store, as a rank's agent does when its worker ends.
+
+Scenes, in order:
+
+1. ``kill``: all ranks train; one (not rank 0) is SIGKILLed. The survivors' pause: from the kill to each
+   survivor's next completed step, beside their step time before. Their pids are checked unchanged.
+2. ``join``: a replacement starts (a fresh python: torch's import, the device's start, the model built), then
+   joins the survivors' next round and receives the state from one of them. Its time from its start to its
+   first step, from ready (model built) to first step, and the survivors' longest pause while it joins.
+   Every rank's parameters are compared at one step after the join (they must be equal).
+3. ``stop``: one rank is SIGSTOPped in the middle of training; the others must be back within the collective
+   bound (``--timeout``) + 2 s. It is then continued and rejoins.
+4. ``restart``: the baseline. Every rank killed and started again, as torchrun restarts all workers on any
+   fault: from the kill to the new world's first step (its state not even loaded).
+
+The last line is one JSON object with every figure; ``--keep`` writes it under benchmarks/results too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+
+
+# -- a rank -------------------------------------------------------------------------------------------------
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields}), flush=True)
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    started = time.time()
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from trainguard.sdk.live import Live
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.cuda.init()
+    width, layers = shape(args.params)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        *[m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    ).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
+    live = Live({"model": model, "optimizer": optimizer}, timeout=args.timeout)
+    emit("ready", member=live.member, since_start=time.time() - started)
+
+    def train(live: Live) -> None:
+        formed = live.formations[-1]
+        emit("formed", **formed.as_dict())
+        ddp = DDP(model, init_sync=False)
+        generator = torch.Generator(device=device)
+        for step in live.steps(args.total):
+            generator.manual_seed(step * 1000 + live.rank)
+            batch = torch.randn(args.batch, width, device=device, generator=generator)
+            loss = ddp(batch).pow(2).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            done = step + 1
+            total = None
+            if done % args.check_every == 0:
+                total = float(sum(p.detach().double().sum().item() for p in model.parameters()))
+            emit("step", step=done, rank=live.rank, world=live.world_size, sum=total)
+            if args.step_delay:
+                time.sleep(args.step_delay)
+
+    live.run(train)
+
+
+def shape(params: float) -> tuple[int, int]:
+    """An MLP of about ``params`` parameters: a width, and 6 layers (at least 64 wide)."""
+    layers = 6
+    width = max(64, int((params / layers) ** 0.5))
+    return width, layers
+
+
+# -- this script, as the agents ------------------------------------------------------------------------------
+
+
+@dataclass
+class Rank:
+    process: subprocess.Popen[str]
+    spawned: float
+    events: list[dict[str, Any]] = field(default_factory=list)
+    member: str = ""
+
+    def read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with contextlib.suppress(json.JSONDecodeError):
+                event = json.loads(line)
+                if event.get("event") == "ready":
+                    self.member = event["member"]
+                self.events.append(event)
+                continue
+            sys.stderr.write(f"[{self.process.pid}] {line}")
+
+    def steps_after(self, t: float) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e["event"] == "step" and e["t"] > t]
+
+    def last_step(self) -> int:
+        steps = [e["step"] for e in list(self.events) if e["event"] == "step"]
+        return steps[-1] if steps else 0
+
+
+class Agents:
+    def __init__(self, args: argparse.Namespace, store: Any, address: str) -> None:
+        self.args = args
+        self.store = store
+        self.address = address
+        self.ranks: list[Rank] = []
+
+    def start(self, prefix: str, size: int) -> Rank:
+        env = dict(
+            os.environ,
+            TRAINGUARD_LIVE_STORE=self.address,
+            TRAINGUARD_LIVE_PREFIX=prefix,
+            WORLD_SIZE=str(size),
+            PYTHONPATH=os.pathsep.join([str(HERE.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+        )
+        command = [sys.executable, str(HERE), "--worker", *self._worker_args()]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+        rank = Rank(process, time.time())
+        threading.Thread(target=rank.read, daemon=True).start()
+        self.ranks.append(rank)
+        return rank
+
+    def _worker_args(self) -> list[str]:
+        a = self.args
+        return [
+            f"--device={a.device}",
+            f"--params={a.params}",
+            f"--batch={a.batch}",
+            f"--timeout={a.timeout}",
+            f"--total={a.total}",
+            f"--check-every={a.check_every}",
+            f"--step-delay={a.step_delay}",
+        ]
+
+    def gone(self, prefix: str, rank: Rank) -> None:
+        """What a rank's agent does when its worker ends: marks it gone, so no round waits for it."""
+        self.store.set(f"{prefix}gone/{rank.member}", "1")
+
+    def stop_all(self) -> None:
+        for rank in self.ranks:
+            with contextlib.suppress(ProcessLookupError):
+                rank.process.send_signal(signal.SIGCONT)
+                rank.process.kill()
+        for rank in self.ranks:
+            rank.process.wait()
+        self.ranks = []
+
+
+def wait_for(what: str, check: Any, seconds: float) -> Any:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise TimeoutError(f"gpu_live: {what} not within {seconds:.0f} s")
+
+
+def step_time(ranks: list[Rank], after: float) -> float:
+    gaps = []
+    for rank in ranks:
+        times = [e["t"] for e in rank.steps_after(after)]
+        gaps += [b - a for a, b in itertools.pairwise(times)]
+    return statistics.median(gaps) if gaps else float("nan")
+
+
+def longest_gap(rank: Rank, start: float, end: float) -> float:
+    times = [start] + [e["t"] for e in rank.steps_after(start) if e["t"] <= end] + [end]
+    return max(b - a for a, b in itertools.pairwise(times))
+
+
+def sums_at(ranks: list[Rank], step: int) -> list[float | None]:
+    found = []
+    for rank in ranks:
+        found.append(
+            next((e["sum"] for e in rank.events if e["event"] == "step" and e["step"] == step), None)
+        )
+    return found
+
+
+def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[str, Any]:
+    prefix = "gpu-live/live/"
+    ranks = [agents.start(prefix, args.ranks) for _ in range(args.ranks)]
+    pids = [r.process.pid for r in ranks]
+    warm = wait_for(
+        "every rank's first steps", lambda: all(r.last_step() >= args.warm for r in ranks), budget
+    )
+    t0 = time.time()
+    wait_for("steps at full size", lambda: all(len(r.steps_after(t0)) >= 3 for r in ranks), budget)
+    before = step_time(ranks, t0)
+    first_start = [next(e["t"] for e in r.events if e["event"] == "step") - r.spawned for r in ranks]
+    # 1. kill
+    victim = ranks[-1]
+    survivors = ranks[:-1]
+    killed_at = time.time()
+    victim.process.kill()
+    agents.gone(prefix, victim)
+    wait_for("the survivors' next step", lambda: all(r.steps_after(killed_at) for r in survivors), budget)
+    pauses = [r.steps_after(killed_at)[0]["t"] - killed_at for r in survivors]
+    formed_after_kill = [
+        next(e for e in r.events if e["event"] == "formed" and e["t"] > killed_at) for r in survivors
+    ]
+    # 2. join
+    wait_for(
+        "steps at the smaller size",
+        lambda: all(len(r.steps_after(killed_at)) >= 3 for r in survivors),
+        budget,
+    )
+    newcomer = agents.start(prefix, args.ranks)
+    spawned = newcomer.spawned
+    wait_for("the newcomer's first step", lambda: newcomer.steps_after(spawned), budget + 60)
+    ready = next(e for e in newcomer.events if e["event"] == "ready")
+    first = newcomer.steps_after(spawned)[0]
+    formed_new = next(e for e in newcomer.events if e["event"] == "formed")
+    join_pause = [longest_gap(r, ready["t"], first["t"]) for r in survivors]
+    everyone = [*survivors, newcomer]
+    check_step = ((first["step"] // args.check_every) + 2) * args.check_every
+    wait_for(
+        "a checked step on every rank",
+        lambda: all(s is not None for s in sums_at(everyone, check_step)),
+        budget,
+    )
+    sums = sums_at(everyone, check_step)
+    after_join = time.time()
+    wait_for(
+        "steps at full size again", lambda: all(len(r.steps_after(after_join)) >= 3 for r in everyone), budget
+    )
+    # 3. stop (a hang): the newest rank stopped in the middle of its training
+    stopped = everyone[1]
+    others = [r for r in everyone if r is not stopped]
+    stopped_at = time.time()
+    stopped.process.send_signal(signal.SIGSTOP)
+    wait_for(
+        "the others' next step",
+        lambda: all(r.steps_after(stopped_at + 0.01) for r in others),
+        args.timeout + 60,
+    )
+    hang_pauses = [r.steps_after(stopped_at)[0]["t"] - stopped_at for r in others]
+    stopped.process.send_signal(signal.SIGCONT)
+    continued = time.time()
+    wait_for("the stopped rank back", lambda: stopped.steps_after(continued), budget)
+    alive = all(r.process.poll() is None for r in everyone)
+    result = {
+        "ranks": args.ranks,
+        "first_step_after_start_s": [round(x, 2) for x in first_start],
+        "step_s": round(before, 4),
+        "kill": {
+            "survivor_pause_s": [round(p, 3) for p in pauses],
+            "survivor_pids_unchanged": [r.process.pid for r in survivors] == pids[:-1]
+            and all(r.process.poll() is None for r in survivors),
+            "origins": [f["origin"] for f in formed_after_kill],
+            "steps_lost": [
+                formed_after_kill[i]["step"]
+                - max(
+                    (e["step"] for e in r.events if e["event"] == "step" and e["t"] <= killed_at), default=0
+                )
+                for i, r in enumerate(survivors)
+            ],
+        },
+        "join": {
+            "newcomer_start_to_first_step_s": round(first["t"] - spawned, 2),
+            "newcomer_ready_to_first_step_s": round(first["t"] - ready["t"], 3),
+            "newcomer_ready_after_start_s": round(ready["t"] - spawned, 2),
+            "survivor_longest_pause_s": [round(p, 3) for p in join_pause],
+            "origin": formed_new["origin"],
+            "transfer_s": formed_new["transfer_seconds"],
+            "bytes": formed_new["bytes"],
+            "step": formed_new["step"],
+            "equal_parameters_at_step": check_step,
+            "equal_parameters": len(set(sums)) == 1,
+        },
+        "stop": {
+            "timeout_s": args.timeout,
+            "others_pause_s": [round(p, 3) for p in hang_pauses],
+            "within_timeout_plus_2s": all(p <= args.timeout + 2 for p in hang_pauses),
+            "stopped_rank_rejoined": True,
+        },
+        "all_alive": alive,
+        "survivor_pids_unchanged": [r.process.pid for r in survivors] == pids[:-1],
+        "warm_steps": warm,
+    }
+    agents.stop_all()
+    return result
+
+
+def scene_restart(args: argparse.Namespace, agents: Agents, budget: float) -> dict[str, Any]:
+    """The baseline: every rank started again after a fault, as torchrun does."""
+    prefix = "gpu-live/restart-1/"
+    ranks = [agents.start(prefix, args.ranks) for _ in range(args.ranks)]
+    wait_for("every rank's first steps", lambda: all(r.last_step() >= 3 for r in ranks), budget)
+    killed_at = time.time()
+    agents.stop_all()
+    fresh = [agents.start("gpu-live/restart-2/", args.ranks) for _ in range(args.ranks)]
+    wait_for("the new world's first step", lambda: all(r.steps_after(killed_at) for r in fresh), budget + 60)
+    back = max(r.steps_after(killed_at)[0]["t"] for r in fresh) - killed_at
+    agents.stop_all()
+    return {"restart_all_to_first_step_s": round(back, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--ranks", type=int, default=3)
+    parser.add_argument("--params", type=float, default=100e6)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=5.0, help="the collectives' bound (a hang's), s")
+    parser.add_argument("--total", type=int, default=100000)
+    parser.add_argument("--warm", type=int, default=5, help="steps every rank does before the first fault")
+    parser.add_argument("--check-every", type=int, default=5)
+    parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--budget", type=float, default=120.0, help="the longest wait for one thing, s")
+    parser.add_argument("--keep", action="store_true", help="write the JSON under benchmarks/results")
+    args = parser.parse_args()
+    if args.worker:
+        rank_main(args)
+        return 0
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    agents = Agents(args, store, f"127.0.0.1:{port}")
+    began = time.time()
+    try:
+        live = scene_live(args, agents, args.budget)
+        restart = scene_restart(args, agents, args.budget)
+    except TimeoutError:
+        for rank in agents.ranks:
+            sys.stderr.write(f"rank {rank.process.pid}: {rank.events[-2:]}\n")
+        raise
+    finally:
+        agents.stop_all()
+    pause = max(live["kill"]["survivor_pause_s"])
+    sys.path.insert(0, str(HERE.parent))
+    from _results import keep, machine
+
+    results = {
+        "benchmark": "gpu_live",
+        "device": args.device,
+        "params": args.params,
+        "machine": machine(),
+        "live": live,
+        "baseline": restart,
+        "kill_pause_over_restart": round(pause / restart["restart_all_to_first_step_s"], 4),
+        "seconds": round(time.time() - began, 1),
+    }
+    if args.keep:
+        keep("gpu_live", results)
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

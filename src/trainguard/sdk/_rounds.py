@@ -1,0 +1,105 @@
+"""Live mode's membership, decided: which processes form the next round, in which rank order, at which step,
+and who sends the state to whom. Pure: the store's contents in, a decision out (``trainguard.sdk.live`` reads
+and writes the store).
+
+A round closes when every member of the previous round has arrived or is known absent (its agent marked it
+gone, or it has not beaten for the stale time), and at least ``minimum`` processes have arrived. The
+survivors keep their order and come first, the newcomers follow in the order they arrived. The step is the
+highest any arrival's state is at; the first member holding it sends it, and every member behind it receives.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A process that asks to be in a round: its id, the step its state is at (-1: it holds none)."""
+
+    member: str
+    step: int
+
+
+@dataclass(frozen=True)
+class Formed:
+    """A closed round: its members in rank order, the step they agree on, and the transfer of the state."""
+
+    round: int
+    members: tuple[str, ...]
+    step: int
+    #: The member that sends the state at ``step``; None when no member holds a state (``step`` is then -1).
+    source: str | None
+    receivers: tuple[str, ...]
+
+    def rank_of(self, member: str) -> int:
+        return self.members.index(member)
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "round": self.round,
+                "members": list(self.members),
+                "step": self.step,
+                "source": self.source,
+                "receivers": list(self.receivers),
+            }
+        )
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> Formed:
+        raw = json.loads(text)
+        return cls(
+            round=int(raw["round"]),
+            members=tuple(raw["members"]),
+            step=int(raw["step"]),
+            source=raw["source"],
+            receivers=tuple(raw["receivers"]),
+        )
+
+
+def awaited(previous: tuple[str, ...], arrivals: list[Arrival], absent: set[str]) -> list[str]:
+    """The previous round's members the next one still waits for: neither arrived nor known absent."""
+    arrived = {a.member for a in arrivals}
+    return [m for m in previous if m not in arrived and m not in absent]
+
+
+def close(
+    round_: int, previous: tuple[str, ...], arrivals: list[Arrival], absent: set[str], minimum: int
+) -> Formed | None:
+    """The round ``round_`` as it closes now, or None while it must wait (a previous member may still come, or
+    fewer than ``minimum`` have arrived). An arrival listed twice counts once (its first record)."""
+    if awaited(previous, arrivals, absent):
+        return None
+    first: dict[str, Arrival] = {}
+    for arrival in arrivals:
+        first.setdefault(arrival.member, arrival)
+    if len(first) < max(minimum, 1):
+        return None
+    survivors = [m for m in previous if m in first]
+    newcomers = [m for m in first if m not in set(previous)]
+    members = tuple(survivors + newcomers)
+    step = max(first[m].step for m in members)
+    if step < 0:
+        return Formed(round_, members, -1, None, ())
+    source = next(m for m in members if first[m].step == step)
+    receivers = tuple(m for m in members if first[m].step < step)
+    return Formed(round_, members, step, source, receivers)
+
+
+class Staleness:
+    """Which members stopped beating: a member whose beat counter has not changed for ``after`` seconds of
+    the observer's own clock (no two machines' clocks are compared). A member never seen beating counts from
+    the observer's first look."""
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self._seen: dict[str, tuple[int | None, float]] = {}
+
+    def stale(self, member: str, beat: int | None, now: float) -> bool:
+        last = self._seen.get(member)
+        if last is None or last[0] != beat:
+            self._seen[member] = (beat, now)
+            return False
+        return now - last[1] >= self.after

@@ -1,0 +1,480 @@
+"""Live mode: the workers that survive a fault keep their process, their model and optimizer where they are
+(on the GPU for a GPU job), and go on training with the new membership; a newcomer receives the current state
+from one survivor.
+
+Usage (a DDP script; ``train`` is entered again, in the same process, after each re-formation)::
+
+    live = trainguard.Live({"model": model, "optimizer": optimizer, "sampler": sampler})
+
+    def train(live):
+        ddp = DDP(model, init_sync=False)              # the default group is the live round's
+        sampler.resize(live.world_size, live.rank)     # the new world
+        for step in live.steps(total_steps):           # from the step every member agrees on
+            ...
+            optimizer.step()
+
+    live.run(train)
+
+How a round forms (``trainguard.sdk._rounds`` decides, the job's rendezvous store carries it): each process
+arrives in round n with the step its state is at; the round closes when every member of round n-1 has arrived
+or is known absent (its agent marked it gone, or it stopped beating for ``stale_after``); the survivors keep
+their order, the newcomers follow. Each member then makes the round's gloo group (torch.distributed's default
+group, under the round's prefix) and the members behind the agreed step receive it from one that holds it.
+
+How a collective is left: a member that fails (a peer's connection closed, a collective timed out after
+``timeout`` s) arrives in the next round; every member's watchdog thread sees that arrival (a key of the
+store, polled every ``poll`` s) and shuts its group's connections down (``trainguard.sdk._sockets``), so the
+collective it waits in fails at once and it arrives too. A newcomer's arrival does the same: the job grows
+within a step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from trainguard.sdk import _rounds, _sockets, _transfer
+from trainguard.sdk._rounds import Arrival, Formed, Staleness
+from trainguard.sdk._world import env_int
+
+#: ``host:port`` of the store live rounds form on; default: the job's rendezvous store, which trainguard names
+#: in ``TRAINGUARD_RDZV_ENDPOINT``, then torchrun's ``MASTER_ADDR``/``MASTER_PORT``.
+ENV_STORE = "TRAINGUARD_LIVE_STORE"
+ENV_RDZV_ENDPOINT = "TRAINGUARD_RDZV_ENDPOINT"
+#: The keys' prefix: one per job run (default: ``trainguard/live/<TORCHELASTIC_RUN_ID>/``).
+ENV_PREFIX = "TRAINGUARD_LIVE_PREFIX"
+#: The bound of one collective in seconds (a hung peer holds the others this long at most).
+ENV_TIMEOUT = "TRAINGUARD_LIVE_TIMEOUT"
+#: The fewest members a round may have after the first (the job's minimum); the first waits for WORLD_SIZE.
+ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
+#: A member that fails this many formations in a row, with no step completed between, gives up (raises).
+MAX_FAILED_FORMATIONS = 3
+STORE_TIMEOUT = timedelta(seconds=60)
+#: A member beats (a counter in the store) this often from its watchdog thread...
+BEAT_EVERY = 0.25
+#: ...and one that has not for this long is taken for hung (stopped, or a thread holding the interpreter):
+#: the round forms without it. It can come back: it arrives in a later round, as a survivor.
+STALE_AFTER = 1.5
+
+
+class LiveError(RuntimeError):
+    """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
+    function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
+
+
+@dataclass(frozen=True)
+class Formation:
+    """One re-formation as this process lived it."""
+
+    round: int
+    rank: int
+    world_size: int
+    #: The step every member agreed on (the survivors' current step).
+    step: int
+    #: Where this process's state came from: ``live`` (it kept its own), ``peer`` (received from the member
+    #: named ``source``), or what ``restore`` said (``memory``, ``disk``), or ``fresh`` (nobody held one).
+    origin: str
+    source: str | None
+    #: Seconds from the failure (or the start) to the state in place, and its parts.
+    seconds: float
+    transfer_seconds: float
+    bytes: int
+    #: What ended the previous round, as the exception's type and first line; None for the first.
+    cause: str | None
+    at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Live:
+    """The live re-formation of a ``torch.distributed`` job around ``state`` (name -> an object with
+    ``state_dict()`` and ``load_state_dict()``: the model, the optimizer, the sampler, a scheduler...)."""
+
+    def __init__(
+        self,
+        state: dict[str, Any],
+        *,
+        store: str | None = None,
+        prefix: str | None = None,
+        size: int | None = None,
+        minimum: int | None = None,
+        timeout: float | None = None,
+        stale_after: float = STALE_AFTER,
+        join_timeout: float = 600.0,
+        poll: float = 0.05,
+        device: Any = None,
+        restore: Callable[[], tuple[int, str] | None] | None = None,
+    ) -> None:
+        if not state:
+            raise ValueError("Live(state): name at least one object to keep (e.g. {'model': model})")
+        for name, obj in state.items():
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise TypeError(
+                    f"Live(state): state[{name!r}] is a {type(obj).__name__}, which has no state_dict() and "
+                    "load_state_dict(); pass the model, optimizer or sampler itself"
+                )
+        self.state = state
+        self.member = f"{socket.gethostname()}:{os.getpid()}"
+        self.size = size if size is not None else env_int("WORLD_SIZE", 1)
+        self.minimum = minimum if minimum is not None else env_int(ENV_MINIMUM, 1)
+        self.timeout = timeout if timeout is not None else float(os.environ.get(ENV_TIMEOUT) or 60.0)
+        self.stale_after = stale_after
+        self.join_timeout = join_timeout
+        self.poll = poll
+        self.device = device
+        self.restore = restore
+        self.prefix = (
+            prefix
+            or os.environ.get(ENV_PREFIX)
+            or (f"trainguard/live/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/")
+        )
+        self.rank = 0
+        self.world_size = 0
+        #: Steps completed (by the agreement of the last formation and ``steps`` since).
+        self.step = 0
+        self.round = 0
+        self.formations: list[Formation] = []
+        self._address = store or _default_store()
+        self._client = self._connect()
+        self._watch = self._connect()
+        #: The step the state is at: ``step``, or one more once the optimizer applied the step in progress.
+        self._state_step = -1
+        self._failed_in_a_row = 0
+        self._group_sockets: dict[int, str] = {}
+        self._broken = threading.Event()
+        #: What holds the previous round's groups (errors and their frames, the groups): freed once the next
+        #: round has formed.
+        self._graveyard: list[Any] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._hook_optimizers()
+        self._thread = threading.Thread(target=self._watchdog, name="trainguard-live", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # -- what the training function uses ------------------------------------------------------------------
+
+    def steps(self, total: int) -> Iterator[int]:
+        """The steps from the agreed one up to ``total``; a step counts as completed when the next is asked."""
+        while self.step < total:
+            yield self.step
+            self.step += 1
+            self._state_step = self.step
+            self._failed_in_a_row = 0
+
+    @property
+    def origin(self) -> str | None:
+        return self.formations[-1].origin if self.formations else None
+
+    def run(self, train: Callable[[Live], Any]) -> Any:
+        """Forms the first round, calls ``train(self)``, and after each fault of a collective forms the next
+        round and calls it again, until it returns. Any other exception ends the run, as it would without."""
+        cause: str | None = None
+        started = time.monotonic()
+        while True:
+            self._form(cause, started)
+            try:
+                result = train(self)
+            except RuntimeError as error:  # torch's collective errors (DistError included) are RuntimeErrors
+                # The round's connections shut down now: every operation still queued fails at once, not at
+                # its timeout. The error (its frames hold the round's DDP) is kept until the next round has
+                # formed: freeing a gloo group while its threads still finish an operation deadlocks
+                # (the group's destructor joins them holding the GIL, and they need it).
+                self._abort()
+                self._graveyard.append(error)
+                self._failed_in_a_row += 1
+                if self._failed_in_a_row >= MAX_FAILED_FORMATIONS:
+                    raise LiveError(
+                        f"live mode: the training function failed {self._failed_in_a_row} times in a row "
+                        f"with no step completed; the last error: {error}"
+                    ) from error
+                started = time.monotonic()
+                cause = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+                del error
+                self._leave_group()
+                continue
+            self.close()
+            return result
+
+    def close(self) -> None:
+        """Leaves the job: marks this member gone (the others need not wait for it) and ends the group."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self._client.set(self._key(f"gone/{self.member}"), "1")
+        self._leave_group()
+
+    # -- forming a round ----------------------------------------------------------------------------------
+
+    def _form(self, cause: str | None, started: float) -> None:
+        held = self._state_step
+        latest = self._latest()
+        n = max(self.round, latest) + 1
+        while True:
+            formed = self._join(n, held)
+            if formed is not None:
+                break
+            n += 1
+        self.round, self.rank, self.world_size = (
+            formed.round,
+            formed.rank_of(self.member),
+            len(formed.members),
+        )
+        self._make_group(formed)
+        moved = time.monotonic()
+        origin, sent = self._settle_state(formed)
+        if formed.step >= 0:
+            self.step = formed.step
+        self._state_step = self.step
+        self._zero_grads()
+        self._graveyard.clear()
+        now = time.monotonic()
+        self.formations.append(
+            Formation(
+                round=formed.round,
+                rank=self.rank,
+                world_size=self.world_size,
+                step=self.step,
+                origin=origin,
+                source=formed.source,
+                seconds=round(now - started, 3),
+                transfer_seconds=round(now - moved, 3),
+                bytes=sent,
+                cause=cause,
+                at=time.time(),
+            )
+        )
+        self._broken.clear()
+
+    def _join(self, n: int, held: int) -> Formed | None:
+        """Arrives in round ``n`` and waits for it to close: the round if this process is in it, None if it
+        closed without it (it arrived too late: the next round then)."""
+        client = self._client
+        index = int(client.add(self._key(f"r{n}/arrivals"), 1)) - 1
+        client.set(self._key(f"r{n}/m{index}"), json.dumps({"member": self.member, "step": held}))
+        previous = self._members_of(n - 1)
+        minimum = self.size if n == 1 else self.minimum
+        staleness = Staleness(self.stale_after)
+        arrived_at = time.monotonic()
+        deadline = arrived_at + self.join_timeout
+        closed = self._key(f"r{n}/closed")
+        while True:
+            if client.check([closed]):
+                formed = Formed.loads(client.get(closed))
+                return formed if self.member in formed.members else None
+            arrivals = self._arrivals(n)
+            now = time.monotonic()
+            # A member that beats but does not come within a collective's bound is stuck outside the group
+            # (in a device's kernel, a data loader...): the round forms without it too.
+            late = now - arrived_at > self.timeout
+            absent = {
+                m
+                for m in _rounds.awaited(previous, arrivals, set())
+                if late or client.check([self._key(f"gone/{m}")]) or staleness.stale(m, self._beat(m), now)
+            }
+            decided = _rounds.close(n, previous, arrivals, absent, minimum)
+            if decided is not None:
+                formed = Formed.loads(client.compare_set(closed, "", decided.dumps()))
+                client.set(self._key("latest"), str(formed.round))
+                return formed if self.member in formed.members else None
+            if now > deadline:
+                raise LiveError(
+                    f"live mode: round {n} did not form within {self.join_timeout:.0f} s: "
+                    f"{len(arrivals)} arrived, waiting for {_rounds.awaited(previous, arrivals, absent)} "
+                    f"(at least {minimum} needed)"
+                )
+            time.sleep(self.poll)
+
+    def _arrivals(self, n: int) -> list[Arrival]:
+        count = int(self._client.add(self._key(f"r{n}/arrivals"), 0))
+        found = []
+        for i in range(count):
+            key = self._key(f"r{n}/m{i}")
+            if self._client.check([key]):  # counted, not written yet: not arrived
+                raw = json.loads(self._client.get(key))
+                found.append(Arrival(str(raw["member"]), int(raw["step"])))
+        return found
+
+    def _members_of(self, n: int) -> tuple[str, ...]:
+        if n < 1:
+            return ()
+        key = self._key(f"r{n}/closed")
+        return Formed.loads(self._client.get(key)).members if self._client.check([key]) else ()
+
+    def _latest(self) -> int:
+        key = self._key("latest")
+        return int(self._client.get(key)) if self._client.check([key]) else 0
+
+    def _beat(self, member: str) -> int | None:
+        key = self._key(f"beat/{member}")
+        return int(self._client.add(key, 0)) if self._client.check([key]) else None
+
+    def _make_group(self, formed: Formed) -> None:
+        import torch.distributed as dist
+
+        self._leave_group()
+        before = _sockets.sockets()
+        dist.init_process_group(
+            "gloo",
+            store=dist.PrefixStore(  # type: ignore[attr-defined]
+                self._key(f"r{formed.round}/pg/"), self._client
+            ),
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=self.timeout),
+        )
+        with self._lock:
+            self._group_sockets = _sockets.opened_since(before)
+
+    def _leave_group(self) -> None:
+        import torch.distributed as dist
+
+        with self._lock:
+            _sockets.shut_down(self._group_sockets)
+            self._group_sockets = {}
+        if dist.is_initialized():
+            self._graveyard.append(dist.group.WORLD)
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    def _settle_state(self, formed: Formed) -> tuple[str, int]:
+        """Puts the agreed state in place: (where it came from, bytes moved here)."""
+        source = formed.source
+        receivers = formed.receivers
+        origin_of_source = "live"
+        if source is None:  # nobody holds a state: the first member restores one or keeps its own fresh one
+            source = formed.members[0]
+            receivers = formed.members[1:]
+            origin_of_source = "fresh"
+            if self.member == source and self.restore is not None:
+                restored = self.restore()
+                if restored is not None:
+                    self.step, origin_of_source = restored
+        if self.member != source and self.member not in receivers:
+            return "live", 0
+        if not receivers:
+            return origin_of_source, 0
+        import torch.distributed as dist
+
+        party = [source, *receivers]
+        before = _sockets.sockets()
+        group = dist.ProcessGroupGloo(
+            dist.PrefixStore(  # type: ignore[attr-defined]
+                self._key(f"r{formed.round}/xfer/"), self._client
+            ),
+            party.index(self.member),
+            len(party),
+            timedelta(seconds=self.timeout),
+        )
+        with self._lock:
+            self._group_sockets.update(_sockets.opened_since(before))
+        body_key = self._key(f"r{formed.round}/skeleton")
+        try:
+            if self.member == source:
+                body, tensors = _transfer.skeleton_of(self.state)
+                self._client.set(self._key(f"r{formed.round}/step"), str(self.step))
+                self._client.set(body_key, body)
+                return origin_of_source, _transfer.send(group, tensors)
+            body = self._client.get(body_key)
+            dicts, received = _transfer.receive(group, body, self._device())
+            _transfer.load(self.state, dicts)
+            self.step = int(self._client.get(self._key(f"r{formed.round}/step")))
+            return "peer", received
+        finally:
+            del group
+
+    # -- the watchdog -------------------------------------------------------------------------------------
+
+    def _watchdog(self) -> None:
+        beat_every = BEAT_EVERY
+        next_beat = 0.0
+        while not self._stop.wait(self.poll):
+            with contextlib.suppress(Exception):
+                now = time.monotonic()
+                if now >= next_beat:
+                    self._watch.add(self._key(f"beat/{self.member}"), 1)
+                    next_beat = now + beat_every
+                if (
+                    self.round
+                    and not self._broken.is_set()
+                    and self._watch.check([self._key(f"r{self.round + 1}/arrivals")])
+                ):
+                    self._abort()
+
+    def _abort(self) -> None:
+        """Ends the round's group at once: its connections shut down, so the collective waiting fails."""
+        with self._lock:
+            self._broken.set()
+            _sockets.shut_down(self._group_sockets)
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _connect(self) -> Any:
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        host, _, port = self._address.rpartition(":")
+        try:
+            return TCPStore(host, int(port), is_master=False, timeout=STORE_TIMEOUT)
+        except (RuntimeError, ValueError) as error:
+            raise LiveError(
+                f"live mode: cannot reach the store at {self._address} ({error}); set {ENV_STORE}=host:port"
+            ) from error
+
+    def _hook_optimizers(self) -> None:
+        import torch
+
+        for obj in self.state.values():
+            if isinstance(obj, torch.optim.Optimizer):
+                obj.register_step_post_hook(self._applied)
+
+    def _applied(self, *_: Any) -> None:
+        self._state_step = self.step + 1
+
+    def _zero_grads(self) -> None:
+        import torch
+
+        for obj in self.state.values():
+            if isinstance(obj, torch.optim.Optimizer):
+                obj.zero_grad(set_to_none=True)
+
+    def _device(self) -> Any:
+        import torch
+
+        if self.device is not None:
+            return torch.device(self.device)
+        for obj in self.state.values():
+            if isinstance(obj, torch.nn.Module):
+                for parameter in obj.parameters():
+                    return parameter.device
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+
+
+def _default_store() -> str:
+    for name in (ENV_STORE, ENV_RDZV_ENDPOINT):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    raise LiveError(
+        f"live mode: no store to form rounds on; set {ENV_STORE}=host:port (trainguard sets "
+        f"{ENV_RDZV_ENDPOINT} for its jobs)"
+    )
+
+
+def formations_json(live: Live) -> str:
+    return json.dumps([f.as_dict() for f in live.formations])

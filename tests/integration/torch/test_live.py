@@ -1,0 +1,42 @@
+"""Live mode with real processes (``benchmarks/gpu_live.py --device cpu``: 3 ranks, DDP over gloo, a store of
+its own): a killed rank's survivors go on in the same processes with no step lost, a newcomer receives the
+state from a survivor and every rank then holds the same parameters, and a stopped rank holds the others no
+longer than the collectives' bound + 2 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+BENCHMARK = Path(__file__).parents[3] / "benchmarks" / "gpu_live.py"
+
+
+def test_survivors_keep_their_processes_and_state_through_a_kill_a_join_and_a_hang() -> None:
+    # A 200 k-parameter model: each rank starts in seconds (torch's import), each scene waits on steps.
+    command = [sys.executable, str(BENCHMARK), "--device", "cpu", "--params", "2e5", "--batch", "16",
+               "--step-delay", "0.02", "--timeout", "5", "--budget", "90"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    live = results["live"]
+    kill = live["kill"]
+    assert kill["survivor_pids_unchanged"]
+    assert live["survivor_pids_unchanged"]
+    assert kill["origins"] == ["live", "live"]
+    assert kill["steps_lost"] == [0, 0]
+    join = live["join"]
+    assert join["origin"] == "peer"
+    assert join["bytes"] > 0
+    assert join["equal_parameters"], join
+    stop = live["stop"]
+    assert stop["within_timeout_plus_2s"], stop
+    assert live["all_alive"]
+    assert results["baseline"]["restart_all_to_first_step_s"] > 0

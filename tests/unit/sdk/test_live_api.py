@@ -1,0 +1,29 @@
+"""``trainguard.Live``: bad input is a clear error before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainguard
+
+torch = pytest.importorskip("torch")
+
+
+def test_state_must_name_objects_with_state_dicts() -> None:
+    with pytest.raises(ValueError, match="name at least one object"):
+        trainguard.Live({})
+    with pytest.raises(TypeError, match=r"state\['step'\] is a int, which has no state_dict"):
+        trainguard.Live({"model": torch.nn.Linear(2, 2), "step": 3})
+
+
+def test_without_a_store_the_error_says_which_variable_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TRAINGUARD_LIVE_STORE", "TRAINGUARD_RDZV_ENDPOINT", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(trainguard.LiveError, match="set TRAINGUARD_LIVE_STORE=host:port"):
+        trainguard.Live({"model": torch.nn.Linear(2, 2)})
+
+
+def test_an_unreachable_store_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("trainguard.sdk.live.STORE_TIMEOUT", __import__("datetime").timedelta(seconds=1))
+    with pytest.raises(trainguard.LiveError, match=r"cannot reach the store at 127\.0\.0\.1:1"):
+        trainguard.Live({"model": torch.nn.Linear(2, 2)}, store="127.0.0.1:1")

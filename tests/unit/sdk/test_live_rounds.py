@@ -1,0 +1,103 @@
+"""Live mode's membership decision (``trainguard.sdk._rounds``): who forms the next round, in which order, at
+which step, and who sends the state to whom."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainguard.sdk._rounds import Arrival, Formed, Staleness, awaited, close
+
+A, B, C, D = "a:1", "b:2", "c:3", "d:4"
+
+
+@pytest.mark.parametrize(
+    ("previous", "arrivals", "absent", "minimum", "expected"),
+    [
+        # the first round waits for the world size
+        ((), [Arrival(A, -1), Arrival(B, -1)], set(), 3, None),
+        ((), [Arrival(A, -1), Arrival(B, -1), Arrival(C, -1)], set(), 3, Formed(1, (A, B, C), -1, None, ())),
+        # a survivor still to come: wait
+        ((A, B, C), [Arrival(A, 8), Arrival(C, 8)], set(), 1, None),
+        # the killed one is gone: the survivors form at once, in their order, nobody receives
+        ((A, B, C), [Arrival(C, 8), Arrival(A, 8)], {B}, 1, Formed(1, (A, C), 8, A, ())),
+        # a newcomer joins after the survivors and receives the state from the first holder
+        (
+            (A, C),
+            [Arrival(D, -1), Arrival(C, 49), Arrival(A, 49)],
+            set(),
+            1,
+            Formed(1, (A, C, D), 49, A, (D,)),
+        ),
+        # a survivor whose optimizer applied the failed step is ahead: it sends, the one behind receives
+        ((A, B), [Arrival(A, 10), Arrival(B, 11)], set(), 1, Formed(1, (A, B), 11, B, (A,))),
+        # below the minimum: wait
+        ((A, B, C), [Arrival(A, 8)], {B, C}, 2, None),
+        # an arrival recorded twice counts once
+        ((A, B), [Arrival(A, 3), Arrival(B, 3), Arrival(A, 3)], set(), 1, Formed(1, (A, B), 3, A, ())),
+    ],
+)
+def test_a_round_closes_when_nobody_it_waits_for_can_still_come(
+    previous: tuple[str, ...],
+    arrivals: list[Arrival],
+    absent: set[str],
+    minimum: int,
+    expected: Formed | None,
+) -> None:
+    assert close(1, previous, arrivals, absent, minimum) == expected
+
+
+def test_awaited_lists_the_previous_members_neither_arrived_nor_absent() -> None:
+    assert awaited((A, B, C), [Arrival(A, 1)], {C}) == [B]
+
+
+def test_a_formed_round_round_trips_through_the_store() -> None:
+    formed = Formed(7, (A, C, D), 49, A, (D,))
+    assert Formed.loads(formed.dumps()) == formed
+    assert formed.rank_of(D) == 2
+
+
+members = st.sampled_from([A, B, C, D, "e:5", "f:6"])
+
+
+@given(
+    previous=st.lists(members, unique=True, max_size=5),
+    arrivals=st.lists(st.tuples(members, st.integers(-1, 5)), max_size=8),
+    absent=st.sets(members),
+    minimum=st.integers(0, 4),
+)
+def test_a_formed_round_keeps_the_survivors_order_and_agrees_on_the_highest_step(
+    previous: list[str], arrivals: list[tuple[str, int]], absent: set[str], minimum: int
+) -> None:
+    came = [Arrival(m, s) for m, s in arrivals]
+    formed = close(2, tuple(previous), came, absent, minimum)
+    if formed is None:
+        return
+    first = {}
+    for arrival in came:
+        first.setdefault(arrival.member, arrival.step)
+    # every arrival is in, once; no previous member is left out unless absent
+    assert sorted(formed.members) == sorted(first)
+    assert not [m for m in previous if m not in first and m not in absent]
+    # the survivors first, in their previous order
+    survivors = [m for m in formed.members if m in previous]
+    assert list(formed.members[: len(survivors)]) == [m for m in previous if m in first]
+    assert formed.step == max(first.values())
+    if formed.step < 0:
+        assert formed.source is None
+        assert formed.receivers == ()
+    else:
+        assert first[formed.source] == formed.step
+        assert set(formed.receivers) == {m for m in formed.members if first[m] < formed.step}
+        assert formed.source not in formed.receivers
+
+
+def test_a_member_is_stale_once_its_beat_stood_still_for_the_whole_window() -> None:
+    staleness = Staleness(after=1.5)
+    assert not staleness.stale(A, 4, now=10.0)  # first look: counted from here
+    assert not staleness.stale(A, 4, now=11.0)
+    assert staleness.stale(A, 4, now=11.5)
+    assert not staleness.stale(A, 5, now=12.0)  # it beat again: a new window
+    assert not staleness.stale(B, None, now=12.0)  # never beat: counted from the first look too
+    assert staleness.stale(B, None, now=13.6)

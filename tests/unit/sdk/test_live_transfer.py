@@ -1,0 +1,76 @@
+"""Live mode's state transfer, its pure parts: a state dict split into a skeleton and tensors and filled
+again, the buckets, and the connections of a group found and shut down."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+
+import pytest
+
+from trainguard.sdk import _sockets
+from trainguard.sdk._transfer import Placeholder, buckets, fill, placeholders, split
+
+torch = pytest.importorskip("torch")
+
+
+def test_a_state_dict_splits_into_a_skeleton_and_its_tensors_and_fills_back() -> None:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "note": ("x", [1, 2])}
+    tensors: list = []
+    skeleton = split(state, tensors)
+    body = pickle.dumps(skeleton)  # no tensor in it: the store carries it
+    assert b"torch._utils" not in body
+    slots = placeholders(pickle.loads(body))
+    assert [p.index for p in slots] == list(range(len(tensors)))
+    assert all(
+        p.shape == tuple(t.shape) and p.dtype == str(t.dtype) for p, t in zip(slots, tensors, strict=True)
+    )
+    again = fill(skeleton, tensors)
+    assert again["note"] == ("x", [1, 2])
+    assert torch.equal(again["model"]["weight"], model.weight)
+    assert again["optimizer"]["param_groups"] == state["optimizer"]["param_groups"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "limit", "expected"),
+    [
+        ([(0, "f32", 10), (1, "f32", 10), (2, "f32", 10)], 25, [[0, 1], [2]]),
+        ([(0, "f32", 10), (1, "i64", 10), (2, "f32", 10)], 100, [[0, 2], [1]]),  # one dtype a bucket
+        ([(0, "f32", 500), (1, "f32", 10)], 100, [[0], [1]]),  # a tensor larger than the limit: alone
+        ([], 100, []),
+    ],
+)
+def test_buckets_hold_one_dtype_and_at_most_the_limit(
+    sizes: list[tuple[int, str, int]], limit: int, expected: list[list[int]]
+) -> None:
+    assert buckets(sizes, limit) == expected
+
+
+def test_a_placeholder_knows_whether_its_tensor_was_on_a_device() -> None:
+    tensors: list = []
+    assert split(torch.zeros(2, 3), tensors) == Placeholder(0, (2, 3), "torch.float32", False)
+
+
+def test_shutting_a_groups_connections_ends_a_blocked_read_and_spares_its_listener() -> None:
+    before = _sockets.sockets()
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    owned = _sockets.opened_since(before)
+    assert {listener.fileno(), client.fileno(), server.fileno()} <= owned.keys()
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(server.recv(10)))
+    reader.start()
+    assert _sockets.shut_down(owned) == 2  # the two ends of the connection, not the listener
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    assert got == [b""]
+    assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+    for s in (client, server, listener):
+        s.close()
+    assert _sockets.shut_down(owned) == 0  # closed since: nothing left to shut
