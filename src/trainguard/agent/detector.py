@@ -8,7 +8,10 @@ Signals, in order of trust (``HangSignal``):
   a silent job that heartbeats is never restarted, and a job that prints but stopped heartbeating is caught.
 - ``log``: the time of the last byte the command wrote to stdout or stderr.
 - ``cpu``: the CPU time of the whole process tree; the tree counts as idle while it averages under
-  ``CPU_BUSY_FRACTION`` of one core since it was last busy (a blocked collective uses none).
+  ``CPU_BUSY_FRACTION`` of one core since it was last busy (a blocked collective uses none). On a GPU the
+  devices are read too (``gpu_activity``): a host thread waiting in a CUDA synchronize spins, so a tree whose
+  devices hold a kernel while their SMs idle (a collective's kernel polling for a peer) is *waiting*, and the
+  CPU it burns is not work; a device that computes is work, whatever the CPU does.
 
 Before any heartbeat, the enabled ones of ``log`` and ``cpu`` decide together: the attempt hangs when *all* of
 them have been quiet for the timeout (a silent but computing job is not a hang). With ``heartbeat`` as the
@@ -21,15 +24,61 @@ for jobs that report no steps, activity of the deciding signal later than one ti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from trainguard.agent.gpu import GpuSample
 from trainguard.hangsignal import HangSignal
 
 #: The tree is busy when it used at least this share of one core since it was last busy...
 CPU_BUSY_FRACTION = 0.01
 #: ...and at least this much CPU time (the kernel counts in 10 ms ticks).
 CPU_MIN_SECONDS = 0.05
+
+
+#: A device computes while at least this share of its SMs is busy (GPM, percent): training keeps nearly all
+#: of them busy (96.9 measured on an H200), a collective's kernel that polls for its peer keeps one (0.76).
+GPU_SM_BUSY = 5.0
+#: A device holds a kernel while NVML's utilization (the share of time any kernel ran) is at least this.
+GPU_RESIDENT = 50
+#: Without GPM: a device with a kernel computes unless it draws no more than this above (over its limit) the
+#: least it drew with no kernel at all (an H200: 0.96 computing; 0.171 idle, 0.172 while a kernel polled).
+#: Never seen idle, a device with a kernel counts as computing, as before.
+GPU_POWER_MARGIN = 0.05
+
+
+class GpuActivity(enum.Enum):
+    COMPUTING = "computing"
+    #: A kernel resident, the SMs idle: a collective waiting.
+    WAITING = "waiting"
+    IDLE = "idle"
+
+
+def gpu_activity(samples: Sequence[GpuSample], power_floor: float | None) -> GpuActivity | None:
+    """What the devices do: computing if any computes, waiting if any holds a kernel that does not, else idle;
+    None when no device says (no GPU, no NVML). ``power_floor``: the least power fraction seen with no kernel
+    resident (None: never seen idle)."""
+    found: list[GpuActivity] = []
+    for sample in samples:
+        if sample.utilization is None:
+            continue
+        resident = sample.utilization >= GPU_RESIDENT
+        if sample.sm_activity is not None:
+            computing = sample.sm_activity >= GPU_SM_BUSY
+        elif sample.power_fraction is not None and power_floor is not None:
+            computing = resident and sample.power_fraction > power_floor + GPU_POWER_MARGIN
+        else:
+            computing = resident  # nothing finer: a resident kernel counts as work, as before
+        found.append(
+            GpuActivity.COMPUTING if computing else GpuActivity.WAITING if resident else GpuActivity.IDLE
+        )
+    if not found:
+        return None
+    for activity in (GpuActivity.COMPUTING, GpuActivity.WAITING):
+        if activity in found:
+            return activity
+    return GpuActivity.IDLE
 
 
 @dataclass(frozen=True)
@@ -46,13 +95,15 @@ class Observation:
     """What the agent saw at ``now`` (its monotonic clock).
 
     ``heartbeats`` holds the ranks whose writer is still alive; ``output_at`` is when the last output byte
-    of this attempt arrived (None: none yet); ``cpu_seconds`` is the tree's CPU time, None when not sampled.
+    of this attempt arrived (None: none yet); ``cpu_seconds`` is the tree's CPU time, None when not sampled;
+    ``gpus`` what the devices showed at the same time, None where there are none or NVML is not here.
     """
 
     now: float
     heartbeats: Mapping[int, HeartbeatSample]
     output_at: float | None = None
     cpu_seconds: float | None = None
+    gpus: Sequence[GpuSample] | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +146,7 @@ class HangDetector:
         self._output_at = started_at
         self._cpu_busy_at = started_at
         self._cpu_mark: tuple[float, float] | None = None
+        self._power_floor: float | None = None
 
     def rebase(self, now: float) -> None:
         """No worker runs until ``now`` (torchrun is forming its next round): every signal's timeout starts
@@ -116,8 +168,9 @@ class HangDetector:
         self._note_heartbeats(now, observation.heartbeats)
         if observation.output_at is not None:
             self._output_at = max(self._output_at, observation.output_at)
+        gpu = self._note_gpus(observation.gpus) if observation.gpus is not None else None
         if observation.cpu_seconds is not None:
-            self._note_cpu(now, observation.cpu_seconds)
+            self._note_cpu(now, observation.cpu_seconds, gpu)
         deciding = self._deciding_signals()
         return Assessment(
             hang=self._hang(now, deciding),
@@ -143,7 +196,24 @@ class HangDetector:
             # Every writer ended (e.g. torchrun restarting its workers): wait a timeout for new ones.
             self._ranks_emptied_at = now
 
-    def _note_cpu(self, now: float, total: float) -> None:
+    def _note_gpus(self, samples: Sequence[GpuSample]) -> GpuActivity | None:
+        powers = [
+            s.power_fraction
+            for s in samples
+            if s.power_fraction is not None and s.utilization is not None and s.utilization < GPU_RESIDENT
+        ]
+        if powers:
+            self._power_floor = min(powers + ([self._power_floor] if self._power_floor is not None else []))
+        return gpu_activity(samples, self._power_floor)
+
+    def _note_cpu(self, now: float, total: float, gpu: GpuActivity | None) -> None:
+        if gpu is GpuActivity.COMPUTING:
+            self._cpu_busy_at = now
+            self._cpu_mark = (now, total)
+            return
+        if gpu is GpuActivity.WAITING and self._cpu_mark is not None:
+            self._cpu_mark = (now, total)  # the CPU it used spun in a synchronize: not work
+            return
         if self._cpu_mark is None or total < self._cpu_mark[1]:
             # First sample, or processes left the tree and took their CPU time with them.
             self._cpu_mark = (now, total)

@@ -27,6 +27,7 @@ from trainguard.agent.command import WORKER_EVENTS_FILE, Command
 from trainguard.agent.config import AgentConfig
 from trainguard.agent.control import take_exit_request
 from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
+from trainguard.agent.gpu import GpuSample, Nvml, NvmlUnavailable
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
 from trainguard.agent.release import QUIET_SECONDS, Release, Released, ReleaseWatch, release_connections
@@ -79,6 +80,8 @@ class Agent:
         self._worker_events: WorkerEventReader | None = None
         #: Workers SIGKILLed for a nudge: their ends are no fault of theirs.
         self._nudged: set[int] = set()
+        #: NVML, loaded on the first CPU sample; False where there is none (no GPU, no driver).
+        self._nvml: Nvml | bool | None = None
 
     def run(self) -> int:
         """Supervise the command until it ends for good; returns the agent's exit status."""
@@ -219,6 +222,7 @@ class Agent:
                 detector.rebase(now)  # no worker runs: nothing can hang yet
             beats = heartbeats.read()
             cpu: float | None = None
+            gpus: tuple[GpuSample, ...] | None = None
             if (
                 config.hang_timeout is not None
                 and HangSignal.CPU in config.signals
@@ -226,6 +230,7 @@ class Agent:
                 and now >= next_cpu
             ):
                 cpu = tree.cpu_seconds(tree.descendants())
+                gpus = self._sample_gpus()
                 next_cpu = now + _CPU_SAMPLE_INTERVAL
             assessment = detector.observe(
                 Observation(
@@ -233,6 +238,7 @@ class Agent:
                     heartbeats={rank: beat.sample for rank, beat in beats.items()},
                     output_at=command.relay.last_output_at,
                     cpu_seconds=cpu,
+                    gpus=gpus,
                 )
             )
             if assessment.progressed:
@@ -241,6 +247,23 @@ class Agent:
                 self._report_progress(reporter, command.pid, beats, now)
             if assessment.hang is not None:
                 return _Hung(assessment.hang, assessment.best_step)
+
+    def _sample_gpus(self) -> tuple[GpuSample, ...] | None:
+        """What the pod's devices do (the detector tells a collective's wait from work by them); None where
+        NVML is not here."""
+        if self._nvml is None:
+            try:
+                self._nvml = Nvml.load()
+            except NvmlUnavailable:
+                self._nvml = False
+        if not isinstance(self._nvml, Nvml):
+            return None
+        try:
+            return self._nvml.sample_all() or None
+        except NvmlUnavailable as error:
+            self._say(f"reading the GPUs failed, the CPU alone decides from now on: {error}")
+            self._nvml = False
+            return None
 
     def _workers_restarted(self, reporter: Reporter, pid: int | None, record: dict[str, object]) -> None:
         failures = [item for worker, item in failures_of(record) if worker not in self._nudged]
