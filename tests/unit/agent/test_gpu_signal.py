@@ -114,9 +114,9 @@ def test_several_devices_compute_if_any_does_and_wait_if_any_waits() -> None:
 
 
 def test_without_a_driver_nvml_is_unavailable_and_the_cpu_alone_decides() -> None:
-    from trainguard.agent.gpu import Nvml, NvmlUnavailable
-
     import ctypes.util
+
+    from trainguard.agent.gpu import Nvml, NvmlUnavailable
 
     if ctypes.util.find_library("nvidia-ml") is None:
         with pytest.raises(NvmlUnavailable, match="NVML is not here"):
