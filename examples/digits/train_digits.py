@@ -8,6 +8,8 @@ a small MLP with DistributedDataParallel on gloo, and uses the whole SDK:
 - ``ElasticSampler``: after a restart or a resize the epoch continues where it stopped, each sample once;
 - ``elastic()``: the world size, torchrun's restart count, and whether the world changed;
 - ``heartbeat()``: progress for hang detection and ``trainguard describe``;
+- with ``--live``, ``Live``: the survivors of a fault or a resize keep their process and their state, and a
+  newcomer receives it from one of them (the job needs the annotation ``trainguard.io/live: "true"``);
 - with ``--snapshots``, ``Snapshots``: every step in shared memory (each worker's copy, under DDP, a replica
   of the others'), so a fault loses at most the step in progress (``--checkpoint-every`` then says how often
   memory is persisted to disk).
@@ -122,6 +124,12 @@ def parse_args() -> argparse.Namespace:
         "snapshot copies only the rest (Snapshots(in_place=True))",
     )
     parser.add_argument(
+        "--live",
+        action="store_true",
+        help="live mode (trainguard.Live): survivors keep training through faults and resizes; the job needs "
+        'the annotation trainguard.io/live: "true"',
+    )
+    parser.add_argument(
         "--save-on-sigterm",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -130,8 +138,83 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def main_live(args: argparse.Namespace) -> None:
+    """Live mode: ``train`` is entered again, in the same process, after each re-formation."""
+    train_set, test_set = split(*load_digits())
+    model = build_model(args.width, args.layers)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    sampler = trainguard.ElasticSampler(len(train_set), shuffle=True, seed=0, rank=0, world_size=1)
+    checkpointer = trainguard.Checkpointer(args.checkpoint_dir, keep=3)
+
+    def restore() -> tuple[int, str] | None:  # nobody alive holds the state: the last checkpoint
+        latest = checkpointer.load_latest()
+        if latest is None:
+            return None
+        model.load_state_dict(latest.state["model"])
+        optimizer.load_state_dict(latest.state["optimizer"])
+        sampler.load_state_dict(latest.state["sampler"])
+        return latest.step, "disk"
+
+    live = trainguard.Live({"model": model, "optimizer": optimizer, "sampler": sampler}, restore=restore)
+
+    def train(live: trainguard.Live) -> None:
+        rank, size = live.rank, live.world_size
+        events = Events(args.events, rank)
+        formed = live.formations[-1]
+        events("start", step=live.step, world=size, pid=os.getpid(), source=formed.origin, round=formed.round)
+        print(
+            f"[digits] rank {rank}/{size}: round {formed.round} at step {live.step} ({formed.origin})",
+            flush=True,
+        )
+        model_ddp = DistributedDataParallel(model, init_sync=False)
+        sampler.set_world(rank, size)
+        loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
+        for epoch in range(sampler.epoch, args.epochs):
+            sampler.set_epoch(epoch)
+            with model_ddp.join():
+                for features, labels in loader:
+                    progress = (epoch + sampler.consumed / len(train_set)) / args.epochs
+                    for group in optimizer.param_groups:
+                        group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
+                    loss = torch.nn.functional.cross_entropy(model_ddp(features), labels)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    sampler.advance(len(labels) * size)
+                    live.advance()
+                    trainguard.heartbeat(step=live.step, loss=loss.item())
+                    events(
+                        "step",
+                        step=live.step,
+                        epoch=epoch,
+                        loss=round(loss.item(), 5),
+                        world=size,
+                        pid=os.getpid(),
+                    )
+                    if live.step % args.checkpoint_every == 0:  # rank 0 writes
+                        checkpointer.save_async(
+                            {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "sampler": sampler.state_dict()},
+                            live.step,
+                        )  # fmt: skip
+                    if args.step_delay:
+                        time.sleep(args.step_delay)
+        checkpointer.wait()
+        result = accuracy(model, test_set)
+        events("done", step=live.step, accuracy=result, world=size)
+        print(
+            f"[digits] rank {rank}/{size}: done at step {live.step}, test accuracy {result:.4f}", flush=True
+        )
+        events.close()
+
+    live.run(train)
+
+
 def main() -> None:
     args = parse_args()
+    if args.live:
+        main_live(args)
+        return
     dist.init_process_group("gloo")
     world = trainguard.elastic()
     rank, size = dist.get_rank(), dist.get_world_size()

@@ -37,7 +37,9 @@ from trainguard._version import __version__
 RUNNABLE = ("trainguard.agent.__main__", "trainguard.torchrun", "trainguard.rendezvous_store")
 ENTRIES = (*RUNNABLE, "trainguard.sdk")
 #: Modules (and, for a package, its modules) that may import torch (the image's), and only inside functions.
-LAZY_TORCH = frozenset({"trainguard.torchrun", "trainguard.rendezvous_store", "trainguard.sdk"})
+LAZY_TORCH = frozenset(
+    {"trainguard.torchrun", "trainguard.livelaunch", "trainguard.rendezvous_store", "trainguard.sdk"}
+)
 #: The oldest Python the bundle runs on.
 MIN_PYTHON = (3, 8)
 #: Standard-library modules that Python 3.8 does not have yet.

@@ -17,6 +17,8 @@ Under trainguard's agent (``TRAINGUARD_WORKER_EVENTS`` set) torch's agent also w
 (``trainguard.workerevents``) each restart of failed workers it carries out, so that the restart shows in the
 job's history although no pod ended, and when it re-forms the group, so that a round being formed is not
 taken for a hang.
+
+``python -m trainguard.torchrun --live ...`` runs a live job's workers instead (``trainguard.livelaunch``).
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ def preload_modules(environ: dict[str, str] | os._Environ[str] = os.environ) -> 
 
 def main(argv: Sequence[str] | None = None) -> None:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["--live"]:  # a live job: the workers form their rounds themselves
+        from trainguard import livelaunch
+
+        sys.exit(livelaunch.main(arguments[1:]))
     multiprocessing.set_forkserver_preload(preload_modules())
     # Start the fork server first: its imports overlap with the agent's own instead of following them.
     multiprocessing.forkserver.ensure_running()

@@ -23,7 +23,7 @@ from trainguard.controller import keys
 from trainguard.controller.backend import EventType, NudgeSurvivors, ObservedPhase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.status import HistoryEntry, HistoryKind
-from trainguard.controller.torchrun_command import torchrun_roles
+from trainguard.controller.torchrun_command import is_live, torchrun_roles
 from trainguard.policy.types import FaultKind
 
 #: Survivors normally re-form within a second or two on their own; a nudge comes only after this long.
@@ -39,6 +39,8 @@ NUDGED_FAULTS = frozenset(
 def nudge_survivors(cycle: Cycle) -> float | None:
     """Issue the nudge due now, if any; returns when a failure not old enough yet becomes due (or None)."""
     if cycle.phase.is_terminal:
+        return None
+    if is_live(cycle.job):  # live workers leave a broken group themselves; nothing of theirs is killed
         return None
     roles = set(torchrun_roles(cycle.job))
     if not roles:

@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from trainguard.api import FrameworkType, TrainingJob
 
 TORCHRUN_ANNOTATION = "trainguard.io/torchrun"
+#: A job whose script uses ``trainguard.Live``: its workers run under ``trainguard.torchrun --live``, which
+#: restarts only a worker that failed; the survivors re-form their group themselves.
+LIVE_ANNOTATION = "trainguard.io/live"
 WARM_START_ANNOTATION = "trainguard.io/warm-start"
 #: The module that runs torchrun's agent with warm worker restarts.
 WARM_LAUNCHER = "trainguard.torchrun"
@@ -125,6 +128,10 @@ def uses_torchrun(job: TrainingJob) -> bool:
     return job.spec.framework_type is FrameworkType.PYTORCH or job.spec.elastic is not None
 
 
+def is_live(job: TrainingJob) -> bool:
+    return uses_torchrun(job) and job.metadata.annotations.get(LIVE_ANNOTATION, "").lower() == "true"
+
+
 def rendezvous(job: TrainingJob, endpoint: str) -> Rendezvous | None:
     """The job's rendezvous at trainguard's ``endpoint`` (``host:port``), or at the job's own ``rdzvHost``;
     None when the job does not use torchrun."""
@@ -183,6 +190,11 @@ def torchrun_env(job: TrainingJob, endpoint: str) -> dict[str, str]:
         "PET_MAX_RESTARTS": str(_max_restarts(job, None)),
         RDZV_POLL_ENV: f"{poll_seconds(high):g}",
     }
+    if is_live(job):
+        nproc = elastic.n_proc_per_node if elastic else 1
+        roles = [job.spec.replica_specs[name] for name in torchrun_roles(job)]
+        env["TRAINGUARD_LIVE_SIZE"] = str(max(sum(spec.replicas for spec in roles), 1) * nproc)
+        env["TRAINGUARD_LIVE_MINIMUM"] = str(max(low, 1) * nproc)
     return env
 
 
@@ -230,8 +242,8 @@ def render(job: TrainingJob, role: str, endpoint: str, argv: Sequence[str] | Non
         module = command.flag("--module") is not None
         kept = [token for token in kept if token not in ("-m", "--module")] + ["--no-python"]
         target = [command.python, *command.python_flags, *(["-m"] if module else []), *target]
-    launcher = WARM_LAUNCHER if warm else PLAIN_LAUNCHER
-    rendered = [command.python, "-m", launcher]
+    launcher = WARM_LAUNCHER if warm or is_live(job) else PLAIN_LAUNCHER
+    rendered = [command.python, "-m", launcher, *(["--live"] if is_live(job) else [])]
     for name, value in ours:
         rendered += [name, value]
     return [*rendered, *kept, *target]

@@ -44,6 +44,7 @@ def digits_job(
     step_delay: float = 0.0,
     checkpoint_every: int = 20,
     extra_args: tuple[str, ...] = (),
+    live: bool = False,
 ) -> dict[str, Any]:
     """Example 1 in trainguard's native form, named ``name``, writing its checkpoints and progress under
     ``root`` (absolute paths, so that it does not matter where pods run)."""
@@ -60,9 +61,12 @@ def digits_job(
         f"--events={events_file(root, name)}",
         f"--step-delay={step_delay:g}",
         *([f"--epochs={epochs}"] if epochs is not None else []),
+        *(["--live"] if live else []),
         *extra_args,
     ]
     container["args"] = args
+    if live:
+        spec["metadata"].setdefault("annotations", {})["trainguard.io/live"] = "true"
     return spec
 
 

@@ -168,9 +168,13 @@ class Live:
         """The steps from the agreed one up to ``total``; a step counts as completed when the next is asked."""
         while self.step < total:
             yield self.step
-            self.step += 1
-            self._state_step = self.step
-            self._failed_in_a_row = 0
+            self.advance()
+
+    def advance(self) -> None:
+        """The step in progress is complete (for loops that do not use ``steps``, e.g. over epochs)."""
+        self.step += 1
+        self._state_step = self.step
+        self._failed_in_a_row = 0
 
     @property
     def origin(self) -> str | None:

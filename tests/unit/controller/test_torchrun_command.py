@@ -164,6 +164,27 @@ def test_every_pod_gets_the_shared_store_fix_and_torchruns_defaults() -> None:
     }
 
 
+def test_a_live_job_runs_its_workers_under_the_live_launcher_with_its_first_size() -> None:
+    live = job(
+        ["torchrun", "--start-method", "spawn", "train.py"],
+        annotations={launch.LIVE_ANNOTATION: "true"},
+        elastic={"nProcPerNode": 2},
+    )
+    assert launch.is_live(live)
+    rendered = launch.render(live, "worker", ENDPOINT)
+    assert rendered[:4] == ["python", "-m", launch.WARM_LAUNCHER, "--live"]  # whatever the start method
+    assert rendered[-1] == "train.py"
+    env = launch.torchrun_env(live, ENDPOINT)
+    assert (env["TRAINGUARD_LIVE_SIZE"], env["TRAINGUARD_LIVE_MINIMUM"]) == (
+        "6",
+        "2",
+    )  # 3 pods x 2, 1 pod x 2
+    assert not launch.is_live(job(annotations={launch.LIVE_ANNOTATION: "false"}))
+    assert "TRAINGUARD_LIVE_SIZE" not in launch.torchrun_env(job(), ENDPOINT)
+    not_torch = job(framework="generic", annotations={launch.LIVE_ANNOTATION: "true"})
+    assert not launch.is_live(not_torch)
+
+
 def test_warm_start_can_be_turned_off() -> None:
     cold = job(annotations={launch.WARM_START_ANNOTATION: "false"})
     assert launch.render(cold, "worker", ENDPOINT)[:3] == ["python", "-m", launch.PLAIN_LAUNCHER]

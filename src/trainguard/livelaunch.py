@@ -1,0 +1,166 @@
+"""``python -m trainguard.torchrun --live [torchrun options] SCRIPT [ARGS]``: a pod's workers in live mode.
+
+A job with the annotation ``trainguard.io/live: "true"`` runs its workers under this launcher instead of
+torchrun's elastic agent. torchrun's agent restarts every worker of every pod whenever any worker dies or the
+membership changes; here the workers form their rounds themselves (``trainguard.Live``, on the job's
+rendezvous store), and this launcher only:
+
+- starts ``--nproc-per-node`` workers, each with ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``WORLD_SIZE`` (the
+  first round's size: ``TRAINGUARD_LIVE_SIZE``, which trainguard sets from the job's replicas), the store
+  (``--rdzv-endpoint``) and the job's key prefix (from ``--rdzv-id``);
+- when a worker ends with a failure, marks it gone in the store at once (no round waits for it), writes the
+  restart down for the agent (``trainguard.workerevents``: the history shows it), and starts that worker
+  alone again while ``--max-restarts`` allows; the others are not touched. A worker that was not restarted
+  ends the pod with its exit status;
+- on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends.
+
+Standard library at import (it runs in users' images from the bundle); torch's argument parser and its
+store client are imported when it starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from trainguard import workerevents
+
+ENV_SIZE = "TRAINGUARD_LIVE_SIZE"
+ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
+ENV_STORE = "TRAINGUARD_LIVE_STORE"
+ENV_PREFIX = "TRAINGUARD_LIVE_PREFIX"
+#: How often the workers are looked at.
+POLL_SECONDS = 0.05
+
+
+def prefix_of(run_id: str) -> str:
+    """The job's keys in the store: one prefix per rendezvous id (the job's uid)."""
+    return f"trainguard/live/{run_id}/"
+
+
+def worker_env(
+    base: dict[str, str], local_rank: int, nproc: int, endpoint: str, run_id: str, size: int, minimum: int
+) -> dict[str, str]:
+    return {
+        **base,
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "WORLD_SIZE": str(size),
+        ENV_MINIMUM: str(minimum),
+        ENV_STORE: endpoint,
+        ENV_PREFIX: prefix_of(run_id),
+        "TORCHELASTIC_RUN_ID": run_id,
+    }
+
+
+class Launcher:
+    def __init__(self, options: Any, environ: dict[str, str]) -> None:
+        self.options = options
+        self.nproc = int(options.nproc_per_node) if str(options.nproc_per_node).isdigit() else 1
+        self.restarts_left = int(options.max_restarts)
+        self.max_restarts = int(options.max_restarts)
+        self.endpoint = str(options.rdzv_endpoint)
+        self.run_id = str(options.rdzv_id)
+        low = int(str(options.nnodes).split(":")[0] or 1)
+        self.size = int(environ.get(ENV_SIZE) or low * self.nproc)
+        self.minimum = int(environ.get(ENV_MINIMUM) or max(low, 1) * self.nproc)
+        self.environ = environ
+        self.events = environ.get(workerevents.ENV_WORKER_EVENTS)
+        self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        self.finished: set[int] = set()
+        self._store: Any = None
+        self._stopping = False
+
+    def command(self) -> list[str]:
+        options = self.options
+        if options.no_python:
+            return [options.training_script, *options.training_script_args]
+        module = ["-m"] if options.module else []
+        return [sys.executable, "-u", *module, options.training_script, *options.training_script_args]
+
+    def start(self, local_rank: int) -> None:
+        env = worker_env(
+            self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
+        )
+        self.workers[local_rank] = subprocess.Popen(self.command(), env=env)
+
+    def gone(self, pid: int) -> None:
+        """What no round must wait for: this pod's worker ``pid`` ended."""
+        member = f"{socket.gethostname()}:{pid}"
+        try:
+            if self._store is None:
+                from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+                host, _, port = self.endpoint.rpartition(":")
+                self._store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
+            self._store.set(f"{prefix_of(self.run_id)}gone/{member}", "1")
+        except (RuntimeError, ValueError) as error:  # the others then wait until it is stale
+            print(f"trainguard live: could not mark {member} gone: {error}", file=sys.stderr, flush=True)
+
+    def stop(self, signum: int, _frame: Any) -> None:
+        self._stopping = True
+        for process in self.workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+        if self.events:
+            workerevents.append(self.events, workerevents.STARTED)
+        for local_rank in range(self.nproc):
+            self.start(local_rank)
+        while True:
+            for local_rank, process in list(self.workers.items()):
+                code = process.poll()
+                if code is None or local_rank in self.finished:
+                    continue
+                self.gone(process.pid)
+                if code == 0:
+                    self.finished.add(local_rank)
+                    continue
+                if self._stopping or self.restarts_left <= 0:
+                    return self.end(code)
+                self.restarts_left -= 1
+                if self.events:
+                    workerevents.append(
+                        self.events,
+                        workerevents.FAILED,
+                        failures=[workerevents.failure(-1, local_rank, process.pid, code)],
+                        restarts_left=self.restarts_left,
+                        max_restarts=self.max_restarts,
+                    )
+                self.start(local_rank)
+            if len(self.finished) == len(self.workers):
+                return 0
+            time.sleep(POLL_SECONDS)
+
+    def end(self, code: int) -> int:
+        """A worker failed for good (or the pod is stopping): the others are stopped, each marked gone."""
+        for local_rank, process in self.workers.items():
+            if local_rank in self.finished or process.poll() is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=30)
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            self.gone(process.pid)
+        return 128 - code if code < 0 else code
+
+
+def main(argv: Sequence[str]) -> int:
+    from torch.distributed import run as torchrun
+
+    options = torchrun.parse_args(list(argv))  # type: ignore[no-untyped-call]
+    return Launcher(options, dict(os.environ)).run()

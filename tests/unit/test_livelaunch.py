@@ -1,0 +1,27 @@
+"""``trainguard.torchrun --live``'s pure parts: each worker's environment and the job's prefix in the store."""
+
+from __future__ import annotations
+
+from trainguard import livelaunch
+
+
+def test_each_worker_gets_its_local_rank_the_first_size_and_the_jobs_store() -> None:
+    env = livelaunch.worker_env({"PATH": "/bin"}, 1, 2, "10.0.0.1:29400", "uid-7", size=6, minimum=2)
+    assert env == {
+        "PATH": "/bin",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "WORLD_SIZE": "6",
+        "TRAINGUARD_LIVE_MINIMUM": "2",
+        "TRAINGUARD_LIVE_STORE": "10.0.0.1:29400",
+        "TRAINGUARD_LIVE_PREFIX": "trainguard/live/uid-7/",
+        "TORCHELASTIC_RUN_ID": "uid-7",
+    }
+
+
+def test_the_prefix_is_the_one_the_sdk_reads_by_default(monkeypatch) -> None:
+    import trainguard.sdk.live as live
+
+    monkeypatch.delenv(live.ENV_PREFIX, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "uid-7")
+    assert livelaunch.prefix_of("uid-7") == "trainguard/live/uid-7/"
