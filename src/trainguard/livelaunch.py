@@ -12,7 +12,10 @@ rendezvous store), and this launcher only:
   restart down for the agent (``trainguard.workerevents``: the history shows it), and starts that worker
   alone again while ``--max-restarts`` allows; the others are not touched. A worker that was not restarted
   ends the pod with its exit status;
-- on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends.
+- on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends;
+- when a worker fails before it ever formed a round (its script does not use ``trainguard.Live``), writes
+  ``live-unused`` down for the agent (the job gets a Warning event) and runs the pod as without live mode:
+  torchrun's elastic agent (``trainguard.torchrun``) in its place, with the same options.
 
 Standard library at import (it runs in users' images from the bundle); torch's argument parser and its
 store client are imported when it starts.
@@ -22,13 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from trainguard import workerevents
@@ -37,6 +43,15 @@ ENV_SIZE = "TRAINGUARD_LIVE_SIZE"
 ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
 ENV_STORE = "TRAINGUARD_LIVE_STORE"
 ENV_PREFIX = "TRAINGUARD_LIVE_PREFIX"
+#: Where a worker that formed a round leaves ``<pid>`` (``trainguard.Live`` does).
+ENV_MARK = "TRAINGUARD_LIVE_MARK"
+UNUSED = "live-unused"
+
+
+class NotLive(Exception):
+    """A worker failed before it formed any round: the script does not use live mode."""
+
+
 #: How often the workers are looked at.
 POLL_SECONDS = 0.05
 
@@ -46,11 +61,17 @@ def prefix_of(run_id: str) -> str:
     return f"trainguard/live/{run_id}/"
 
 
+#: A static world's variables (Kubeflow sets them in every pod): gone from a live worker's environment, so that
+#: a script that does not use ``trainguard.Live`` fails to start its group at once (and the launcher falls
+#: back to torchrun's agent) instead of training alone in a world of one.
+STATIC_WORLD = ("RANK", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+
+
 def worker_env(
     base: dict[str, str], local_rank: int, nproc: int, endpoint: str, run_id: str, size: int, minimum: int
 ) -> dict[str, str]:
     return {
-        **base,
+        **{key: value for key, value in base.items() if key not in STATIC_WORLD},
         "LOCAL_RANK": str(local_rank),
         "LOCAL_WORLD_SIZE": str(nproc),
         "WORLD_SIZE": str(size),
@@ -78,6 +99,7 @@ class Launcher:
         self.finished: set[int] = set()
         self._store: Any = None
         self._stopping = False
+        self.marks = Path(tempfile.mkdtemp(prefix="trainguard-live-"))
 
     def command(self) -> list[str]:
         options = self.options
@@ -90,6 +112,7 @@ class Launcher:
         env = worker_env(
             self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
         )
+        env[ENV_MARK] = str(self.marks)
         self.workers[local_rank] = subprocess.Popen(self.command(), env=env)
 
     def gone(self, pid: int) -> None:
@@ -127,6 +150,13 @@ class Launcher:
                 if code == 0:
                     self.finished.add(local_rank)
                     continue
+                if not self._stopping and not (self.marks / str(process.pid)).exists():
+                    if self.events:
+                        workerevents.append(
+                            self.events, UNUSED, pid=process.pid, local_rank=local_rank, exit_code=code
+                        )
+                    self.end(code)
+                    raise NotLive(f"worker {local_rank} (pid {process.pid}) ended with {code} in no round")
                 if self._stopping or self.restarts_left <= 0:
                     return self.end(code)
                 self.restarts_left -= 1
@@ -163,4 +193,16 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed import run as torchrun
 
     options = torchrun.parse_args(list(argv))  # type: ignore[no-untyped-call]
-    return Launcher(options, dict(os.environ)).run()
+    launcher = Launcher(options, dict(os.environ))
+    try:
+        return launcher.run()
+    except NotLive as error:
+        print(
+            f"trainguard live: {error}: the script does not use trainguard.Live; running the workers under "
+            "torchrun's elastic agent instead, as without live mode",
+            file=sys.stderr,
+            flush=True,
+        )
+    finally:
+        shutil.rmtree(launcher.marks, ignore_errors=True)
+    os.execv(sys.executable, [sys.executable, "-m", "trainguard.torchrun", *argv])

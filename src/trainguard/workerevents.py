@@ -16,6 +16,16 @@ Lines (each with ``event`` and ``time``, the wall clock):
   signal N), ``signal`` the signal's name or null. The agent reports it (``workers-restarted``) and the
   controller records it in the job's history.
 
+- ``reformed``: a live job's worker (``trainguard.Live``) formed a new round in the same process: ``round``,
+  ``rank``, ``world_size``, the agreed ``step``, ``origin`` (``live``, ``peer``, ``fresh``, ``memory``,
+  ``disk``), ``source``, ``seconds``, ``transfer_seconds``, ``bytes``, ``cause``, ``at``, ``pid``. The SDK
+  writes it (it imports nothing of trainguard's, so the line's shape is kept in both places). The agent
+  reports it (``live-reformed``) and the controller records each round once in the job's history.
+- ``live-unused``: a live job's worker ended before it formed any round (its script does not use
+  ``trainguard.Live``): ``pid``, ``local_rank``, ``exit_code``. The live launcher (``trainguard.livelaunch``)
+  writes it and runs the pod under torchrun's agent instead; the agent reports it (``live-unused``) and the
+  job gets a Warning Event.
+
 Standard library only, Python 3.8: it runs in users' images from the agent's bundle.
 """
 
@@ -29,7 +39,9 @@ import time
 from typing import Any
 
 ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
-FORMING, STARTED, FAILED = "forming", "started", "failed"
+FORMING, STARTED, FAILED, REFORMED = "forming", "started", "failed", "reformed"
+LIVE_UNUSED = "live-unused"
+_READ = (FORMING, STARTED, FAILED, REFORMED, LIVE_UNUSED)
 
 
 def failure(rank: int, local_rank: int, pid: int, exitcode: int) -> dict[str, Any]:
@@ -75,7 +87,7 @@ class WorkerEventReader:
         for line in data[:complete].splitlines():
             with contextlib.suppress(ValueError):
                 item = json.loads(line)
-                if isinstance(item, dict) and item.get("event") in (FORMING, STARTED, FAILED):
+                if isinstance(item, dict) and item.get("event") in _READ:
                     records.append(item)
         return records
 

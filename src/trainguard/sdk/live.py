@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from trainguard.sdk import _rounds, _sockets, _transfer
@@ -56,6 +57,10 @@ ENV_PREFIX = "TRAINGUARD_LIVE_PREFIX"
 ENV_TIMEOUT = "TRAINGUARD_LIVE_TIMEOUT"
 #: The fewest members a round may have after the first (the job's minimum); the first waits for WORLD_SIZE.
 ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
+#: A directory where the live launcher looks for ``<pid>``: this worker formed a round (it uses ``Live``).
+ENV_MARK = "TRAINGUARD_LIVE_MARK"
+#: The pod's agent's file of worker events (``trainguard.workerevents``), where each formation is told.
+ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
 #: A member that fails this many formations in a row, with no step completed between, gives up (raises).
 MAX_FAILED_FORMATIONS = 3
 STORE_TIMEOUT = timedelta(seconds=60)
@@ -260,6 +265,27 @@ class Live:
             )
         )
         self._broken.clear()
+        self._tell_agent(self.formations[-1])
+        mark = os.environ.get(ENV_MARK)
+        if mark and len(self.formations) == 1:
+            with contextlib.suppress(OSError):
+                (Path(mark) / str(os.getpid())).touch()
+
+    def _tell_agent(self, formation: Formation) -> None:
+        """One ``reformed`` line for the pod's agent (``trainguard.workerevents``): the job's history records
+        each round. A write that fails is dropped (training must not fail for it)."""
+        path = os.environ.get(ENV_WORKER_EVENTS)
+        if not path:
+            return
+        line = json.dumps(
+            {"event": "reformed", "time": time.time(), "pid": os.getpid(), **formation.as_dict()}
+        )
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
 
     def _join(self, n: int, held: int) -> Formed | None:
         """Arrives in round ``n`` and waits for it to close: the round if this process is in it, None if it

@@ -64,3 +64,12 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     assert done.fields["accuracy"] >= TARGET_ACCURACY
     starts = [e for e in session.run(job).events() if e.event == "start" and e.t > killed_at]
     assert {e.fields["source"] for e in starts} == {"live"}, starts  # rank 0 kept its own state each time
+
+
+def test_a_live_job_whose_script_does_not_use_live_runs_as_without(session: Session) -> None:
+    spec = digits_job("digits-unused", session.root, epochs=2, step_delay=0.0, checkpoint_every=10)
+    spec["metadata"].setdefault("annotations", {})["trainguard.io/live"] = "true"  # but no --live
+    job = session.submit(spec)
+    wait_world(session, job, 3, after=0.0)  # under torchrun's agent after all: 3 workers in one round
+    done = wait_done(session, job)
+    assert done.fields["accuracy"] >= 0.5
