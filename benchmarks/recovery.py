@@ -14,12 +14,16 @@ Set-ups, each ``--trials`` times:
 
 - ``torchrun``: plain ``torchrun --nnodes 1 --nproc-per-node N --max-restarts 3`` (c10d, as torchrun's docs run it);
 - ``torchrun_fixed``: the same with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, the fix trainguard applies;
-- ``trainguard``: the job on the local runtime, N pods of one worker each, the worker of pod 1 killed.
+- ``trainguard``: the job on the local runtime, N pods of one worker each, the worker of pod 1 killed;
+- ``trainguard_live``: the same job in live mode (``--live``, ``trainguard.io/live: "true"``): the survivors
+  keep their processes (checked: their pids before and after) and re-form without the killed worker.
 
 The last line of the output is one JSON object with every figure, per number of workers; ``ratio`` is
 trainguard's median recovery time over plain torchrun's, over the trials where torchrun recovered (null when
 it never did), ``ratio_fixed`` the same against ``torchrun_fixed``. ``target_met``: trainguard recovered in
-every trial, and ``ratio`` (where there is one) is at most 0.5.
+every trial, and ``ratio`` (where there is one) is at most 0.5. ``ratio_live_fixed`` is live mode's median over
+``torchrun_fixed``'s; ``target_live_met``: live mode recovered in every trial with the survivors' pids kept,
+0 steps lost, and ``ratio_live_fixed`` at most 0.1.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class Trial:
     recovered: bool
     seconds: float | None
     steps_lost: int | None
+    #: Live mode: the survivors' training processes are those of before the kill.
+    pids_kept: bool | None = None
 
 
 def main() -> int:
@@ -71,12 +77,18 @@ def main() -> int:
     }
     try:
         for size in args.workers:
-            results: dict[str, list[Trial]] = {"torchrun": [], "torchrun_fixed": [], "trainguard": []}
+            results: dict[str, list[Trial]] = {
+                "torchrun": [],
+                "torchrun_fixed": [],
+                "trainguard": [],
+                "trainguard_live": [],
+            }
             for trial in range(args.trials):
                 for setup in results:
                     directory = root / f"{size}-{setup}-{trial}"
-                    if setup == "trainguard":
-                        outcome = trainguard_trial(directory, size, args.kill_at, args.timeout)
+                    if setup.startswith("trainguard"):
+                        live = setup == "trainguard_live"
+                        outcome = trainguard_trial(directory, size, args.kill_at, args.timeout, live=live)
                     else:
                         fixed = setup == "torchrun_fixed"
                         outcome = torchrun_trial(directory, size, args.kill_at, args.timeout, fixed=fixed)
@@ -110,12 +122,21 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
             "recovery_s": [None if t.seconds is None else round(t.seconds, 2) for t in trials],
             "median_recovery_s": round(statistics.median(times), 2) if times else None,
             "steps_lost": [t.steps_lost for t in trials],
+            **({"pids_kept": [t.pids_kept for t in trials]} if setup == "trainguard_live" else {}),
         }
     ratio = _ratio(results["trainguard"], results["torchrun"])
     figures["ratio"] = ratio
     figures["ratio_fixed"] = _ratio(results["trainguard"], results["torchrun_fixed"])
     every = all(t.recovered for t in results["trainguard"])
     figures["target_met"] = every and (ratio is None or ratio <= 0.5)
+    live = results["trainguard_live"]
+    figures["ratio_live_fixed"] = _ratio(live, results["torchrun_fixed"])
+    figures["target_live_met"] = (
+        bool(live)
+        and all(t.recovered and t.pids_kept and t.steps_lost == 0 for t in live)
+        and figures["ratio_live_fixed"] is not None
+        and figures["ratio_live_fixed"] <= 0.1
+    )
     return figures
 
 
@@ -168,10 +189,18 @@ def _is_worker(process: psutil.Process) -> bool:
 # ---- trainguard -------------------------------------------------------------------------------------------
 
 
-def trainguard_trial(directory: Path, size: int, kill_at: int, timeout: float) -> Trial:
+def trainguard_trial(
+    directory: Path, size: int, kill_at: int, timeout: float, *, live: bool = False
+) -> Trial:
     with Session(directory) as session:
         spec = digits_job(
-            "bench", session.root, replicas=size, epochs=EPOCHS, step_delay=STEP_DELAY, checkpoint_every=EVERY
+            "bench",
+            session.root,
+            replicas=size,
+            epochs=EPOCHS,
+            step_delay=STEP_DELAY,
+            checkpoint_every=EVERY,
+            live=live,
         )
         job = session.submit(spec)
         run = session.run(job)
@@ -179,7 +208,13 @@ def trainguard_trial(directory: Path, size: int, kill_at: int, timeout: float) -
         agent = session.pods(job)[f"{job}-worker-1"]["pid"]
         [torchrun] = psutil.Process(agent).children()
         [victim] = workers(torchrun.pid)
-        return _measure(run, victim, timeout)
+        before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != f"{job}-worker-1"}
+        trial = _measure(run, victim, timeout)
+        if not live:
+            return trial
+        after = session.worker_pids(job)
+        kept = all(after.get(pod) == pids for pod, pids in before.items())
+        return Trial(trial.recovered, trial.seconds, trial.steps_lost, pids_kept=kept)
 
 
 # ---- both ---------------------------------------------------------------------------------------------------

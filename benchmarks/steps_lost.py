@@ -24,7 +24,11 @@ Set-ups:
 - ``disk`` (b): trainguard's local runtime, a disk checkpoint every 10 steps (and on SIGTERM); its backoff
   capped at 4 s (the faults come one after the other);
 - ``memory`` (c): trainguard with ``--snapshots --in-place``: every step in shared memory (the parameters and
-  the optimizer's state kept there; under DDP every other rank's copy is a replica), every 10th on disk.
+  the optimizer's state kept there; under DDP every other rank's copy is a replica), every 10th on disk;
+- ``live`` (d): trainguard in live mode (``--live``, ``trainguard.io/live: "true"``): the survivors keep their
+  processes and their state, a newcomer receives it from one of them. Per fault also ``origins`` (where rank 0's
+  state came from at each resume: ``live``, ``peer``, ``memory``, ``disk``) and ``pids_kept`` (the training
+  processes of the pods that lived through the fault, before and after: the same), both checked each trial.
 
 Per set-up, model and fault: ``steps_lost`` (the most over its trials: steps completed before the restart and
 done again after it), ``seconds`` (median, fault to the next completed step) and ``seconds_to_progress``
@@ -76,7 +80,7 @@ EPOCHS = 5000
 #: Samples per step of the overhead's model (``--overhead-batches``: also measured at others).
 BATCH = 32
 FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill")
-SETUPS = ("torchrun_disk", "disk", "memory")
+SETUPS = ("torchrun_disk", "disk", "memory", "live")
 #: Set-up (c): a snapshot every step, the parameters and the optimizer's state kept in shared memory itself.
 MEMORY_ARGS = ("--snapshots", "--in-place")
 MODELS: dict[str, dict[str, Any]] = {
@@ -105,7 +109,7 @@ def main() -> int:
         "--results", default=None, help="also keep the JSON in this directory (benchmarks/results)"
     )
     args = parser.parse_args()
-    setups = ("memory",) if args.quick else tuple(args.setups)
+    setups = ("memory", "live") if args.quick else tuple(args.setups)
     models = ("digits",) if args.quick else tuple(args.models)
     trials = (1, 1) if args.quick else (args.fault_trials, args.random_trials)
     results: dict[str, Any] = {}
@@ -117,10 +121,15 @@ def main() -> int:
                 results[setup][model] = {fault: dict.fromkeys(SUMMARY_KEYS) for fault in FAULTS}
                 continue
             runner = torchrun_faults if setup == "torchrun_disk" else trainguard_faults
-            figures = runner(setup, model, trials)
-            if setup == "memory":
+            checks: dict[str, list[tuple[str | None, bool]]] = {fault: [] for fault in FAULTS}
+            figures = runner(setup, model, trials, checks)
+            if setup in ("memory", "live"):
                 lost += [n for got in figures.values() for n, _, _ in got if n is not None]
             results[setup][model] = {fault: _summary(figures.get(fault, [])) for fault in FAULTS}
+            if setup == "live":
+                for fault, seen in checks.items():
+                    results[setup][model][fault]["origins"] = [origin for origin, _ in seen]
+                    results[setup][model][fault]["pids_kept"] = [kept for _, kept in seen]
     results["max_steps_lost"] = max(lost) if lost else None
     results["overhead_job"] = overhead_job(steps=20) if args.overhead_job or not args.quick else None
     results["overhead"] = overhead(args.big_params, BATCH)
@@ -158,12 +167,15 @@ def _say(setup: str, model: str, fault: str, figure: Figure) -> None:
 # ---- trainguard (b, c) ---------------------------------------------------------------------------------------
 
 
-def trainguard_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str, list[Figure]]:
+def trainguard_faults(
+    setup: str, model: str, trials: tuple[int, int], checks: dict[str, list[tuple[str | None, bool]]]
+) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {fault: [] for fault in FAULTS}
     extra = (*MODELS[model]["args"], *(MEMORY_ARGS if setup == "memory" else ()))
+    live = setup == "live"
     with tempfile.TemporaryDirectory() as root, Session(Path(root)) as session:
         spec = digits_job("steps", session.root, epochs=EPOCHS, step_delay=MODELS[model]["step_delay"],
-                          checkpoint_every=EVERY, extra_args=extra)  # fmt: skip
+                          checkpoint_every=EVERY, extra_args=extra, live=live)  # fmt: skip
         # Fifteen faults in a few minutes, most on the same pod: with the default backoff (doubling up to 300 s
         # while the pod fails again within 10 minutes) the later ones would measure the wait, not the recovery.
         spec["spec"]["backoff"] = {"maxSeconds": BACKOFF_MAX_SECONDS}
@@ -173,7 +185,7 @@ def trainguard_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[s
         job = session.submit(spec)
         _wait_step(lambda: _last_step(session.run(job)), 10)
         for fault in _sequence(trials):
-            figures[fault].append(_one(session, job, fault))
+            figures[fault].append(_one(session, job, fault, checks[fault] if live else None))
             _say(setup, model, fault, figures[fault][-1])
         session.call("delete", job=job)
     return figures
@@ -187,13 +199,19 @@ def _sequence(trials: tuple[int, int]) -> list[str]:
     return order + ["scale_in", "scale_out"] * fixed + ["random_kill"] * random_kills
 
 
-def _one(session: Session, job: str, fault: str) -> Figure:
+def _one(
+    session: Session, job: str, fault: str, checks: list[tuple[str | None, bool]] | None = None
+) -> Figure:
+    """One fault and its figure; with ``checks`` (live mode) also where rank 0's state came from at the
+    resume and whether the pods that lived through the fault kept their training processes."""
     run = session.run(job)
     # Every fault finds the job whole (3 workers; 2 before the scale-out), 10 steps on.
     _wait_world(run, 2 if fault == "scale_out" else 3)
     _wait_step(lambda: _last_step(run), _last_step(run) + 10)
     pods = {name: pod for name, pod in session.pods(job).items() if pod["phase"] == "Running"}
     victim = sorted(pods)[-1]
+    # The pods that live through it: all but the victim (a scale-in removes the last pod, the same one).
+    before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != victim}
     world = None
     if fault == "random_kill":
         time.sleep(random.uniform(0, _step_seconds(run)))
@@ -211,7 +229,13 @@ def _one(session: Session, job: str, fault: str) -> Figure:
         world = 3
     at = time.time()
     try:
-        return _recovered(run, at, world)
+        figure = _recovered(run, at, world)
+        if checks is not None:
+            start = next((e for e in run.events() if e.event == "start" and e.t > at), None)
+            after = session.worker_pids(job)
+            kept = all(after.get(pod) == pids for pod, pids in before.items())
+            checks.append((None if start is None else start.fields.get("source"), kept))
+        return figure
     finally:
         if fault == "node_down":
             session.chaos("node-up", pods[victim]["node"])
@@ -220,7 +244,9 @@ def _one(session: Session, job: str, fault: str) -> Figure:
 # ---- plain torchrun (a) --------------------------------------------------------------------------------------
 
 
-def torchrun_faults(setup: str, model: str, trials: tuple[int, int]) -> dict[str, list[Figure]]:
+def torchrun_faults(
+    setup: str, model: str, trials: tuple[int, int], _checks: dict[str, list[tuple[str | None, bool]]]
+) -> dict[str, list[Figure]]:
     figures: dict[str, list[Figure]] = {"kill": [], "random_kill": []}
     with (
         tempfile.TemporaryDirectory() as root,

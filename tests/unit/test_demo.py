@@ -12,7 +12,7 @@ import pytest
 from trainguard.api import TrainingJob
 from trainguard.controller.torchrun_command import render
 from trainguard.demo.session import DIGITS_SCRIPT, Event, Recovery, Run, digits_job, recovery
-from trainguard.demo.tour import Display, Outcome, report
+from trainguard.demo.tour import Change, Display, Outcome, report
 
 
 def _events(*items: tuple[float, str, dict[str, object]]) -> list[Event]:
@@ -77,7 +77,10 @@ def test_the_report_puts_both_runs_side_by_side_with_each_recovery_and_the_histo
         0.9694,
         331,
         95.0,
-        recoveries=[("kill digits-faults-worker-1", kill, 23.0)],
+        recoveries=[
+            Change("kill digits-faults-worker-1", kill, 23.0, {"w0": True, "w2": True}),
+            Change("scale to 2", kill, None, {"w0": True, "w1": False}),
+        ],
         history=[
             {
                 "at": 10.0,
@@ -101,6 +104,8 @@ def test_the_report_puts_both_runs_side_by_side_with_each_recovery_and_the_histo
     assert "23 s" in text  # rejoined
     assert "restart/Pod" in text
     assert "steps lost (done twice)" in text
+    assert "unchanged (2 pods)" in text  # the kill's survivors kept their processes
+    assert "1 of 2 restarted" in text
 
 
 @pytest.mark.parametrize("live", [True, False])

@@ -195,6 +195,23 @@ class Session:
     def pods(self, job: str) -> dict[str, dict[str, Any]]:
         return {pod["name"]: pod for pod in self.view(job)["status"]["pods"]}
 
+    def worker_pids(self, job: str) -> dict[str, tuple[int, ...]]:
+        """Each running pod's training processes (under its agent's command), by pod."""
+        import psutil
+
+        from trainguard.backends.local.nudge import workers
+
+        found: dict[str, tuple[int, ...]] = {}
+        for name, pod in self.pods(job).items():
+            if pod.get("phase") != "Running" or not pod.get("pid"):
+                continue
+            try:
+                commands = psutil.Process(pod["pid"]).children()
+            except psutil.Error:
+                continue
+            found[name] = tuple(sorted(w.pid for c in commands for w in workers(c.pid)))
+        return found
+
     def chaos(self, action: str, target: str, **args: Any) -> str:
         return str(self.call("chaos", action=action, target=target, **args))
 

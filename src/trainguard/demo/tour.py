@@ -1,6 +1,8 @@
 """The demo: example 1 (data-parallel digits classification on gloo) trained twice on this machine, first
 without faults, then with 3 workers through a kill, a scale-out to 4 and a scale-in to 2; then the two final
-accuracies side by side, the steps lost, each recovery's duration and trainguard's fault-recovery history.
+accuracies side by side, the steps lost, each recovery's duration, whether the survivors kept their processes,
+and trainguard's fault-recovery history. The job runs in live mode (``trainguard.Live``: the survivors keep
+training in their processes) unless ``--torchrun`` asks for torchrun's way (every worker restarted).
 
 Everything runs in a private ``TRAINGUARD_HOME`` under a temporary directory (``--keep`` keeps it, with the
 pods' logs and the checkpoints), so the demo never touches the user's jobs.
@@ -35,6 +37,20 @@ class Settings:
     kill_at: int = 40
     scale_out_at: int = 100
     scale_in_at: int = 170
+    #: Live mode (the survivors keep their processes); False: torchrun restarts every worker.
+    live: bool = True
+
+
+@dataclass(frozen=True)
+class Change:
+    """A fault or resize of the run with faults, and what it cost."""
+
+    what: str
+    recovery: Recovery
+    #: For the kill: seconds until the replacement trained with the others.
+    rejoined: float | None
+    #: The pods that lived through it, and whether each kept its training processes (same pids).
+    survivors_kept: dict[str, bool]
 
 
 @dataclass
@@ -43,7 +59,7 @@ class Outcome:
     accuracy: float
     steps: int
     seconds: float
-    recoveries: list[tuple[str, Recovery, float | None]] = field(default_factory=list)
+    recoveries: list[Change] = field(default_factory=list)
     history: list[dict[str, object]] = field(default_factory=list)
 
 
@@ -79,13 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainguard demo", description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the demo's directory (logs, checkpoints)")
     parser.add_argument("--epochs", type=int, default=Settings.epochs, help="epochs of each run")
+    parser.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="recover torchrun's way (every worker restarted on each change) instead of live mode",
+    )
     args = parser.parse_args(argv)
-    settings = Settings(epochs=args.epochs)
+    settings = Settings(epochs=args.epochs, live=not args.torchrun)
     root = Path(tempfile.mkdtemp(prefix="trainguard-demo-"))
     display = Display()
     print(
         "trainguard demo: example 1 (examples/digits: DDP on scikit-learn's digits, gloo on CPU), 3 workers\n"
-        "under torchrun's elastic agent, trained twice: without faults, then through a kill and two resizes.\n"
+        + (
+            "in live mode (the survivors of a change keep training in their processes),"
+            if settings.live
+            else "under torchrun's elastic agent,"
+        )
+        + " trained twice: without faults, then through a kill and two resizes.\n"
         f"Everything runs in {root} (a private TRAINGUARD_HOME); it takes a few minutes.\n",
         flush=True,
     )
@@ -116,6 +142,7 @@ def train(session: Session, name: str, settings: Settings, display: Display, *, 
         epochs=settings.epochs,
         step_delay=settings.step_delay,
         checkpoint_every=settings.checkpoint_every,
+        live=settings.live,
     )
     began = time.monotonic()
     job = session.submit(spec)
@@ -150,9 +177,10 @@ def inject_faults(
     settings: Settings,
     display: Display,
     tick: Callable[[str], Callable[[], None]],
-) -> list[tuple[str, Recovery, float | None]]:
+) -> list[Change]:
     """Kill a worker, scale to 4, scale to 2, each once the previous change has settled; returns each
-    change with its recovery and, for the kill, when the replacement joined."""
+    change with its recovery, for the kill when the replacement joined, and whether the pods that lived
+    through it kept their training processes."""
 
     def reached(step: int) -> Callable[[], Event | None]:
         return lambda: next((e for e in run.steps() if e.step >= step), None)
@@ -160,9 +188,14 @@ def inject_faults(
     def settled(world: int, after: float) -> Callable[[], Event | None]:
         return lambda: next((e for e in run.steps() if e.t > after and e.world == world), None)
 
-    results: list[tuple[str, Recovery, float | None]] = []
+    def kept(before: dict[str, tuple[int, ...]]) -> dict[str, bool]:
+        after = session.worker_pids(job)
+        return {pod: after.get(pod) == pids for pod, pids in before.items() if pod in after}
+
+    results: list[Change] = []
     session.wait(f"step {settings.kill_at}", reached(settings.kill_at), PHASE_TIMEOUT, tick=tick("running"))
     pod = f"{job}-{ROLE}-1"
+    before = {name: pids for name, pids in session.worker_pids(job).items() if name != pod}
     session.chaos("kill", pod)
     killed = time.time()
     display.note(f"[with faults] $ trainguard chaos kill {pod}   # SIGKILL of its torchrun agent and worker")
@@ -174,10 +207,11 @@ def inject_faults(
         "the replacement", settled(3, killed), PHASE_TIMEOUT, tick=tick(f"{pod} restarts (a cold start)")
     )
     display.note(f"[with faults]   {pod} rejoined {rejoined.t - killed:.0f} s after the kill")
-    results.append((f"kill {pod}", back, rejoined.t - killed))
+    results.append(Change(f"kill {pod}", back, rejoined.t - killed, kept(before)))
 
     for world, at_step in ((4, settings.scale_out_at), (2, settings.scale_in_at)):
         session.wait(f"step {at_step}", reached(at_step), PHASE_TIMEOUT, tick=tick("running"))
+        before = session.worker_pids(job)
         session.scale(job, ROLE, world)
         asked = time.time()
         display.note(f"[with faults] $ trainguard scale {job} --role {ROLE} --replicas {world}")
@@ -187,12 +221,19 @@ def inject_faults(
         resized = recovery(run.events(), asked, world=world)
         if resized is not None:
             display.note(f"[with faults]   {world} workers train {resized.seconds:.0f} s after the request")
-            results.append((f"scale to {world}", resized, None))
+            results.append(Change(f"scale to {world}", resized, None, kept(before)))
     return results
 
 
+def survivors(kept: dict[str, bool]) -> str:
+    if not kept:
+        return "-"
+    same = sum(kept.values())
+    return f"unchanged ({same} pods)" if same == len(kept) else f"{len(kept) - same} of {len(kept)} restarted"
+
+
 def report(clean: Outcome, faulty: Outcome, seconds: float) -> str:
-    lost = sum(rec.steps_lost for _, rec, _ in faulty.recoveries)
+    lost = sum(change.recovery.steps_lost for change in faulty.recoveries)
     lines = [
         "",
         "Results",
@@ -210,21 +251,33 @@ def report(clean: Outcome, faulty: Outcome, seconds: float) -> str:
         views.table(
             [
                 [
-                    what,
-                    rec.step_before,
-                    rec.resumed_from,
-                    rec.steps_lost,
-                    f"{rec.seconds:.1f} s",
-                    f"{rec.paused:.1f} s",
-                    rec.world,
-                    "-" if rejoined is None else f"{rejoined:.0f} s",
+                    change.what,
+                    change.recovery.step_before,
+                    change.recovery.resumed_from,
+                    change.recovery.steps_lost,
+                    f"{change.recovery.seconds:.1f} s",
+                    f"{change.recovery.paused:.1f} s",
+                    change.recovery.world,
+                    "-" if change.rejoined is None else f"{change.rejoined:.0f} s",
+                    survivors(change.survivors_kept),
                 ]
-                for what, rec, rejoined in faulty.recoveries
+                for change in faulty.recoveries
             ],
-            ["CHANGE", "LAST STEP", "RESUMED AT", "LOST", "TO NEXT STEP", "PAUSED", "WORKERS", "REJOINED"],
+            [
+                "CHANGE",
+                "LAST STEP",
+                "RESUMED AT",
+                "LOST",
+                "TO NEXT STEP",
+                "PAUSED",
+                "WORKERS",
+                "REJOINED",
+                "SURVIVORS' PIDS",
+            ],
         ),
         "  TO NEXT STEP: from the fault or request to the first step after the restart; PAUSED: how long no",
-        "  step completed around it (a resize keeps training until the new pod is ready).",
+        "  step completed around it (a resize keeps training until the new pod is ready); SURVIVORS' PIDS:",
+        "  whether the pods that lived through the change kept their training processes.",
         "",
         "Fault-recovery history (trainguard describe digits-faults)",
         views.history_table(faulty.history),
