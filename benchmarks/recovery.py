@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from _results import keep, machine
 
 from trainguard.backends.local.nudge import workers
 from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
@@ -68,6 +69,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 3], help="sizes to measure, each")
     parser.add_argument("--kill-at", type=int, default=35, help="kill once this step is done")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds after the kill to give up")
+    parser.add_argument(
+        "--results", default=None, help="also keep the JSON in this directory (benchmarks/results)"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="trainguard-bench-recovery-"))
     figures: dict[str, object] = {
@@ -103,6 +107,9 @@ def main() -> int:
     sizes = [value for key, value in figures.items() if key.startswith("workers_")]
     figures["target_met"] = all(isinstance(size, dict) and size["target_met"] for size in sizes)
     figures["load_average"] = [round(load, 1) for load in os.getloadavg()]
+    figures["machine"] = machine()
+    if args.results:
+        keep("recovery", figures, args.results)
     print(json.dumps(figures))
     return 0
 

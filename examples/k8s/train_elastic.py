@@ -15,6 +15,11 @@ delivers its SDK into the pod with the agent, so a stock image needs nothing for
 trains the same without it. With heartbeats the agent tells a rank that stopped making progress from one that
 is merely quiet (hang detection, restart in place).
 
+With ``--live`` (trainguard importable, and the job annotated ``trainguard.io/live: "true"``) the workers run in
+live mode (``trainguard.Live``): a fault or a resize does not restart the survivors, they re-form their group
+in their processes and go on from the step they reached; a replacement receives the state from one of them.
+Each worker prints one line per round: ``live rank 1 round 2 world 2 step 17 from live pid 42``.
+
 With ``--snapshots`` (and trainguard importable) every step is kept in the pod's shared memory and on a peer
 (``trainguard.Snapshots``), and a new round resumes from the newest step every rank can reach instead of step
 1; each rank prints where it resumed from: ``rank 1 resumed at step 57 from peer``.
@@ -48,7 +53,15 @@ def main() -> None:
     parser.add_argument(
         "--snapshots", action="store_true", help="resume a new round from memory (trainguard.Snapshots)"
     )
+    parser.add_argument(
+        "--live", action="store_true", help="survivors keep training through faults (trainguard.Live)"
+    )
     args = parser.parse_args()
+    if args.live:
+        if trainguard is None:
+            sys.exit("train_elastic.py --live: trainguard is not importable here (the operator delivers it)")
+        train_live(args)
+        return
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -86,6 +99,32 @@ def main() -> None:
             )
         time.sleep(args.step_seconds)
     dist.destroy_process_group()
+
+
+def train_live(args: argparse.Namespace) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+    live = trainguard.Live({"model": model, "optimizer": optimizer})
+
+    def train(live: trainguard.Live) -> None:
+        formed = live.formations[-1]
+        print(f"live rank {live.rank} round {formed.round} world {live.world_size} step {live.step} "
+              f"from {formed.origin} pid {os.getpid()}", flush=True)  # fmt: skip
+        ddp = DistributedDataParallel(model, init_sync=False)
+        for step in live.steps(args.steps):
+            inputs = torch.randn(32, 16)
+            loss = torch.nn.functional.mse_loss(ddp(inputs), inputs.sum(dim=1, keepdim=True))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            heartbeat(step=step + 1, loss=loss.item())
+            if live.rank == 0:
+                print(f"step {step + 1}/{args.steps} world {live.world_size} loss {loss.item():.4f} "
+                      f"restart {formed.round - 1}", flush=True)  # fmt: skip
+            time.sleep(args.step_seconds)
+
+    live.run(train)
 
 
 if __name__ == "__main__":

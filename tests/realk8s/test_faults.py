@@ -424,3 +424,97 @@ def test_with_memory_snapshots_a_deleted_pod_costs_at_most_one_step(trainer: Rea
         assert [source for _, _, source in resumed[victim]][-1] == "peer", resumed
     finally:
         trainer.kubectl("delete", "trainingjob", SNAPSHOT_JOB, "--wait=false")
+
+
+LIVE_JOB = "stays-alive"
+_LIVE = re.compile(r"live rank (\d+) round (\d+) world (\d+) step (\d+) from (\w+) pid (\d+)")
+
+
+def _training_pid(cluster: RealCluster, pod: str) -> int:
+    """The pid (in its container) of the pod's training process, as its own lines say."""
+    lines = [_LIVE.search(line) for line in cluster.kubectl_result("logs", pod).splitlines()]
+    return int([match for match in lines if match][-1][6])
+
+
+#: SIGKILL to the training process alone (not the live launcher, whose command line names the script too).
+KILL_TRAINING = """
+import os, signal
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        try:
+            cmdline = open('/proc/%s/cmdline' % pid, 'rb').read()
+        except OSError:
+            continue
+        if b'train_elastic.py' in cmdline and b'trainguard.torchrun' not in cmdline:
+            os.kill(int(pid), signal.SIGKILL)
+            print('killed', pid)
+"""
+
+
+def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(trainer: RealCluster) -> None:
+    """The example with ``--live`` and ``trainguard.io/live: "true"`` on the stock image (the operator delivers
+    the SDK and the live launcher): a training process killed is restarted alone and rejoins, and a scale
+    3 -> 2 removes one pod; both times the other pods' training processes are the same (their pids), and
+    training goes on from the step it reached."""
+    job = _survivor()
+    job["metadata"]["name"] = LIVE_JOB
+    job["metadata"]["annotations"] = {"trainguard.io/live": "true"}
+    del job["spec"]["hang"]
+    job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["command"].append("--live")
+    trainer.apply(job)
+    try:
+        wait_for(
+            "the live job to train with 3",
+            lambda: _step_after(trainer, LIVE_JOB, 0.0, world=3),
+            480,
+            every=2,
+            explain=lambda: _explain(trainer, LIVE_JOB),
+        )
+        pods = [f"{LIVE_JOB}-worker-{i}" for i in range(3)]
+        before = {pod: _training_pid(trainer, pod) for pod in pods}
+
+        # 1. The training process of worker-2 killed: the launcher restarts it alone; it rejoins from a peer.
+        killed_at = time.time()
+        reached = max(step for at, step, _ in _steps(trainer, LIVE_JOB) if at <= killed_at)
+        trainer.kubectl("exec", pods[2], "--", "python", "-c", KILL_TRAINING)
+        step_at = wait_for(
+            "the survivors' next step",
+            lambda: _step_after(trainer, LIVE_JOB, killed_at),
+            120,
+            every=1,
+            explain=lambda: _explain(trainer, LIVE_JOB),
+        )
+        _report("live: a training process killed", killed_at, step_at)
+        assert min(step for at, step, _ in _steps(trainer, LIVE_JOB) if at > killed_at) >= reached
+        wait_for("worker-2 back in a world of 3", lambda: _step_after(trainer, LIVE_JOB, killed_at, world=3),
+                 300, every=2, explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
+        assert {pod: _training_pid(trainer, pod) for pod in pods[:2]} == {
+            pod: before[pod] for pod in pods[:2]
+        }
+        assert _training_pid(trainer, pods[2]) != before[pods[2]]
+
+        # 2. kubectl scale 3 -> 2: worker-2 leaves, worker-0 and worker-1 go on in their processes.
+        scaled_at = time.time()
+        trainer.kubectl("scale", f"trainingjob/{LIVE_JOB}", "--replicas=2")
+        step_at = wait_for(
+            "a world of 2",
+            lambda: _step_after(trainer, LIVE_JOB, scaled_at, world=2),
+            300,
+            every=2,
+            explain=lambda: _explain(trainer, LIVE_JOB),
+        )
+        _report("live: scale 3 -> 2", scaled_at, step_at)
+        assert {pod: _training_pid(trainer, pod) for pod in pods[:2]} == {
+            pod: before[pod] for pod in pods[:2]
+        }
+        restarts = {
+            p["metadata"]["name"]: sum(
+                c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or []
+            )
+            for p in _workers(trainer, LIVE_JOB)
+        }
+        assert restarts == {pods[0]: 0, pods[1]: 0}, restarts
+        kinds = [h["kind"] for h in _status(trainer, LIVE_JOB).get("history", [])]
+        assert kinds.count("reformed") >= 2, kinds
+    finally:
+        trainer.kubectl("delete", "trainingjob", LIVE_JOB, "--wait=false")

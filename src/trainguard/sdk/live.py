@@ -191,24 +191,28 @@ class Live:
         cause: str | None = None
         started = time.monotonic()
         while True:
-            self._form(cause, started)
             try:
+                self._form(cause, started)
                 result = train(self)
+            except LiveError:
+                raise
             except RuntimeError as error:  # torch's collective errors (DistError included) are RuntimeErrors
-                # The round's connections shut down now: every operation still queued fails at once, not at
-                # its timeout. The error (its frames hold the round's DDP) is kept until the next round has
-                # formed: freeing a gloo group while its threads still finish an operation deadlocks
-                # (the group's destructor joins them holding the GIL, and they need it).
+                # A fault while training, or while the round formed (a member lost while its group was made,
+                # the sender lost in the middle of a state transfer): the next round, where another member
+                # sends the state, or the restore. The round's connections shut down now: every operation
+                # still queued fails at once, not at its timeout. The error (its frames hold the round's DDP)
+                # is kept until the next round has formed: freeing a gloo group while its threads still
+                # finish an operation deadlocks (its destructor joins them holding the GIL they need).
                 self._abort()
                 self._graveyard.append(error)
                 self._failed_in_a_row += 1
                 if self._failed_in_a_row >= MAX_FAILED_FORMATIONS:
                     raise LiveError(
-                        f"live mode: the training function failed {self._failed_in_a_row} times in a row "
-                        f"with no step completed; the last error: {error}"
+                        f"live mode: {self._failed_in_a_row} rounds in a row failed with no step completed; "
+                        f"the last error: {error}"
                     ) from error
                 started = time.monotonic()
-                cause = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+                cause = _cause(error)
                 del error
                 self._leave_group()
                 continue
@@ -491,6 +495,14 @@ class Live:
                 for parameter in obj.parameters():
                     return parameter.device
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+
+
+def _cause(error: BaseException) -> str:
+    """What ended a round, for its record: the error's type and the start of its first line."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if text.startswith("[") and "] " in text:  # gloo's "[file.cc:553] ": where, not what
+        text = text.split("] ", 1)[1]
+    return f"{type(error).__name__}: {text[:120]}"
 
 
 def _default_store() -> str:

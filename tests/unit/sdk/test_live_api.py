@@ -27,3 +27,14 @@ def test_an_unreachable_store_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("trainguard.sdk.live.STORE_TIMEOUT", __import__("datetime").timedelta(seconds=1))
     with pytest.raises(trainguard.LiveError, match=r"cannot reach the store at 127\.0\.0\.1:1"):
         trainguard.Live({"model": torch.nn.Linear(2, 2)}, store="127.0.0.1:1")
+
+
+def test_a_rounds_cause_is_the_errors_type_and_what_happened_not_where() -> None:
+    from trainguard.sdk.live import _cause
+
+    gloo = RuntimeError(
+        "[/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:7579. More.\nx"
+    )
+    assert _cause(gloo) == "RuntimeError: Connection closed by peer [127.0.0.1]:7579. More."
+    assert _cause(RuntimeError("")) == "RuntimeError: "
+    assert len(_cause(RuntimeError("y" * 500))) == len("RuntimeError: ") + 120
