@@ -24,6 +24,7 @@ from trainguard.controller.backend import (
     Applied,
     EmitEvent,
     LaunchPod,
+    LiveRound,
     NotYet,
     NudgeSurvivors,
     Observed,
@@ -262,6 +263,23 @@ class FakeCluster:
             start += len(restarts) - keep
             restarts = restarts[-keep:]
         target.agent = replace(agent, worker_restarts=restarts, worker_restarts_from=start)
+
+    def reform(self, pod: str, *rounds: LiveRound, keep: int | None = None) -> None:
+        """The pod's live workers formed ``rounds`` (the pod goes on); its agent says so, keeping only its
+        latest ``keep`` rounds when given."""
+        target = self.pods[pod]
+        agent = target.agent or AgentReport()
+        kept = (*agent.live_rounds, *rounds)
+        start = agent.live_rounds_from
+        if keep is not None and len(kept) > keep:
+            start += len(kept) - keep
+            kept = kept[-keep:]
+        target.agent = replace(agent, live_rounds=kept, live_rounds_from=start)
+
+    def live_unused(self, pod: str) -> None:
+        """A worker of the pod ended before it formed any live round."""
+        target = self.pods[pod]
+        target.agent = replace(target.agent or AgentReport(), live_unused=True)
 
     def report_progress(self, pod: str) -> None:
         target = self.pods[pod]

@@ -33,6 +33,9 @@ SUMMARY = {
         {"at": 5.0, "exitCode": 137, "rank": 0, "failed": 1, "restartsLeft": 2, "maxRestarts": 3}
     ],
     "workerRestartsFrom": 0,
+    "liveRounds": [{"at": 6.0, "round": 2, "worldSize": 2, "step": 9, "origin": "live", "rank": 0}],
+    "liveRoundsFrom": 0,
+    "liveUnused": False,
 }
 
 

@@ -14,7 +14,8 @@ from trainguard.api.load import load_jobs, load_object
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
-from trainguard.controller.backend import WorkerRestart
+from trainguard.controller.backend import LiveRound, WorkerRestart
+from trainguard.controller.status import LiveOrigin
 
 from .launches import launch
 
@@ -154,6 +155,22 @@ def test_the_agents_summary_in_the_pods_annotation_is_read_field_by_field(
     assert agent is not None
     assert (agent.in_place_restarts, agent.hung) == (in_place, hung)
     assert (agent.worker_restarts, agent.worker_restarts_from) == (restarts, first)
+
+
+def test_the_live_rounds_in_the_pods_annotation_are_read_field_by_field() -> None:
+    rounds = [
+        {"at": 5.0, "round": 2, "worldSize": 3, "step": 40, "origin": "peer", "rank": 0, "seconds": 0.3,
+         "cause": "RuntimeError: Connection closed by peer"},
+        {"at": "later", "round": 3},  # no time: left out
+    ]  # fmt: skip
+    annotation = _summary(liveRounds=rounds, liveRoundsFrom=2, liveUnused=True)
+    agent = observed_pod(_running({manifests.ANNOTATION_AGENT_REPORT: annotation})).agent
+    assert agent is not None
+    assert agent.live_rounds == (
+        LiveRound(5.0, 2, world_size=3, step=40, origin=LiveOrigin.PEER, rank=0, seconds=0.3,
+                  cause="RuntimeError: Connection closed by peer"),
+    )  # fmt: skip
+    assert (agent.live_rounds_from, agent.live_unused) == (2, True)
 
 
 def test_with_a_report_url_every_replica_reports_with_a_token_for_the_operator_only() -> None:

@@ -4,6 +4,7 @@ Screenshots of the job page are saved as artifacts (``$TRAINGUARD_ARTIFACTS``, e
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -119,3 +120,26 @@ def test_a_job_name_with_markup_is_text_and_a_page_without_the_secret_is_read_on
         job,
     )
     assert status == 403
+
+
+def test_a_live_re_formation_shows_in_the_history_with_its_own_words(
+    local: LocalRuntime, job: str, secret_url: str, page: Any
+) -> None:
+    """A round the live workers of two pods formed, as their agents report it (their report files, read by the
+    local runtime): one entry for the job, worded as a re-formation, not a fault."""
+    expect = playwright_api.expect
+    page.goto(secret_url + f"#job={job}")
+    expect(page.locator("#phase")).to_have_text("Running")
+    for index in (0, 1):
+        line = {"event": "live-reformed", "time": time.time(), "pid": None, "attempt": 1, "round": 2,
+                "rank": index, "world_size": 2, "step": 30, "origin": "peer" if index else "live",
+                "seconds": 0.4, "cause": "RuntimeError: Connection closed by peer", "at": time.time()}  # fmt: skip
+        with local.home.report_file(job, f"{job}-worker-{index}", 1).open("a") as report:
+            report.write(json.dumps(line) + "\n")
+    row = page.locator("#history tbody tr").first
+    expect(row).to_contain_text(
+        "re-formed live: round 2, 2 workers at step 30 (newcomers got the state from a peer)", timeout=5000
+    )
+    expect(row).to_contain_text("0.4 s")
+    expect(page.locator("#history tbody tr")).to_have_count(1)
+    expect(page.locator("#events")).to_contain_text("LiveReformed")

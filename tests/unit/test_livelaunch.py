@@ -7,7 +7,9 @@ from trainguard import livelaunch
 
 def test_each_worker_gets_its_local_rank_the_first_size_and_the_jobs_store() -> None:
     static = {"RANK": "3", "MASTER_ADDR": "digits-worker-0", "MASTER_PORT": "23456"}
-    env = livelaunch.worker_env({"PATH": "/bin", **static}, 1, 2, "10.0.0.1:29400", "uid-7", size=6, minimum=2)
+    env = livelaunch.worker_env(
+        {"PATH": "/bin", **static}, 1, 2, "10.0.0.1:29400", "uid-7", size=6, minimum=2
+    )
     assert env == {
         "PATH": "/bin",
         "LOCAL_RANK": "1",

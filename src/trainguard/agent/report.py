@@ -17,6 +17,13 @@ attempt's process, which is also its process group and session) and ``attempt`` 
   ``failed_at``, ``failures`` (``rank``, ``local_rank``, ``pid``, ``exit_code``, ``signal``), ``restarts_left``,
   ``max_restarts``. Workers the agent killed for a nudge are left out.
 - ``nudged``: the agent SIGKILLed its workers for a nudge: ``token``, ``killed``.
+- ``live-reformed``: a worker of a live job (``trainguard.Live``) formed a round in its own process
+  (``trainguard.workerevents``: ``reformed``): ``round``, ``rank``, ``world_size``, ``step``, ``origin``,
+  ``source``, ``seconds``, ``transfer_seconds``, ``bytes``, ``cause``, ``at``, and the worker's ``worker_pid``.
+  Every member of a round writes one, so a pod with several workers reports each round several times.
+- ``live-unused``: a worker of a live job ended before it formed any round (its script does not use
+  ``trainguard.Live``; the pod runs under torchrun's agent instead): ``local_rank``, ``exit_code``, ``at``,
+  ``worker_pid``.
 
 The last line is always ``exited`` or ``gave-up``, unless the agent itself was SIGKILLed. That final line is
 also written to the termination log (Kubernetes shows it as the container's ``terminated.message``). With an

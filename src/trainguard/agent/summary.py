@@ -14,6 +14,11 @@ The summary is a JSON object:
   first (``at``, ``exitCode`` and ``rank`` of the first failed worker with an exit code, ``failed``,
   ``restartsLeft``, ``maxRestarts``), and ``workerRestartsFrom``, the number of the first one kept. Workers
   the agent killed for a nudge are never among them (its events leave them out).
+- ``liveRounds``: the latest ``KEPT`` rounds the pod's live workers (``trainguard.Live``) formed, oldest first,
+  one per round (every worker of the pod writes each round down: the one of rank 0 is kept if it is among
+  them, else the first): ``at``, ``round``, ``worldSize``, ``step``, ``origin``, ``rank``, ``seconds``,
+  ``cause``; and ``liveRoundsFrom``, how many were dropped before them. ``liveUnused``: a worker of the pod
+  ended before it formed any round (the script does not use ``trainguard.Live``).
 - Kept for the local runtime, never sent (the operator has them from the pod itself, and progress would be
   a POST a second): ``startedAt`` (the first start, wall clock), ``pid`` (the command's latest process),
   ``lastProgressAt``, and once the agent ended (``exited``): ``exitCode``, ``signal`` (its number) and
@@ -31,14 +36,27 @@ import signal
 from collections.abc import Iterable
 from typing import Any
 
-#: Worker restarts kept in a summary (the pod's annotation stays small; the controller has the older ones).
+#: Worker restarts (and live rounds) kept in a summary (the pod's annotation stays small; the controller has
+#: the older ones).
 KEPT = 16
 #: What the agent sends to the operator.
-WIRE = ("attempt", "hangs", "inPlaceRestarts", "workerRestarts", "workerRestartsFrom")
-#: At most this many worker restarts are taken from a summary sent to the operator.
+WIRE = (
+    "attempt",
+    "hangs",
+    "inPlaceRestarts",
+    "workerRestarts",
+    "workerRestartsFrom",
+    "liveRounds",
+    "liveRoundsFrom",
+    "liveUnused",
+)
+#: At most this many worker restarts (and live rounds) are taken from a summary sent to the operator.
 _TAKEN = 32
-_COUNTS = ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom")
+_COUNTS = ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom", "liveRoundsFrom")
 _RESTART_FIELDS = ("rank", "failed", "restartsLeft", "maxRestarts")
+_ROUND_INTEGERS = ("worldSize", "step", "rank")
+#: A live round's ``cause`` is cut to this many characters (the annotation stays small).
+CAUSE_LIMIT = 200
 
 
 def new() -> dict[str, Any]:
@@ -49,6 +67,9 @@ def new() -> dict[str, Any]:
         "inPlaceRestarts": 0,
         "workerRestarts": [],
         "workerRestartsFrom": 0,
+        "liveRounds": [],
+        "liveRoundsFrom": 0,
+        "liveUnused": False,
         "startedAt": None,
         "pid": None,
         "lastProgressAt": None,
@@ -97,6 +118,12 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         summary["workerRestarts"] = kept[dropped:]
         summary["workerRestartsFrom"] += dropped
         return True
+    if event == "live-reformed":
+        return _fold_live_round(summary, record)
+    if event == "live-unused":
+        changed = not summary["liveUnused"]
+        summary["liveUnused"] = True
+        return changed
     if event in ("exited", "gave-up"):
         reason = record.get("reason")
         summary.update(
@@ -119,8 +146,8 @@ def wire(summary: dict[str, Any]) -> dict[str, Any]:
 
 def parse(value: object) -> dict[str, Any] | None:
     """A summary as the operator received it, cut to ``WIRE``, each field of its type; None when it is no
-    summary at all. Entries of ``workerRestarts`` without a time or an exit code are dropped, and only the
-    latest ``_TAKEN`` are kept."""
+    summary at all. Entries of ``workerRestarts`` without a time or an exit code, and of ``liveRounds``
+    without a time or a round, are dropped, and only the latest ``_TAKEN`` of each are kept."""
     if not isinstance(value, dict):
         return None
     parsed: dict[str, Any] = {key: _count(value.get(key)) for key in _COUNTS}
@@ -136,7 +163,67 @@ def parse(value: object) -> dict[str, Any] | None:
     dropped = max(len(restarts) - _TAKEN, 0)
     parsed["workerRestartsFrom"] += dropped
     parsed["workerRestarts"] = restarts[dropped:]
+    rounds = [
+        entry
+        for entry in (_round_entry(item) for item in value.get("liveRounds") or [] if isinstance(item, dict))
+        if entry is not None
+    ]
+    dropped = max(len(rounds) - _TAKEN, 0)
+    parsed["liveRoundsFrom"] += dropped
+    parsed["liveRounds"] = rounds[dropped:]
+    parsed["liveUnused"] = value.get("liveUnused") is True
     return parsed
+
+
+def _fold_live_round(summary: dict[str, Any], record: dict[str, Any]) -> bool:
+    """One worker's ``live-reformed``: a new round is kept (the latest ``KEPT``); a round already kept is
+    replaced only by rank 0's word on it."""
+    entry = _round_entry(
+        {
+            "at": record.get("at") if _number(record.get("at")) is not None else record.get("time"),
+            "round": record.get("round"),
+            "worldSize": record.get("world_size"),
+            "step": record.get("step"),
+            "origin": record.get("origin"),
+            "rank": record.get("rank"),
+            "seconds": record.get("seconds"),
+            "cause": record.get("cause"),
+        }
+    )
+    if entry is None:
+        return False
+    rounds = summary["liveRounds"]
+    for position, kept in enumerate(rounds):
+        if kept["round"] == entry["round"]:
+            if entry.get("rank") != 0 or kept.get("rank") == 0:
+                return False
+            rounds[position] = entry
+            return True
+    kept = [*rounds, entry]
+    dropped = max(len(kept) - KEPT, 0)
+    summary["liveRounds"] = kept[dropped:]
+    summary["liveRoundsFrom"] += dropped
+    return True
+
+
+def _round_entry(item: dict[str, Any]) -> dict[str, Any] | None:
+    """A live round as a summary keeps it, each field of its type (those that are not are left out); None
+    without a time or a round."""
+    at, number = _number(item.get("at")), _integer(item.get("round"))
+    if at is None or number is None:
+        return None
+    entry: dict[str, Any] = {"at": at, "round": number}
+    for key in _ROUND_INTEGERS:
+        if _integer(item.get(key)) is not None:
+            entry[key] = item[key]
+    if isinstance(item.get("origin"), str):
+        entry["origin"] = item["origin"][:16]
+    seconds = _number(item.get("seconds"))
+    if seconds is not None:
+        entry["seconds"] = seconds
+    if isinstance(item.get("cause"), str):
+        entry["cause"] = item["cause"][:CAUSE_LIMIT]
+    return entry
 
 
 def _worker_restart(record: dict[str, Any]) -> dict[str, Any] | None:

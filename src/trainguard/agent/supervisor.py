@@ -34,7 +34,15 @@ from trainguard.agent.release import QUIET_SECONDS, Release, Released, ReleaseWa
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
 from trainguard.hangsignal import HangSignal
-from trainguard.workerevents import FAILED, FORMING, STARTED, WorkerEventReader, failures_of
+from trainguard.workerevents import (
+    FAILED,
+    FORMING,
+    LIVE_UNUSED,
+    REFORMED,
+    STARTED,
+    WorkerEventReader,
+    failures_of,
+)
 
 #: The agent's exit status when it gave up on a hang: the command was killed (128 + SIGKILL); the report
 #: and the termination log say why (``gave-up``, reason ``Hang``).
@@ -46,6 +54,12 @@ EXIT_NOT_EXECUTABLE = 126
 _CPU_SAMPLE_INTERVAL = 1.0
 _PROGRESS_REPORT_INTERVAL = 1.0
 _QUIET = {HangSignal.HEARTBEAT: "heartbeat", HangSignal.LOG: "output", HangSignal.CPU: "CPU use"}
+#: What a live worker's lines (``trainguard.workerevents``) carry into the agent's report.
+_LIVE_FIELDS: dict[str, tuple[str, ...]] = {
+    REFORMED: ("round", "rank", "world_size", "step", "origin", "source", "seconds", "transfer_seconds",
+               "bytes", "cause", "at"),
+    LIVE_UNUSED: ("local_rank", "exit_code"),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -218,6 +232,8 @@ class Agent:
                     elif record["event"] in (FORMING, STARTED):
                         forming = record["event"] == FORMING
                         detector.rebase(now)
+                    elif record["event"] in (REFORMED, LIVE_UNUSED):
+                        self._live(reporter, command.pid, record)
             if forming:
                 detector.rebase(now)  # no worker runs: nothing can hang yet
             beats = heartbeats.read()
@@ -278,6 +294,18 @@ class Agent:
             restarts_left=record.get("restarts_left"),
             max_restarts=record.get("max_restarts"),
         )
+
+    def _live(self, reporter: Reporter, pid: int | None, record: dict[str, object]) -> None:
+        """A live round formed by a worker (``live-reformed``), or a worker that never formed one
+        (``live-unused``): reported as written, the worker's pid as ``worker_pid``, ``at`` when it happened."""
+        if not reporter.enabled:
+            return
+        line = str(record["event"])
+        fields = {key: record.get(key) for key in _LIVE_FIELDS[line]}
+        if fields.get("at") is None:
+            fields["at"] = record.get("time")
+        event = "live-reformed" if line == REFORMED else "live-unused"
+        reporter.event(event, pid=pid, attempt=self._attempt, worker_pid=record.get("pid"), **fields)
 
     def _nudge(self, reporter: Reporter, pid: int, nudge: Nudge) -> None:
         killed = kill_workers_older_than(pid, nudge.failed_at)

@@ -3,11 +3,12 @@
 On Kubernetes nothing but the agent sees a hang restarted in place or workers restarted by torchrun: the pod
 goes on, so neither the kubelet nor the operator notices. The agent folds its events into a summary of its
 pod (``trainguard.agent.summary``, the one fold every runtime reads) and POSTs the part the operator keeps
-(``attempt``, ``hangs``, ``inPlaceRestarts``, ``workerRestarts``, ``workerRestartsFrom``) after every change of
-it to ``URL`` (the operator's agent-report endpoint), with the token in ``FILE`` (a service-account token the
-kubelet projects for the operator's audience, read again for every POST since the kubelet renews it). The
-operator checks the token, which names the pod, and keeps the summary in the pod's annotation
-``trainguard.io/agent-report``, where the controller reads it.
+(``attempt``, ``hangs``, ``inPlaceRestarts``, ``workerRestarts``, ``workerRestartsFrom``, ``liveRounds``,
+``liveRoundsFrom``, ``liveUnused``) after every change of it to ``URL`` (the operator's agent-report
+endpoint), with the token in ``FILE`` (a service-account token the kubelet projects for the operator's
+audience, read again for every POST since the kubelet renews it). The operator checks the token, which
+names the pod, and keeps the summary in the pod's annotation ``trainguard.io/agent-report``, where the
+controller reads it.
 
 The summary only grows, so a POST that is lost is made good by the next one. Sending runs in a thread of its
 own and never blocks the supervision; a failed POST is tried again (1 s, doubling up to 30 s), and a line on

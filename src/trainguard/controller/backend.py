@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from trainguard.api import TrainingJob
 from trainguard.controller.launchspec import LaunchSpec, Network
+from trainguard.controller.status import LiveOrigin
 
 if TYPE_CHECKING:
     from trainguard.controller.status import JobStatus
@@ -86,6 +87,26 @@ class WorkerRestart:
 
 
 @dataclass(frozen=True)
+class LiveRound:
+    """A round that the live workers (``trainguard.Live``) of a pod formed in their own processes, as one of
+    them (rank 0 when it is in the pod) wrote it down."""
+
+    #: When it formed (wall clock).
+    at: float
+    round: int
+    world_size: int | None = None
+    #: The step every member agreed on.
+    step: int | None = None
+    #: Where this worker's state came from (None: a word the controller does not know).
+    origin: LiveOrigin | None = None
+    rank: int | None = None
+    #: From the failure (or the worker's start) to its state in place.
+    seconds: float | None = None
+    #: What ended the previous round (the exception's type and first line); None for a worker's first.
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
 class AgentReport:
     """The latest word of the agent inside a pod."""
 
@@ -101,6 +122,12 @@ class AgentReport:
     #: The number of the first of ``worker_restarts`` (the agent keeps only the latest ones and says how many
     #: came before them).
     worker_restarts_from: int = 0
+    #: The latest rounds the pod's live workers formed, one per round, oldest first.
+    live_rounds: tuple[LiveRound, ...] = ()
+    #: How many rounds the agent dropped before ``live_rounds``.
+    live_rounds_from: int = 0
+    #: A worker of the pod ended before it formed any round: the job's script does not use live mode.
+    live_unused: bool = False
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
@@ -126,7 +153,29 @@ class AgentReport:
                 for item in summary["workerRestarts"]
             ),
             worker_restarts_from=summary["workerRestartsFrom"],
+            live_rounds=tuple(
+                LiveRound(
+                    at=item["at"],
+                    round=item["round"],
+                    world_size=item.get("worldSize"),
+                    step=item.get("step"),
+                    origin=_origin(item.get("origin")),
+                    rank=item.get("rank"),
+                    seconds=item.get("seconds"),
+                    cause=item.get("cause"),
+                )
+                for item in summary.get("liveRounds", ())
+            ),
+            live_rounds_from=summary.get("liveRoundsFrom", 0),
+            live_unused=summary.get("liveUnused", False),
         )
+
+
+def _origin(word: object) -> LiveOrigin | None:
+    try:
+        return LiveOrigin(word)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

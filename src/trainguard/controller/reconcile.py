@@ -24,6 +24,7 @@ from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
+from trainguard.controller.live import record_live_rounds
 from trainguard.controller.nudges import nudge_survivors
 from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.release import release_survivors
@@ -70,6 +71,7 @@ def reconcile(
             resume(cycle)
         _run(cycle)
         warn_pods_without_agent(cycle)
+    record_live_rounds(cycle)
     actuate(cycle)
     release_survivors(cycle)
     nudge_at = nudge_survivors(cycle)

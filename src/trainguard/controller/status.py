@@ -107,6 +107,9 @@ class HistoryKind(str, Enum):
     GROW = "grow"
     #: The survivors of a lost peer released from their connections to it (or why they were not).
     RELEASE = "release"
+    #: A live job's workers (``trainguard.Live``) re-formed their process group in their own processes (a
+    #: new round): nothing was restarted or counted.
+    REFORMED = "reformed"
 
 
 class ReleaseOutcome(str, Enum):
@@ -121,6 +124,40 @@ class ReleaseOutcome(str, Enum):
     WAITS = "wait"
 
 
+class LiveOrigin(str, Enum):
+    """Where a live worker's state came from in a round (``trainguard.Live``'s words)."""
+
+    def __str__(self) -> str:  # the word, as in the status
+        return str(self.value)
+
+    #: It kept its own, in its process.
+    LIVE = "live"
+    #: It received it from a member that held it (a newcomer, or a member behind the agreed step).
+    PEER = "peer"
+    #: Nobody held one: a fresh start.
+    FRESH = "fresh"
+    #: Restored by the script from snapshots in memory, or from a checkpoint on disk.
+    MEMORY = "memory"
+    DISK = "disk"
+
+
+class Reformation(_Model):
+    """What a ``reformed`` history entry records of one live round, as its members reported it."""
+
+    round: int
+    #: The round's members.
+    world_size: int | None = None
+    #: The step every member agreed on.
+    step: int | None = None
+    #: ``peer`` when a member of the round received the state from another (a newcomer joined), else ``live``
+    #: (every member kept its own), or where a state nobody held came from (``fresh``, ``memory``, ``disk``).
+    origin: LiveOrigin = LiveOrigin.LIVE
+    #: What ended the previous round, as the exception's type and first line (None: no member said).
+    cause: str | None = None
+    #: From the failure (or the arrival) to the state in place, as rank 0 saw it (else another member).
+    seconds: float | None = None
+
+
 class ScaleOperation(str, Enum):
     """The ``action`` of a scale or grow entry, in CCE's words."""
 
@@ -132,7 +169,8 @@ class ScaleOperation(str, Enum):
 
 
 class HistoryEntry(_Model):
-    """One fault with what was done about it, or one scaling step: an entry of the job's history.
+    """One fault with what was done about it, one scaling step, a release of survivors or a live re-formation:
+    an entry of the job's history.
 
     Every field is data for the readers (``describe``, the timeline, the metrics, the nudges of survivors):
     they read fields, never the ``reason``, which is words for people."""
@@ -152,7 +190,8 @@ class HistoryEntry(_Model):
     fault: FaultKind | None = None
     exit_code: int | None = None
     rule: str | None = None
-    #: A fault's remedy, a scale step's operation ("none" for a rejected scale request), or a release's outcome.
+    #: A fault's remedy, a scale step's operation ("none" for a rejected scale request), or a release's outcome;
+    #: "none" for a live round (the workers re-formed by themselves).
     action: Remedy | ScaleOperation | ReleaseOutcome
     scope: str | None = None
     counted: bool = False
@@ -165,6 +204,8 @@ class HistoryEntry(_Model):
     recovered_at: float | None = None
     #: From the fault to the replacement running again.
     recovery_seconds: float | None = None
+    #: The round a ``reformed`` entry records.
+    reformation: Reformation | None = None
 
 
 class JobStatus(_Model):
@@ -202,6 +243,10 @@ class JobStatus(_Model):
     reason: str = ""
     message: str = ""
     event_seq: int = 0
+    #: The highest live round (``trainguard.Live``) recorded in the history: rounds up to it are not new.
+    live_round: int = 0
+    #: The Warning Event that the job's script does not use live mode was emitted.
+    live_unused_warned: bool = False
     #: Bumped on every change; the key of the status write.
     revision: int = 0
 

@@ -131,6 +131,13 @@ SCALE_EVENTS = MetricSpec(
     MetricType.COUNTER,
     (*_JOB, "role", "operation", "cause"),
 )
+LIVE_REFORMATIONS = MetricSpec(
+    "trainguard_live_reformations_total",
+    "Live re-formations of the job (history entries of kind reformed): its workers (trainguard.Live) formed a "
+    "new round in their own processes after a fault or a resize. Not restarts.",
+    MetricType.COUNTER,
+    _JOB,
+)
 RECOVERY = MetricSpec(
     "trainguard_fault_recovery_seconds",
     "From a fault to the pods it restarted running again, by role and fault kind.",
@@ -177,6 +184,7 @@ JOB_METRICS = (
     HANGS,
     HANG_RESTARTS,
     SCALE_EVENTS,
+    LIVE_REFORMATIONS,
     RECOVERY,
     TIME_LOST,
     RECOVERING,
@@ -232,6 +240,7 @@ def _add_job(
         RESTARTS: Counter({(role, *restart): 0 for role in job.roles for restart in _RESTARTS}),
         HANGS: Counter({(role,): 0 for role in job.roles}),
         SCALE_EVENTS: Counter({(role, *scaling): 0 for role in job.roles for scaling in _SCALINGS}),
+        LIVE_REFORMATIONS: Counter({(): 0}),
     }
     for role in job.roles:
         for kind in POD_FAULTS:
@@ -258,6 +267,8 @@ def _add_job(
             tallies[SCALE_EVENTS][(role, "scaleout", "grow")] += 1
         elif entry.kind == "scale-rejected":
             tallies[SCALE_EVENTS][(role, "rejected", "request")] += 1
+        elif entry.kind == "reformed":
+            tallies[LIVE_REFORMATIONS][()] += 1
     for spec, tally in tallies.items():
         samples[spec] += [Sample((*key, *labels), count) for labels, count in sorted(tally.items())]
     hang_restarts = status.hang_restart_counts

@@ -88,11 +88,33 @@ def job_detail(
         **job_row(job, view, now, key),
         "conditions": list(status.get("conditions", [])),
         "pods": list(status.get("pods", [])),
-        "history": list(status.get("history", [])),
+        "history": [{**entry, "label": history_label(entry)} for entry in status.get("history", [])],
         "timeline": drawn.to_dict(),
         "events": list(events)[-EVENTS_SHOWN:],
         "time": time_lost(status, drawn.start, drawn.end),
     }
+
+
+def history_label(entry: Mapping[str, Any]) -> str:
+    """What the page's history table says an entry did (its action column): a fault's action, a release of a
+    lost host's survivors, a live re-formation with its round, size and step, from the entry's fields."""
+    kind, action = entry.get("kind"), str(entry.get("action") or "")
+    if kind == "release":
+        return "survivors released" if action == "release" else "survivors wait"
+    if kind == "reformed":
+        formed = entry.get("reformation") or {}
+        words = f"re-formed live: round {formed.get('round', '?')}"
+        if formed.get("worldSize") is not None:
+            words += f", {formed['worldSize']} worker{'s' if formed['worldSize'] != 1 else ''}"
+        if formed.get("step") is not None:
+            words += f" at step {formed['step']}"
+        origin = formed.get("origin")
+        if origin == "peer":
+            words += " (newcomers got the state from a peer)"
+        elif origin not in (None, "live"):
+            words += f" (the state from {origin})"
+        return words
+    return action
 
 
 def time_lost(status: Mapping[str, Any], start: float, end: float) -> dict[str, Any]:

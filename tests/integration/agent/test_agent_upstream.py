@@ -1,6 +1,7 @@
 """What torchrun tells the agent, and the agent's word to the operator: worker restarts that torchrun writes
 down are reported (in the report file and upstream), the summary is POSTed with the token of the moment, again
-until it is taken; and a round being formed (no worker runs) is no hang."""
+until it is taken; the rounds live workers form are reported, and sent once per round; and a round being
+formed (no worker runs) is no hang."""
 
 from __future__ import annotations
 
@@ -86,6 +87,43 @@ def test_worker_restarts_are_reported_and_sent_to_the_operator(
         (137, 1, 0),
     ]
     assert "cannot report to the operator" in run.stderr.read_text()  # the refused first POST, said once
+
+
+def test_live_rounds_are_reported_and_sent_to_the_operator_once_per_round(
+    start_agent: Any, operator: Operator, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("token\n")
+    run = start_agent(["--report-url", operator.url, "--report-token", str(token)], ["live-rounds"])
+    assert run.wait_exit() == 0
+    reformed = run.events("live-reformed")
+    assert [(e["round"], e["rank"], e["worker_pid"]) for e in reformed] == [
+        (1, 1, 20_001),
+        (1, 0, 20_000),
+        (2, 1, 20_001),
+        (2, 0, 20_000),
+    ]
+    assert reformed[3]["cause"] == "RuntimeError: Connection closed by peer"
+    assert (reformed[0]["origin"], reformed[0]["source"], reformed[0]["bytes"]) == (
+        "peer",
+        "host:20000",
+        1024,
+    )
+    assert all(isinstance(e["at"], float) for e in reformed)
+    (unused,) = run.events("live-unused")
+    assert (unused["local_rank"], unused["exit_code"], unused["worker_pid"]) == (2, 1, 20_002)
+
+    def complete() -> dict[str, Any] | None:
+        last = operator.posts[-1][1]["report"] if operator.posts else None
+        return last if last and last.get("liveUnused") else None
+
+    summary = wait_for(complete, 10, "the summary with the rounds", lambda: str(operator.posts))
+    # One entry per round, rank 0's (it came second).
+    assert [(r["round"], r["rank"], r["origin"], r.get("cause")) for r in summary["liveRounds"]] == [
+        (1, 0, "live", None),
+        (2, 0, "live", "RuntimeError: Connection closed by peer"),
+    ]
+    assert summary["liveRoundsFrom"] == 0
 
 
 def test_a_report_url_without_a_token_is_refused_before_anything_runs(start_agent: Any) -> None:

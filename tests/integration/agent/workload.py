@@ -130,6 +130,35 @@ def worker_restarts(args: argparse.Namespace) -> None:
     time.sleep(1.0)
 
 
+def live_rounds(args: argparse.Namespace) -> None:
+    """As two live workers of one pod (``trainguard.Live``): each writes down rounds 1 and 2 (rank 1 first),
+    then a third worker ends before it formed any round (as the live launcher writes it); then exit 0."""
+    from trainguard import workerevents
+
+    path = os.environ[workerevents.ENV_WORKER_EVENTS]
+    for number in (1, 2):
+        for rank in (1, 0):
+            workerevents.append(
+                path,
+                workerevents.REFORMED,
+                pid=20_000 + rank,
+                round=number,
+                rank=rank,
+                world_size=2,
+                step=10 * (number - 1),
+                origin="peer" if rank == 1 and number == 1 else "live",
+                source="host:20000" if number == 1 else None,
+                seconds=0.5,
+                transfer_seconds=0.1,
+                bytes=1024,
+                cause=None if number == 1 else "RuntimeError: Connection closed by peer",
+                at=time.time(),
+            )
+        time.sleep(0.3)
+    workerevents.append(path, workerevents.LIVE_UNUSED, pid=20_002, local_rank=2, exit_code=1)
+    time.sleep(1.0)
+
+
 def forming(args: argparse.Namespace) -> None:
     """As torchrun between two rounds: silent and idle for ``--idle`` s (said to be forming with
     ``--say``), then steps with heartbeats for a second, then exit 0."""
@@ -176,6 +205,7 @@ def main() -> None:
     p = modes.add_parser("bytes")
     p = modes.add_parser("worker-restarts")
     p.add_argument("--count", type=int, default=2)
+    modes.add_parser("live-rounds")
     p = modes.add_parser("forming")
     p.add_argument("--idle", type=float, default=2.5)
     p.add_argument("--say", action="store_true")
@@ -199,6 +229,7 @@ def main() -> None:
         "tree": tree,
         "worker-restarts": worker_restarts,
         "forming": forming,
+        "live-rounds": live_rounds,
     }[args.mode](args)
 
 

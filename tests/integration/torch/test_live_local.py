@@ -65,6 +65,23 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     starts = [e for e in session.run(job).events() if e.event == "start" and e.t > killed_at]
     assert {e.fields["source"] for e in starts} == {"live"}, starts  # rank 0 kept its own state each time
 
+    # The job's history: the rounds of the kill and of both resizes, each once, in order; no restart counted.
+    status = session.view(job)["status"]
+    rounds = [entry for entry in status["history"] if entry["kind"] == "reformed"]
+    numbers = [entry["reformation"]["round"] for entry in rounds]
+    assert numbers == sorted(set(numbers)), rounds
+    assert numbers[0] > 1, rounds  # the first formation is not one
+    formed = [(entry["at"], entry["reformation"]["worldSize"]) for entry in rounds]
+    assert [size for at, size in formed if killed_at <= at < grow_at], formed  # after the kill
+    origins = [entry["reformation"]["origin"] for entry in rounds if killed_at <= entry["at"] < grow_at]
+    assert "peer" in origins, rounds  # the replacement received the state from a survivor
+    assert 4 in [size for at, size in formed if grow_at <= at < shrink_at], formed  # the scale-out
+    assert [size for at, size in formed if at >= shrink_at][-1:] == [2], formed  # the scale-in
+    assert all(entry["action"] == "none" and not entry["counted"] for entry in rounds), rounds
+    assert status["restartCounts"] == {"worker": 0}, status["restartCounts"]
+    kept = {pod["name"]: pod for pod in status["pods"] if pod["name"] in survivors}
+    assert [(kept[pod]["restarts"], kept[pod]["hangRestarts"]) for pod in survivors] == [(0, 0), (0, 0)], kept
+
 
 def test_a_live_job_whose_script_does_not_use_live_runs_as_without(session: Session) -> None:
     spec = digits_job("digits-unused", session.root, epochs=2, step_delay=0.0, checkpoint_every=10)
@@ -73,3 +90,7 @@ def test_a_live_job_whose_script_does_not_use_live_runs_as_without(session: Sess
     wait_world(session, job, 3, after=0.0)  # under torchrun's agent after all: 3 workers in one round
     done = wait_done(session, job)
     assert done.fields["accuracy"] >= 0.5
+    # The job says why live mode is not in use, once.
+    warnings = [e for e in session.call("events", job=job, limit=200) if e["reason"] == "LiveModeUnused"]
+    assert len(warnings) == 1, warnings
+    assert "trainguard.Live" in warnings[0]["message"]

@@ -9,7 +9,8 @@ import pytest
 
 from trainguard.agent import summary as summaries
 from trainguard.agent.nudge import format_nudge, parse_nudge
-from trainguard.controller.backend import AgentReport, WorkerRestart
+from trainguard.controller.backend import AgentReport, LiveRound, WorkerRestart
+from trainguard.controller.status import LiveOrigin
 
 
 def _failure(rank: int, pid: int, exit_code: int | None) -> dict[str, Any]:
@@ -63,6 +64,9 @@ def test_a_report_folds_into_one_summary_and_only_the_operators_part_is_sent() -
             {"at": 12.0, "exitCode": 137, "rank": 2, "failed": 2, "restartsLeft": 2, "maxRestarts": 3}
         ],
         "workerRestartsFrom": 0,
+        "liveRounds": [],
+        "liveRoundsFrom": 0,
+        "liveUnused": False,
     }
     local = {key: summary[key] for key in summary if key not in summaries.WIRE}
     assert local == {
@@ -117,6 +121,9 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
         "inPlaceRestarts": 0,
         "workerRestarts": [],
         "workerRestartsFrom": 0,
+        "liveRounds": [],
+        "liveRoundsFrom": 0,
+        "liveUnused": False,
     }
     garbled = {
         "attempt": "1",
@@ -136,6 +143,9 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
         "inPlaceRestarts": 0,
         "workerRestarts": [{"at": 5.0, "exitCode": 137, "failed": 2}],
         "workerRestartsFrom": 0,
+        "liveRounds": [],
+        "liveRoundsFrom": 0,
+        "liveUnused": False,
     }
     assert summaries.parse([1, 2]) is None
     assert summaries.parse(None) is None
@@ -160,6 +170,177 @@ def test_only_restarts_in_place_the_controller_answered_count(
     summary = {**summaries.new(), "hangs": hangs, "inPlaceRestarts": restarts, "lastProgressAt": 4.0}
     agent = AgentReport.from_summary(summary, answered)
     assert (agent.in_place_restarts, agent.hung, agent.last_progress_at) == (*expected, 4.0)
+
+
+def _reformed(number: int | None, rank: int, **fields: Any) -> dict[str, Any]:
+    """A ``live-reformed`` event as the agent reports a worker's ``reformed`` line."""
+    return {
+        "event": "live-reformed",
+        "time": 50.0 + (number or 0),
+        "pid": 100,
+        "attempt": 1,
+        "worker_pid": 300 + rank,
+        "round": number,
+        "rank": rank,
+        "world_size": 3,
+        "step": 40,
+        "origin": "live",
+        "source": None,
+        "seconds": 0.25,
+        "transfer_seconds": 0.0,
+        "bytes": 0,
+        "cause": "RuntimeError: Connection closed by peer",
+        "at": 49.5 + (number or 0),
+        **fields,
+    }
+
+
+def _kept(summary: dict[str, Any]) -> list[tuple[int, int | None, str | None]]:
+    return [(item["round"], item.get("rank"), item.get("origin")) for item in summary["liveRounds"]]
+
+
+@pytest.mark.parametrize(
+    ("events", "kept", "changed"),
+    [
+        pytest.param([_reformed(2, 0)], [(2, 0, "live")], [True], id="one round"),
+        # A pod with two workers writes each round twice: one entry, rank 0's if it is among them.
+        pytest.param(
+            [_reformed(2, 1), _reformed(2, 0, origin="peer"), _reformed(3, 0), _reformed(3, 1)],
+            [(2, 0, "peer"), (3, 0, "live")],
+            [True, True, True, False],
+            id="two workers a round: rank 0 kept",
+        ),
+        pytest.param(
+            [_reformed(4, 2, origin="peer"), _reformed(4, 1)],
+            [(4, 2, "peer")],
+            [True, False],
+            id="no rank 0 in the pod: the first kept",
+        ),
+        # A line without a round or a time is no round.
+        pytest.param(
+            [_reformed(None, 0), {**_reformed(5, 0), "at": None, "time": None}, _reformed(6, 0, at="late")],
+            [(6, 0, "live")],
+            [False, False, True],
+            id="no round or no time: dropped; a bad at, the report's time",
+        ),
+    ],
+)
+def test_live_rounds_fold_into_one_entry_per_round(
+    events: list[dict[str, Any]], kept: list[tuple[int, int | None, str | None]], changed: list[bool]
+) -> None:
+    summary = summaries.new()
+    assert [summaries.fold(summary, event) for event in events] == changed
+    assert _kept(summary) == kept
+    assert summaries.parse(summaries.wire(summary)) == summaries.wire(summary)
+
+
+def test_a_live_round_keeps_its_fields_typed_and_reaches_the_controller() -> None:
+    summary = summaries.summarize([_reformed(2, 0), _reformed(2, 1)])
+    assert summary["liveRounds"] == [
+        {
+            "at": 51.5,
+            "round": 2,
+            "worldSize": 3,
+            "step": 40,
+            "origin": "live",
+            "rank": 0,
+            "seconds": 0.25,
+            "cause": "RuntimeError: Connection closed by peer",
+        }
+    ]
+    agent = AgentReport.from_summary(summaries.parse(summaries.wire(summary)) or {}, answered=0)
+    assert agent.live_rounds == (
+        LiveRound(51.5, 2, world_size=3, step=40, origin=LiveOrigin.LIVE, rank=0, seconds=0.25,
+                  cause="RuntimeError: Connection closed by peer"),
+    )  # fmt: skip
+    assert (agent.live_rounds_from, agent.live_unused) == (0, False)
+    # A summary of before live rounds, and a word the controller does not know.
+    assert AgentReport.from_summary({**summaries.new(), "liveRounds": [{"at": 1.0, "round": 2,
+                                     "origin": "telepathy"}]}, 0).live_rounds == (LiveRound(1.0, 2),)  # fmt: skip
+    old = {key: value for key, value in summaries.new().items() if not key.startswith("live")}
+    assert AgentReport.from_summary(old, 0).live_rounds == ()
+
+
+def test_only_the_latest_live_rounds_are_kept_and_counted_from() -> None:
+    summary = summaries.summarize([_reformed(n, 0) for n in range(1, summaries.KEPT + 4)])
+    assert summary["liveRoundsFrom"] == 3
+    assert [item["round"] for item in summary["liveRounds"]] == list(range(4, summaries.KEPT + 4))
+    assert AgentReport.from_summary(summary, 0).live_rounds_from == 3
+
+
+def test_a_worker_that_never_formed_a_round_marks_the_pod_unused_once() -> None:
+    unused = {"event": "live-unused", "time": 7.0, "pid": 100, "attempt": 1, "local_rank": 0, "exit_code": 1}
+    summary = summaries.new()
+    assert [summaries.fold(summary, unused), summaries.fold(summary, unused)] == [True, False]
+    assert summaries.wire(summary)["liveUnused"] is True
+    assert AgentReport.from_summary(summary, 0).live_unused
+
+
+@pytest.mark.parametrize(
+    ("sent", "taken"),
+    [
+        pytest.param(
+            {
+                "liveRounds": [
+                    {
+                        "at": 5,
+                        "round": 2,
+                        "worldSize": "3",
+                        "step": 7,
+                        "origin": 4,
+                        "rank": True,
+                        "seconds": "fast",
+                        "cause": None,
+                    }
+                ]
+            },
+            {"liveRounds": [{"at": 5.0, "round": 2, "step": 7}], "liveRoundsFrom": 0, "liveUnused": False},
+            id="fields of the wrong type are left out",
+        ),
+        pytest.param(
+            {
+                "liveRounds": [
+                    {"at": "later", "round": 2},
+                    {"at": 5.0},
+                    {"at": 5.0, "round": 2.5},
+                    "a round",
+                ],
+                "liveRoundsFrom": -1,
+                "liveUnused": "yes",
+            },
+            {"liveRounds": [], "liveRoundsFrom": 0, "liveUnused": False},
+            id="no time or no round: dropped",
+        ),
+        pytest.param(
+            {
+                "liveRounds": [{"at": 1.0, "round": n} for n in range(40)],
+                "liveRoundsFrom": 2,
+                "liveUnused": True,
+            },
+            {
+                "liveRounds": [{"at": 1.0, "round": n} for n in range(8, 40)],
+                "liveRoundsFrom": 10,
+                "liveUnused": True,
+            },
+            id="only the latest 32 taken",
+        ),
+        pytest.param(
+            {"liveRounds": [{"at": 1.0, "round": 2, "cause": "E: " + "x" * 500}]},
+            {
+                "liveRounds": [
+                    {"at": 1.0, "round": 2, "cause": ("E: " + "x" * 500)[: summaries.CAUSE_LIMIT]}
+                ],
+                "liveRoundsFrom": 0,
+                "liveUnused": False,
+            },
+            id="a long cause is cut",
+        ),
+    ],
+)
+def test_the_operator_takes_live_rounds_field_by_field(sent: dict[str, Any], taken: dict[str, Any]) -> None:
+    parsed = summaries.parse({"attempt": 1, "hangs": 0, "inPlaceRestarts": 0, **sent})
+    assert parsed is not None
+    assert {key: parsed[key] for key in taken} == taken
 
 
 def test_the_nudge_line_reads_back() -> None:

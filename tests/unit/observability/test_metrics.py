@@ -7,7 +7,7 @@ import pytest
 
 from tests.unit.controller.harness import Harness, cce_spec, make_job
 from tests.unit.observability.scenario import JOB, bad_night, pod
-from trainguard.controller import HistoryEntry, JobStatus
+from trainguard.controller import HistoryEntry, JobStatus, LiveRound
 from trainguard.observability.metrics import (
     CONTROLLER_METRICS,
     JOB_METRICS,
@@ -135,6 +135,7 @@ def test_a_new_job_has_every_series_at_zero_so_that_increase_sees_the_first_faul
     assert len(recovery.histograms) == 2 * 7
     assert all(h.count == 0 and set(h.counts) == {0} for h in recovery.histograms)
     assert len(values(families, "trainguard_job_time_lost_seconds_total")) == 7
+    assert values(families, "trainguard_live_reformations_total") == {KEY: 0}
 
 
 def test_jobs_by_phase_count_every_job_and_list_every_phase() -> None:
@@ -178,10 +179,25 @@ def test_every_metric_follows_the_naming_conventions() -> None:
         # Entries stored by earlier versions have no role: their pod's, else none (the reason is not read).
         ({"kind": "fault", "pod": f"{JOB}-trainer-2", "action": "restart", "reason": "x"}, "trainer"),
         ({"kind": "scale", "action": "scaleout", "reason": "scaleout of role trainer: 1 pods (p)"}, ""),
+        ({"kind": "reformed", "action": "none", "reason": "r", "reformation": {"round": 2}}, ""),
     ],
 )
 def test_the_role_of_a_history_entry(entry: dict[str, str], role: str) -> None:
     assert entry_role(HistoryEntry.model_validate({"at": 1.0, **entry}), snapshot(JobStatus())) == role
+
+
+def test_live_re_formations_are_counted_per_job_and_are_no_restarts() -> None:
+    h = Harness.start(make_job(cce_spec()))
+    h.running()
+    for number in (1, 2, 3):  # the first formation is the job's start, no re-formation
+        h.cluster.reform(
+            pod("trainer", 0), LiveRound(at=float(number), round=number, world_size=3, step=number)
+        )
+        h.tick()
+    families = job_families([snapshot(h.status)])
+    assert values(families, "trainguard_live_reformations_total") == {KEY: 2}
+    assert nonzero(families, "trainguard_restarts_total") == {}
+    assert nonzero(families, "trainguard_faults_total") == {}
 
 
 @pytest.mark.parametrize(

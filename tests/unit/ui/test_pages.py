@@ -9,7 +9,15 @@ import pytest
 
 from trainguard.api.load import load_object
 from trainguard.cli.main import main
-from trainguard.ui.pages import PageError, job_row, roles, time_lost, what_if_answer
+from trainguard.ui.pages import (
+    PageError,
+    history_label,
+    job_detail,
+    job_row,
+    roles,
+    time_lost,
+    what_if_answer,
+)
 
 JOB: dict[str, Any] = {
     "apiVersion": "trainguard.io/v1",
@@ -83,6 +91,49 @@ def test_a_row_of_the_jobs_list() -> None:
 def test_time_lost_by_cause_and_goodput(history, lost, by_cause, goodput) -> None:  # type: ignore[no-untyped-def]
     figures = time_lost({"history": history}, start=0.0, end=100.0)
     assert figures == {"elapsed_s": 100.0, "lost_s": lost, "lost_by_cause": by_cause, "goodput": goodput}
+
+
+def _reformed(**fields: Any) -> dict[str, Any]:
+    return {"kind": "reformed", "action": "none", "reformation": {"round": 4, **fields}}
+
+
+@pytest.mark.parametrize(
+    ("entry", "label"),
+    [
+        ({"kind": "fault", "action": "restart"}, "restart"),
+        ({"kind": "fault", "action": "restart-workers"}, "restart-workers"),
+        ({"kind": "release", "action": "release"}, "survivors released"),
+        ({"kind": "release", "action": "wait"}, "survivors wait"),
+        (
+            _reformed(worldSize=3, step=120, origin="live"),
+            "re-formed live: round 4, 3 workers at step 120",
+        ),
+        (
+            _reformed(worldSize=4, step=7, origin="peer"),
+            "re-formed live: round 4, 4 workers at step 7 (newcomers got the state from a peer)",
+        ),
+        (_reformed(worldSize=1, origin="disk"), "re-formed live: round 4, 1 worker (the state from disk)"),
+        (_reformed(), "re-formed live: round 4"),
+        ({"kind": "scale", "action": "scaleout"}, "scaleout"),
+    ],
+)
+def test_the_history_says_what_each_entry_did_in_its_own_words(entry: dict[str, Any], label: str) -> None:
+    assert history_label(entry) == label
+
+
+def test_a_jobs_page_gives_each_history_entry_its_words() -> None:
+    job = load_object(JOB, "test").job
+    history = [
+        {"kind": "fault", "at": 1.0, "action": "restart-workers", "fault": "Exited", "reason": "x"},
+        {"kind": "reformed", "at": 2.0, "action": "none", "reason": "y",
+         "reformation": {"round": 2, "worldSize": 3, "step": 5, "origin": "live", "seconds": 0.3}},
+    ]  # fmt: skip
+    detail = job_detail(job, _view(phase="Running", pods=[], history=history), [], now=1795600800.0)
+    assert [(h["kind"], h["label"]) for h in detail["history"]] == [
+        ("fault", "restart-workers"),
+        ("reformed", "re-formed live: round 2, 3 workers at step 5"),
+    ]
+    assert detail["history"][1]["reformation"]["seconds"] == 0.3  # the page's recovery column
 
 
 @pytest.mark.parametrize(("fault", "flag"), [("137", ["--exit-code", "137"]), ("1", ["--exit-code", "1"]),

@@ -26,6 +26,7 @@ _INTERNAL = (
     "revision",
     "scaleVersion",
     "discoveryVersion",
+    "liveUnusedWarned",
 )
 _TERMINAL = ("Succeeded", "Failed", "Timeout")
 

@@ -4,6 +4,8 @@
 import { drawTimeline } from "./timeline.js";
 
 const main = document.getElementById("main");
+// The history entries the job page's table lists.
+const HISTORY_KINDS = ["fault", "release", "reformed"];
 let session = { actions: false, token: null, chaos: [], backend: "" };
 let stream = null;
 
@@ -121,13 +123,14 @@ function showJob(name) {
     parts.timeline.replaceChildren(drawTimeline(job.timeline));
     parts.history.replaceChildren(table(
       ["time", "pod", "node", "fault", "rule", "action", "counted", "recovery", "reason"],
-      // Faults, and the releases of a lost Horovod host's survivors (their own kind: what was done for the others).
-      job.history.filter((h) => h.kind === "fault" || h.kind === "release").reverse().map((h) => [when(h.at), h.pod || "", h.node || "",
-        [h.fault, h.exitCode ?? ""].join(" ").trim(), h.rule || "",
-        h.kind === "release" ? (h.action === "release" ? "survivors released" : "survivors wait") : h.action || "",
-        h.counted ? "yes" : "no",
-        h.recoverySeconds === null || h.recoverySeconds === undefined ? "" : `${h.recoverySeconds.toFixed(1)} s`,
-        h.reason || ""])));
+      // Faults, the releases of a lost Horovod host's survivors and the live re-formations (kinds of their own:
+      // what was done beside the faults); the action as the server words it (pages.history_label).
+      job.history.filter((h) => HISTORY_KINDS.includes(h.kind)).reverse().map((h) => {
+        const took = h.kind === "reformed" ? h.reformation?.seconds : h.recoverySeconds;
+        return [when(h.at), h.pod || "", h.node || "", [h.fault, h.exitCode ?? ""].join(" ").trim(), h.rule || "",
+          el("span", { class: `action ${h.kind}` }, h.label || h.action || ""), h.counted ? "yes" : "no",
+          took === null || took === undefined ? "" : `${took.toFixed(1)} s`, h.reason || ""];
+      })));
     parts.events.replaceChildren(table(["time", "type", "reason", "object", "message"],
       job.events.slice().reverse().map((e) => [when(e.time), e.type, e.reason, e.object, e.message])));
     whatif.pods(job.pods.map((p) => p.name));

@@ -1,0 +1,174 @@
+"""Live re-formations (``trainguard.Live``, a job with ``trainguard.io/live: "true"``): recorded, never decided.
+
+The workers of a live job re-form their process group by themselves when a peer dies or the job is resized:
+no pod ends and nothing is restarted. Each member of a round writes it down for its pod's agent
+(``trainguard.workerevents``), which reports it; its pod's summary keeps one entry per round
+(``AgentReport.live_rounds``). Every pod of the round reports it, so a round is recorded once per job, by its
+number: the status keeps the highest round recorded (``live_round``), and only rounds above it are new. Each
+new round becomes a ``reformed`` history entry (``Reformation``: the round, its size, the agreed step, where
+the state came from, what ended the previous round, how long it took) with a Normal ``LiveReformed`` Event.
+The pods' agents report at their own pace, so what pods report of the latest round after it was recorded
+fills in what its entry lacks (a newcomer's pod that says the state came from a peer, a cause).
+Round 1 is the job's first formation, no re-formation: it is not recorded. Nothing is counted: the restart
+counts stay as they are.
+
+A worker that ended before it formed any round (``AgentReport.live_unused``) says that the job's script does
+not use ``trainguard.Live``: the pod runs under torchrun's agent instead, as without live mode. The job gets
+one Warning Event ``LiveModeUnused`` that says so and what to do (``live_unused_warned`` remembers it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from trainguard.controller.backend import EventType, LiveRound
+from trainguard.controller.cycle import Cycle
+from trainguard.controller.status import HistoryEntry, HistoryKind, LiveOrigin, Reformation
+from trainguard.controller.torchrun_command import LIVE_ANNOTATION
+from trainguard.policy.types import Remedy
+
+T = TypeVar("T")
+#: The job's first formation: its start, not a re-formation.
+FIRST_ROUND = 1
+
+
+def record_live_rounds(cycle: Cycle) -> None:
+    """Record the rounds the pods' agents report that are newer than the status's ``live_round``, each once,
+    in order; warn once when a pod's workers do not use live mode."""
+    recorded: int = cycle.get("live_round")
+    reports: dict[int, list[LiveRound]] = {}
+    unused: str | None = None
+    for pod in cycle.observed.pods:
+        agent = pod.agent
+        if agent is None:
+            continue
+        if agent.live_unused and unused is None:
+            unused = pod.name
+        for live_round in agent.live_rounds:
+            if live_round.round >= recorded:
+                reports.setdefault(live_round.round, []).append(live_round)
+    latest = reports.pop(recorded, None)
+    if latest is not None and recorded > FIRST_ROUND:
+        _complete(cycle, _reformation(latest))
+    for number in sorted(reports):
+        if number > FIRST_ROUND:
+            _record(cycle, _reformation(reports[number]), _at(reports[number]))
+    if reports:
+        cycle.updates["live_round"] = max(reports)
+    if unused is not None and not cycle.get("live_unused_warned"):
+        cycle.updates["live_unused_warned"] = True
+        cycle.emit(EventType.WARNING, "LiveModeUnused", _unused_words(unused))
+
+
+def _representative(reports: Sequence[LiveRound]) -> LiveRound:
+    """Rank 0's word on the round if a pod gave it, else the first one that names a cause, else the first."""
+    for report in reports:
+        if report.rank == 0:
+            return report
+    return next((report for report in reports if report.cause is not None), reports[0])
+
+
+def _reformation(reports: Sequence[LiveRound]) -> Reformation:
+    chosen = _representative(reports)
+    origins = [report.origin for report in reports if report.origin is not None]
+    if LiveOrigin.PEER in origins:
+        origin = LiveOrigin.PEER
+    else:
+        origin = next((o for o in origins if o is not LiveOrigin.LIVE), LiveOrigin.LIVE)
+    return Reformation(
+        round=chosen.round,
+        world_size=_first([chosen.world_size, *(report.world_size for report in reports)]),
+        step=_first([chosen.step, *(report.step for report in reports)]),
+        origin=origin,
+        cause=_first([chosen.cause, *(report.cause for report in reports)]),
+        seconds=chosen.seconds,
+    )
+
+
+def _first(values: Iterable[T | None]) -> T | None:
+    """The first value given (rank 0's, else another member's)."""
+    return next((value for value in values if value is not None), None)
+
+
+def _complete(cycle: Cycle, heard: Reformation) -> None:
+    """What the pods reported of the latest recorded round since it was recorded fills in its entry: a
+    newcomer's pod may report after the survivors' (its ``peer``), a survivor's after a newcomer's (the cause).
+    Only what the entry lacks is filled in, so the entry never goes back on what it said."""
+    for position in range(len(cycle.history) - 1, -1, -1):
+        entry = cycle.history[position]
+        if entry.kind is not HistoryKind.REFORMED:
+            continue
+        known = entry.reformation
+        if known is not None and known.round == heard.round:
+            merged = known.model_copy(
+                update={
+                    "origin": max(known.origin, heard.origin, key=_ORIGIN_RANK.__getitem__),
+                    "world_size": _first([known.world_size, heard.world_size]),
+                    "step": _first([known.step, heard.step]),
+                    "cause": _first([known.cause, heard.cause]),
+                    "seconds": _first([known.seconds, heard.seconds]),
+                }
+            )
+            if merged != known:
+                cycle.history[position] = entry.model_copy(
+                    update={"reformation": merged, "reason": describe(merged)}
+                )
+        return  # only the latest re-formation is completed
+
+
+#: Which origin an entry says when its reports differ: a state received from a peer says the most.
+_ORIGIN_RANK = {
+    LiveOrigin.LIVE: 0,
+    LiveOrigin.FRESH: 1,
+    LiveOrigin.MEMORY: 1,
+    LiveOrigin.DISK: 1,
+    LiveOrigin.PEER: 2,
+}
+
+
+def _at(reports: Sequence[LiveRound]) -> float:
+    """When the round formed: the earliest member's word on it."""
+    return min(report.at for report in reports)
+
+
+def _record(cycle: Cycle, reformation: Reformation, at: float) -> None:
+    reason = describe(reformation)
+    cycle.record(
+        HistoryEntry(
+            at=at,
+            kind=HistoryKind.REFORMED,
+            action=Remedy.NONE,
+            reason=reason,
+            reformation=reformation,
+        )
+    )
+    cycle.emit(EventType.NORMAL, "LiveReformed", reason)
+
+
+def describe(reformation: Reformation) -> str:
+    """The words of a ``reformed`` entry (its reason, and its Event's message)."""
+    took = f" in {reformation.seconds:.2f} s" if reformation.seconds is not None else ""
+    after = f" (after {reformation.cause})" if reformation.cause else ""
+    size = reformation.world_size
+    members = "" if size is None else f"{size} worker{'' if size == 1 else 's'}"
+    at_step = "" if reformation.step is None else f" at step {reformation.step}"
+    state = {
+        LiveOrigin.LIVE: "every member kept its own state",
+        LiveOrigin.PEER: "the newcomers received the state from a member that held it",
+        LiveOrigin.FRESH: "a fresh state (nobody held one)",
+    }.get(reformation.origin, f"the state restored from {reformation.origin} (nobody held one)")
+    what = ", ".join(part for part in (f"{members}{at_step}".strip(), state) if part)
+    return (
+        f"the job's workers re-formed live as round {reformation.round}{took}{after}: {what}; nothing was "
+        "restarted or counted"
+    )
+
+
+def _unused_words(pod: str) -> str:
+    return (
+        f'the job asks for live mode (annotation {LIVE_ANNOTATION}: "true") but its script does not use '
+        f"trainguard.Live: a worker of {pod} ended before it formed any live round, so the job's workers run "
+        "under torchrun's elastic agent, as without live mode (a failed worker restarts every worker of its "
+        "pod). To fix it, use trainguard.Live in the script (see docs/sdk.md), or remove the annotation"
+    )
