@@ -1,0 +1,73 @@
+"""A live-mode worker for the tests: a small MLP under DDP over gloo, one JSON line per event on stdout.
+
+With ``LIVE_HOLD_DIR`` set, the first process to start sending a state while ``$LIVE_HOLD_DIR/arm`` exists
+writes its pid to ``$LIVE_HOLD_DIR/sending`` and stops there (the test then kills it in the middle of the
+transfer); every later send goes through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import trainguard
+from trainguard.sdk import _transfer
+
+
+def emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields}), flush=True)
+
+
+def hold_sends(directory: Path) -> None:
+    send = _transfer.send
+
+    def held(group: object, tensors: list) -> int:
+        if (directory / "arm").exists():
+            try:
+                fd = os.open(directory / "sending", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                time.sleep(600)  # killed here
+        return send(group, tensors)
+
+    _transfer.send = held
+
+
+def main() -> None:
+    if os.environ.get("LIVE_HOLD_DIR"):
+        hold_sends(Path(os.environ["LIVE_HOLD_DIR"]))
+    torch.manual_seed(
+        int(os.environ.get("LIVE_SEED", "0"))
+    )  # different per process: the state must come over
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    live = trainguard.Live({"model": model, "optimizer": optimizer}, timeout=10)
+    emit("ready", member=live.member)
+
+    def train(live: trainguard.Live) -> None:
+        emit("formed", **live.formations[-1].as_dict())
+        ddp = DDP(model, init_sync=False)
+        for step in live.steps(100000):
+            generator = torch.Generator().manual_seed(step * 100 + live.rank)
+            loss = ddp(torch.randn(16, 64, generator=generator)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total = float(sum(p.detach().double().sum() for p in model.parameters()))
+            emit("step", step=step + 1, rank=live.rank, world=live.world_size, sum=total)
+            time.sleep(0.02)
+
+    live.run(train)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

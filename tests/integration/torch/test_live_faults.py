@@ -1,0 +1,142 @@
+"""Live mode's hard cases with real processes (``live_worker.py``, 3 ranks, a store of the test's own): the
+sender of a state killed in the middle of the transfer (another survivor sends it then, and says so), and two
+ranks killed at once (the last one goes on alone, in its process)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+WORKER = Path(__file__).with_name("live_worker.py")
+#: A rank's start (python, torch's import) on a busy 2-core machine, and a round's forming.
+START = 120.0
+ROUND = 60.0
+
+
+class Rank:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.events: list[dict[str, Any]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.events.append(json.loads(line))
+
+    @property
+    def member(self) -> str:
+        return next(e["member"] for e in list(self.events) if e["event"] == "ready")
+
+    def formed(self) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e["event"] == "formed"]
+
+    def steps(self) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e["event"] == "step"]
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[Callable[..., Rank]]:
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ranks: list[Rank] = []
+    src = str(Path(__file__).parents[3] / "src")
+
+    def start(seed: int, **extra: str) -> Rank:
+        env = dict(os.environ, TRAINGUARD_LIVE_STORE=f"127.0.0.1:{port}", TRAINGUARD_LIVE_PREFIX="t/",
+                   WORLD_SIZE="3", LIVE_SEED=str(seed), PYTHONPATH=src, **extra)  # fmt: skip
+        ranks.append(Rank(env))
+        return ranks[-1]
+
+    start.store = store  # type: ignore[attr-defined]
+    yield start
+    for rank in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            rank.process.kill()
+        rank.process.wait()
+        rank.reader.join(timeout=10)  # it ends at the pipe's end: the process is gone
+        if rank.process.stdout is not None:
+            rank.process.stdout.close()
+
+
+def wait_for(what: str, check: Callable[[], Any], seconds: float) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {seconds:.0f} s")
+
+
+def test_the_sender_killed_in_the_middle_of_a_transfer_another_survivor_sends(
+    job: Callable[..., Rank], tmp_path: Path
+) -> None:
+    hold = {"LIVE_HOLD_DIR": str(tmp_path)}
+    a, b, c = job(1, **hold), job(2, **hold), job(3, **hold)
+    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    c.process.kill()
+    job.store.set(f"t/gone/{c.member}", "1")  # type: ignore[attr-defined]  # what c's launcher does
+    wait_for("a and b on their own", lambda: all(r.formed()[-1]["world_size"] == 2 for r in (a, b)), ROUND)
+
+    (tmp_path / "arm").touch()  # the next sender stops in the middle of its transfer
+    d = job(4, **hold)
+    sender_pid = int(wait_for("a sender", lambda: (tmp_path / "sending").exists() and
+                              (tmp_path / "sending").read_text(), START))  # fmt: skip
+    sender, other = (a, b) if sender_pid == a.process.pid else (b, a)
+    os.kill(sender_pid, signal.SIGKILL)
+    job.store.set(f"t/gone/{sender.member}", "1")  # type: ignore[attr-defined]
+
+    got = wait_for("d's state", lambda: next((f for f in d.formed() if f["origin"] == "peer"), None), ROUND)
+    assert got["source"] == other.member  # the transfer restarted from the other survivor, and says so
+    assert got["world_size"] == 2
+    assert [f["origin"] for f in other.formed()[1:]] == ["live"] * (len(other.formed()) - 1)
+    assert other.process.poll() is None  # the survivor kept its process through both
+    check = wait_for("a step of both after", lambda: _common_step(other, d, after=got["step"] + 2), ROUND)
+    assert check[0] == check[1]  # the same parameters: d trains from other's state
+
+
+def test_two_ranks_killed_at_once_the_last_goes_on_alone(job: Callable[..., Rank]) -> None:
+    a, b, c = job(1), job(2), job(3)
+    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    reached = a.steps()[-1]["step"]
+    for rank in (b, c):
+        rank.process.kill()
+        job.store.set(f"t/gone/{rank.member}", "1")  # type: ignore[attr-defined]
+    alone = wait_for("a alone", lambda: next((f for f in a.formed() if f["world_size"] == 1), None), ROUND)
+    assert alone["origin"] == "live"
+    assert alone["step"] >= reached  # no step lost
+    wait_for("a's steps alone", lambda: any(s["world"] == 1 for s in a.steps()), ROUND)
+    assert a.process.poll() is None
+
+
+def _common_step(x: Rank, y: Rank, after: int) -> tuple[float, float] | None:
+    sums = {s["step"]: s["sum"] for s in x.steps() if s["step"] > after}
+    for s in y.steps():
+        if s["step"] in sums:
+            return sums[s["step"]], s["sum"]
+    return None
