@@ -166,6 +166,13 @@ def main_live(args: argparse.Namespace) -> None:
             f"[digits] rank {rank}/{size}: round {formed.round} at step {live.step} ({formed.origin})",
             flush=True,
         )
+        try:
+            train_round(live, events)
+        finally:  # a fault ends the round: its rank 0 may be another process next time
+            events.close()
+
+    def train_round(live: trainguard.Live, events: Events) -> None:
+        rank, size = live.rank, live.world_size
         model_ddp = DistributedDataParallel(model, init_sync=False)
         sampler.set_world(rank, size)
         loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
@@ -205,7 +212,6 @@ def main_live(args: argparse.Namespace) -> None:
         print(
             f"[digits] rank {rank}/{size}: done at step {live.step}, test accuracy {result:.4f}", flush=True
         )
-        events.close()
 
     live.run(train)
 

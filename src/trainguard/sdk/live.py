@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,8 @@ ENV_TIMEOUT = "TRAINGUARD_LIVE_TIMEOUT"
 ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
 #: A directory where the live launcher looks for ``<pid>``: this worker formed a round (it uses ``Live``).
 ENV_MARK = "TRAINGUARD_LIVE_MARK"
+#: ``1``: each step of forming a round is printed to stderr with the time (what a stalled round waited for).
+ENV_TRACE = "TRAINGUARD_LIVE_TRACE"
 #: The pod's agent's file of worker events (``trainguard.workerevents``), where each formation is told.
 ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
 #: A member that fails this many formations in a row, with no step completed between, gives up (raises).
@@ -157,8 +160,8 @@ class Live:
         self._failed_in_a_row = 0
         self._group_sockets: dict[int, str] = {}
         self._broken = threading.Event()
-        #: What holds the previous round's groups (errors and their frames, the groups): freed once the next
-        #: round has formed.
+        #: What holds the previous rounds' groups (errors and their frames, the groups): freed once a round
+        #: has completed a step.
         self._graveyard: list[Any] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -180,6 +183,8 @@ class Live:
         self.step += 1
         self._state_step = self.step
         self._failed_in_a_row = 0
+        if self._graveyard:  # a whole step of the new round done: the old groups' threads are long idle
+            self._graveyard.clear()
 
     @property
     def origin(self) -> str | None:
@@ -201,8 +206,10 @@ class Live:
                 # the sender lost in the middle of a state transfer): the next round, where another member
                 # sends the state, or the restore. The round's connections shut down now: every operation
                 # still queued fails at once, not at its timeout. The error (its frames hold the round's DDP)
-                # is kept until the next round has formed: freeing a gloo group while its threads still
-                # finish an operation deadlocks (its destructor joins them holding the GIL they need).
+                # is kept until the next round has completed a step: freeing a gloo group while its threads
+                # still finish an operation deadlocks (its destructor joins them holding the GIL they need),
+                # and a round's forming can be quicker than they are on a busy machine.
+                self._trace(f"round {self.round} failed: {_cause(error)}")
                 self._abort()
                 self._graveyard.append(error)
                 self._failed_in_a_row += 1
@@ -235,7 +242,9 @@ class Live:
         latest = self._latest()
         n = max(self.round, latest) + 1
         while True:
+            self._trace(f"arriving in round {n} at step {held}")
             formed = self._join(n, held)
+            self._trace(f"round {n} closed: {formed}")
             if formed is not None:
                 break
             n += 1
@@ -245,13 +254,14 @@ class Live:
             len(formed.members),
         )
         self._make_group(formed)
+        self._trace(f"round {formed.round}: group made, rank {self.rank} of {self.world_size}")
         moved = time.monotonic()
         origin, sent = self._settle_state(formed)
+        self._trace(f"round {formed.round}: state {origin}, {sent} bytes")
         if formed.step >= 0:
             self.step = formed.step
         self._state_step = self.step
         self._zero_grads()
-        self._graveyard.clear()
         now = time.monotonic()
         self.formations.append(
             Formation(
@@ -315,7 +325,10 @@ class Live:
             absent = {
                 m
                 for m in _rounds.awaited(previous, arrivals, set())
-                if late or client.check([self._key(f"gone/{m}")]) or staleness.stale(m, self._beat(m), now)
+                if late
+                or _ended_here(m)
+                or client.check([self._key(f"gone/{m}")])
+                or staleness.stale(m, self._beat(m), now)
             }
             decided = _rounds.close(n, previous, arrivals, absent, minimum)
             if decided is not None:
@@ -446,11 +459,16 @@ class Live:
                 ):
                     self._abort()
 
+    def _trace(self, what: str) -> None:
+        if os.environ.get(ENV_TRACE) == "1":
+            print(f"[trainguard live {time.time():.3f} {self.member}] {what}", file=sys.stderr, flush=True)
+
     def _abort(self) -> None:
         """Ends the round's group at once: its connections shut down, so the collective waiting fails."""
         with self._lock:
             self._broken.set()
-            _sockets.shut_down(self._group_sockets)
+            shut = _sockets.shut_down(self._group_sockets)
+        self._trace(f"round {self.round} aborted: {shut} connections shut down")
 
     # -- helpers ------------------------------------------------------------------------------------------
 
@@ -495,6 +513,13 @@ class Live:
                 for parameter in obj.parameters():
                     return parameter.device
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+
+
+def _ended_here(member: str) -> bool:
+    """A member on this host (the same host name and so the same processes: the local runtime's pods) whose
+    process is gone: absent at once, with no wait for its beats to go stale."""
+    host, _, pid = member.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
 
 
 def _cause(error: BaseException) -> str:

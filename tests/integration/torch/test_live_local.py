@@ -20,9 +20,12 @@ def _pids(session: Session, job: str, pods: list[str]) -> dict[str, list[int]]:
 
 
 def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session: Session) -> None:
-    job = session.submit(
-        digits_job("digits-live", session.root, epochs=8, step_delay=0.05, checkpoint_every=10, live=True)
-    )
+    spec = digits_job("digits-live", session.root, epochs=8, step_delay=0.05, checkpoint_every=10, live=True)
+    # Each step of forming a round in the pods' logs: what a round that stalled waited for.
+    spec["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "TRAINGUARD_LIVE_TRACE", "value": "1"}
+    ]
+    job = session.submit(spec)
     wait_step(session, job, 15)
     pods = ["digits-live-worker-0", "digits-live-worker-1", "digits-live-worker-2"]
     before = _pids(session, job, pods)
