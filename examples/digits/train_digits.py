@@ -81,6 +81,28 @@ def accuracy(model: torch.nn.Module, data: TensorDataset) -> float:
         return float((model(features).argmax(dim=1) == labels).float().mean())
 
 
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    sampler: trainguard.ElasticSampler,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    size: int,
+    args: argparse.Namespace,
+    epoch: int,
+) -> torch.Tensor:
+    """One step of the whole job: the learning rate of its progress, the update, the sampler advanced."""
+    progress = (epoch + sampler.consumed / sampler.dataset_len) / args.epochs
+    for group in optimizer.param_groups:  # cosine decay: the same at any world size
+        group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
+    loss = torch.nn.functional.cross_entropy(model(features), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    sampler.advance(len(labels) * size)
+    return loss
+
+
 class Events:
     """Rank 0's JSON-lines log of progress (``--events``); does nothing on other ranks or without a file."""
 
@@ -180,14 +202,7 @@ def main_live(args: argparse.Namespace) -> None:
             sampler.set_epoch(epoch)
             with model_ddp.join():
                 for features, labels in loader:
-                    progress = (epoch + sampler.consumed / len(train_set)) / args.epochs
-                    for group in optimizer.param_groups:
-                        group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
-                    loss = torch.nn.functional.cross_entropy(model_ddp(features), labels)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    sampler.advance(len(labels) * size)
+                    loss = train_step(model_ddp, optimizer, sampler, features, labels, size, args, epoch)
                     live.advance()
                     trainguard.heartbeat(step=live.step, loss=loss.item())
                     events(
@@ -278,14 +293,7 @@ def main() -> None:
         with model.join():
             for features, labels in loader:
                 with checkpointer.defer_sigterm():
-                    progress = (epoch + sampler.consumed / len(train_set)) / args.epochs
-                    for group in optimizer.param_groups:  # cosine decay: the same at any world size
-                        group["lr"] = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
-                    loss = torch.nn.functional.cross_entropy(model(features), labels)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    sampler.advance(len(labels) * size)
+                    loss = train_step(model, optimizer, sampler, features, labels, size, args, epoch)
                     step += 1
                 trainguard.heartbeat(step=step, loss=loss.item())
                 events("step", step=step, epoch=epoch, loss=round(loss.item(), 5), world=size)
