@@ -26,6 +26,14 @@ lost pod. So ``QUIET_SECONDS`` after the release, the connections to peers that 
 for that long (``TCP_INFO``'s last data sent and received) are shut down too: the previous round's, blocked
 or leaked. The next round's, which train, are left alone, and so are ssh's (they carry horovodrun's workers).
 
+A lost address stays held for ``HOLD_SECONDS`` after its release (``Held``): a connection attempt to it that
+is still unanswered after ``UNANSWERED_SECONDS`` is shut down too. A host that is there answers a SYN in
+milliseconds; one that vanished with its node leaves ``connect`` waiting for TCP's SYN retries (76 s measured
+on the test cluster), and horovodrun's driver makes such a call while it holds the lock its elastic reset
+needs: it tells the round's coordinator (rank 0, the oldest host, often on the lost node) that the host list
+changed when the discovery drops the lost hosts, and the survivors' next round waits for that call. A new
+pod that gets a held address answers its peers at once, so its connections are never touched.
+
 The file holds one line, ``<token> <address>[,<address>...] [<peer>[,<peer>...]]``: the token names the loss
 (no spaces; a new token is a new loss), the addresses are IPv4 or IPv6. The token present when the agent
 starts is old news.
@@ -40,6 +48,7 @@ import errno
 import ipaddress
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +63,14 @@ _NOT_CONNECTED = {"0A", "07"}
 _MAX_TEXT = 4096
 #: How long a connection to a surviving peer must have carried nothing to be the previous round's.
 QUIET_SECONDS = 5.0
+#: How long after its release a lost address is held: connection attempts to it that go unanswered are shut
+#: down. Long enough for the launcher to see the discovery drop the lost hosts (kubelet refreshes a ConfigMap
+#: volume on its periodic sync of the pod, every minute by default) and its driver to tell the coordinator.
+HOLD_SECONDS = 120.0
+#: A connection attempt to a held address still unanswered this long is to a host that is not there.
+UNANSWERED_SECONDS = 1.0
+#: TCP states in /proc/net/tcp: a connection attempt (SYN sent, no answer yet).
+_SYN_SENT = "02"
 
 
 @dataclass(frozen=True)
@@ -128,8 +145,11 @@ def _remote_hex(address: str) -> set[str]:
     return forms
 
 
-def socket_inodes(addresses: tuple[str, ...], proc: str = "/proc") -> set[int]:
-    """The inodes of this network namespace's TCP sockets connected to any of ``addresses``."""
+def socket_inodes(
+    addresses: tuple[str, ...], proc: str = "/proc", states: frozenset[str] | None = None
+) -> set[int]:
+    """The inodes of this network namespace's TCP sockets connected to any of ``addresses`` (those in one of
+    ``states`` only, as /proc/net/tcp writes them, where given)."""
     wanted: set[str] = set()
     for address in addresses:
         wanted |= _remote_hex(address)
@@ -141,6 +161,8 @@ def socket_inodes(addresses: tuple[str, ...], proc: str = "/proc") -> set[int]:
                 for line in file:
                     fields = line.split()
                     if len(fields) < 10 or fields[3] in _NOT_CONNECTED:
+                        continue
+                    if states is not None and fields[3] not in states:
                         continue
                     remote = fields[2].rsplit(":", 1)[0]
                     if remote in wanted and fields[9].isdigit() and fields[9] != "0":
@@ -202,9 +224,22 @@ def release_connections(
 ) -> Released:
     """Shut down every socket of this namespace's processes connected to ``addresses``; and those connected to
     ``peers`` (but ssh's) that carried no data either way for ``quiet`` seconds (see the docstring)."""
-    done = Released()
     inodes = socket_inodes(addresses, proc)
     peer_inodes = socket_inodes(peers, proc) if peers else set()
+
+    def wanted(sock: socket.socket, inode: int) -> bool:
+        # A peer's connection in use is kept: the next round's, or one that is fine.
+        return inode in inodes or _idle_seconds(sock) >= quiet
+
+    return _shut_down(inodes, peer_inodes, proc, wanted)
+
+
+def _shut_down(
+    inodes: set[int], peer_inodes: set[int], proc: str, wanted: Callable[[socket.socket, int], bool]
+) -> Released:
+    """Shut down the sockets ``inodes`` of this namespace's processes, and ``peer_inodes`` (but ssh's), each
+    that ``wanted`` (given the socket and its inode) says."""
+    done = Released()
     if not inodes and not peer_inodes:
         return done
     refusals: set[str] = set()
@@ -225,8 +260,8 @@ def release_connections(
                     continue
                 sock = socket.socket(fileno=copy)
                 try:
-                    if inode not in inodes and _idle_seconds(sock) < quiet:
-                        continue  # a peer's connection in use: the next round's, or one that is fine
+                    if not wanted(sock, inode):
+                        continue
                     sock.shutdown(socket.SHUT_RDWR)
                     done.sockets[pid] = done.sockets.get(pid, 0) + 1
                 except OSError as error:
@@ -240,9 +275,53 @@ def release_connections(
     return done
 
 
+class Held:
+    """The lost addresses released within ``HOLD_SECONDS``, and the connection attempts to them seen so far:
+    one still unanswered ``UNANSWERED_SECONDS`` after it was first seen is shut down (see the docstring)."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self._proc = proc
+        #: Address -> until when it is held.
+        self._until: dict[str, float] = {}
+        #: A connection attempt's socket inode -> when it was first seen.
+        self._attempts: dict[int, float] = {}
+
+    def hold(self, addresses: tuple[str, ...], now: float) -> None:
+        for address in addresses:
+            self._until[address] = now + HOLD_SECONDS
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return tuple(self._until)
+
+    def unanswered(self, now: float) -> set[int]:
+        """The attempts to held addresses unanswered for ``UNANSWERED_SECONDS`` (seen since at least that
+        long); forgets addresses held long enough."""
+        self._until = {address: until for address, until in self._until.items() if until > now}
+        pending = socket_inodes(self.addresses, self._proc, frozenset({_SYN_SENT})) if self._until else set()
+        self._attempts = {inode: self._attempts.get(inode, now) for inode in pending}
+        return {inode for inode, seen in self._attempts.items() if now - seen >= UNANSWERED_SECONDS}
+
+    def release(self, now: float) -> Released:
+        """Shut down the attempts ``unanswered`` says (those still attempts: answered meanwhile, one is left
+        alone); a connect blocked on one fails at once (connection reset)."""
+        return _shut_down(
+            self.unanswered(now), set(), self._proc, lambda sock, _: _tcp_state(sock) == _SYN_SENT
+        )
+
+
 #: ``struct tcp_info``: ``tcpi_last_data_sent`` and ``tcpi_last_data_recv`` (milliseconds ago) are at these
 #: offsets on every Linux since 2.6.
 _LAST_DATA_SENT, _LAST_DATA_RECV = 44, 52
+
+
+def _tcp_state(sock: socket.socket) -> str:
+    """The connection's state as /proc/net/tcp writes it ("01" established, "02" SYN sent...); "" if unknown."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    except (OSError, AttributeError):
+        return ""
+    return f"{info[0]:02X}" if info else ""
 
 
 def _idle_seconds(sock: socket.socket) -> float:

@@ -30,7 +30,14 @@ from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observatio
 from trainguard.agent.gpu import GpuSample, Nvml, NvmlUnavailable
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.nudge import Nudge, NudgeWatch, kill_workers_older_than
-from trainguard.agent.release import QUIET_SECONDS, Release, Released, ReleaseWatch, release_connections
+from trainguard.agent.release import (
+    QUIET_SECONDS,
+    Held,
+    Release,
+    Released,
+    ReleaseWatch,
+    release_connections,
+)
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
 from trainguard.hangsignal import HangSignal
@@ -91,6 +98,11 @@ class Agent:
         self._last_progress: tuple[float, object] | None = None
         self._nudges: NudgeWatch | None = None
         self._releases: ReleaseWatch | None = None
+        #: The lost addresses released lately: their unanswered connection attempts are shut down too.
+        self._held = Held()
+        #: The last release's token (what the held addresses' reports name), and the refusals said already.
+        self._held_token = ""
+        self._held_refusals: set[str] = set()
         self._worker_events: WorkerEventReader | None = None
         #: Workers SIGKILLed for a nudge: their ends are no fault of theirs.
         self._nudged: set[int] = set()
@@ -225,6 +237,8 @@ class Agent:
                 release = self._releases.poll()
                 if release is not None:
                     self._release(reporter, release)
+                if self._held.addresses:
+                    self._release_attempts(reporter, now)
             if self._worker_events is not None:
                 for record in self._worker_events.read():
                     if record["event"] == FAILED:
@@ -325,34 +339,58 @@ class Agent:
         """The lost pod's connections now; the peers' quiet ones ``QUIET_SECONDS`` later, in a thread of
         their own so that supervision goes on meanwhile."""
         done = release_connections(release.addresses)
-        self._released(reporter, release, release.addresses, done)
+        self._released(reporter, release.token, release.addresses, done)
+        self._held.hold(release.addresses, self._clock())
+        self._held_token = release.token
         if release.peers:
 
             def later() -> None:
                 time.sleep(QUIET_SECONDS)
                 quiet = release_connections((), release.peers, quiet=QUIET_SECONDS)
-                self._released(reporter, release, release.peers, quiet)
+                self._released(reporter, release.token, release.peers, quiet)
 
             threading.Thread(target=later, name="trainguard-release", daemon=True).start()
 
-    def _released(self, reporter: Reporter, release: Release, to: tuple[str, ...], done: Released) -> None:
+    def _release_attempts(self, reporter: Reporter, now: float) -> None:
+        """The held addresses' connection attempts that go unanswered (``trainguard.agent.release.Held``);
+        said only when some were shut down, or for a refusal not said before."""
+        held = self._held.addresses
+        done = self._held.release(now)
+        refused = [reason for reason in done.refused if reason not in self._held_refusals]
+        self._held_refusals.update(refused)
+        if done.count or refused:
+            done.refused = refused
+            self._released(reporter, self._held_token, held, done, attempts=True)
+
+    def _released(
+        self,
+        reporter: Reporter,
+        token: str,
+        to: tuple[str, ...],
+        done: Released,
+        *,
+        attempts: bool = False,
+    ) -> None:
+        """Report and say what a release did (``attempts``: to the held addresses' connection attempts)."""
         reporter.event(
             "released",
             pid=None,
             attempt=self._attempt,
-            token=release.token,
+            token=token,
             addresses=list(to),
             sockets=done.count,
             refused=done.refused,
+            **({"attempts": True} if attempts else {}),
         )
         where = ", ".join(to)
+        what = "unanswered connection attempt(s)" if attempts else "connection(s)"
         if done.count:
             pids = ", ".join(f"{pid} ({n})" for pid, n in sorted(done.sockets.items()))
-            self._say(f"release {release.token}: shut down {done.count} connection(s) to {where}, of {pids}")
+            self._say(f"release {token}: shut down {done.count} {what} to {where}, of {pids}")
         else:
-            self._say(f"release {release.token}: no connection to {where} to shut down")
+            self._say(f"release {token}: no connection to {where} to shut down")
         if done.refused:
-            self._say(f"release {release.token}: some could not be shut down: {'; '.join(done.refused)}")
+            self._say(f"release {token}: some could not be shut down: {'; '.join(done.refused)}")
 
     def _on_hang(self, reporter: Reporter, pid: int, hang: Hang, allowed: bool) -> None:
         reporter.event(

@@ -1,9 +1,11 @@
 """The agent's release of a lost peer (``trainguard.agent.release``), on real sockets and processes: the
 connections of other processes to the lost address are shut down (a blocked read returns at once), every
-other connection stays as it was, and through the agent itself a token in its release file does it once."""
+other connection stays as it was, and through the agent itself a token in its release file does it once;
+a connection attempt to the lost address made after its release that goes unanswered is shut down too."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from trainguard.agent.release import (
+    UNANSWERED_SECONDS,
+    Held,
     format_release,
     parse_release,
     release_connections,
@@ -44,6 +48,34 @@ def _listener(address: str) -> socket.socket:
     server.bind((address, 0))
     server.listen(1)
     return server
+
+
+#: Connects to argv[1]:argv[2] and says how that ended, and after how long.
+_CONNECT = """
+import socket, sys, time
+started = time.monotonic()
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])))
+    print("connected", flush=True)
+except OSError as error:
+    print(f"{type(error).__name__} after {time.monotonic() - started:.2f}", flush=True)
+"""
+
+
+@contextlib.contextmanager
+def _unanswering(address: str) -> Iterator[int]:
+    """A port at ``address`` that answers no SYN, as a vanished host: a listener whose accept queue is full
+    (Linux drops the SYNs it cannot queue, and the connecting side retries them)."""
+    server = socket.socket()
+    server.bind((address, 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    filler = socket.create_connection((address, port))  # the one connection the queue holds, never accepted
+    try:
+        yield port
+    finally:
+        filler.close()
+        server.close()
 
 
 @pytest.fixture
@@ -177,3 +209,95 @@ def test_the_agent_releases_once_per_token_and_reports_it(tmp_path: Path) -> Non
             agent.stdout.close()
         lost.close()
         kept.close()
+
+
+def _syn_sent(address: str) -> bool:
+    return bool(socket_inodes((address,), states=frozenset({"02"})))
+
+
+def test_an_unanswered_attempt_to_a_held_address_is_shut_down_and_nothing_else(
+    peer: tuple[subprocess.Popen[str], socket.socket, socket.socket],
+) -> None:
+    """Held, the lost address's connection attempts that go unanswered are shut down (the connect fails at
+    once); an established connection to it (a new pod that got the address) and an attempt to another
+    address are left alone."""
+    process, lost_end, _ = peer
+    with _unanswering(LOST) as lost_port, _unanswering(KEPT) as kept_port:
+        attempts = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CONNECT, address, str(port)], stdout=subprocess.PIPE, text=True
+            )
+            for address, port in ((LOST, lost_port), (KEPT, kept_port))
+        ]
+        try:
+            deadline = time.monotonic() + 10
+            while not (_syn_sent(LOST) and _syn_sent(KEPT)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            held = Held()
+            held.hold((LOST,), 0.0)
+            assert held.release(0.0).count == 0  # just seen: it may be answered yet
+            done = held.release(UNANSWERED_SECONDS)
+            assert (done.sockets, done.refused) == ({attempts[0].pid: 1}, [])
+            assert attempts[0].stdout is not None
+            assert attempts[0].stdout.readline().strip().startswith("ConnectionResetError after ")
+            assert attempts[1].poll() is None  # another address: still trying
+            assert _syn_sent(KEPT)
+            assert process.poll() is None  # the established connection to LOST: untouched
+            lost_end.sendall(b"x")
+            assert process.stdout is not None
+            assert process.stdout.readline().strip().startswith("lost returned b'x'")
+        finally:
+            for attempt in attempts:
+                attempt.kill()
+                attempt.wait(10)
+                if attempt.stdout is not None:
+                    attempt.stdout.close()
+
+
+def test_the_agent_shuts_down_the_attempts_made_after_a_release(tmp_path: Path) -> None:
+    """As horovodrun's driver does after a host's loss: it connects to the lost host (its coordinator) after
+    the release, and would wait for TCP's SYN retries; the agent ends that attempt within seconds."""
+    release_file = tmp_path / "release"
+    report = tmp_path / "report.jsonl"
+    go = tmp_path / "go"
+    with _unanswering(LOST) as port:
+        script = f"import os, time\nprint('ready', flush=True)\nwhile not os.path.exists({str(go)!r}):\n"
+        script += "    time.sleep(0.05)\n" + _CONNECT
+        argv = [
+            sys.executable,
+            "-m",
+            "trainguard.agent",
+            "--report",
+            str(report),
+            "--release-file",
+            str(release_file),
+        ]
+        agent = subprocess.Popen(
+            [*argv, "--", sys.executable, "-c", script, LOST, str(port)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert agent.stdout is not None
+            assert agent.stdout.readline().strip() == "ready"  # the agent read the file before it started it
+            release_file.write_text(format_release("trainer-1#3", (LOST,)))
+            deadline = time.monotonic() + 10
+            while (
+                "released" not in (report.read_text() if report.exists() else "")
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            go.touch()  # the connect starts after the release, which found nothing to shut down
+            line = agent.stdout.readline().strip()
+            assert line.startswith("ConnectionResetError after "), line
+            assert float(line.rsplit(" ", 1)[1]) < 5  # not TCP's SYN retries (over two minutes)
+            assert agent.wait(30) == 0
+            events = [json.loads(line) for line in report.read_text().splitlines()]
+            released = [e for e in events if e["event"] == "released"]
+            # The release itself (which shuts down this test's own connection filling the queue: the agent
+            # sees every process of its network namespace), then the attempt.
+            assert [e.get("attempts", False) for e in released] == [False, True]
+            assert (released[1]["token"], released[1]["sockets"]) == ("trainer-1#3", 1)
+        finally:
+            agent.kill()
+            agent.wait(10)
+            if agent.stdout is not None:
+                agent.stdout.close()
