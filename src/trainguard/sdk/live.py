@@ -541,7 +541,3 @@ def _default_store() -> str:
         f"live mode: no store to form rounds on; set {ENV_STORE}=host:port (trainguard sets "
         f"{ENV_RDZV_ENDPOINT} for its jobs)"
     )
-
-
-def formations_json(live: Live) -> str:
-    return json.dumps([f.as_dict() for f in live.formations])

@@ -15,8 +15,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 TARGET_ACCURACY = 0.95
 
 
-def _pids(session: Session, job: str, pods: list[str]) -> dict[str, list[int]]:
-    return {pod: sorted(p.pid for p in workers_of(session, job, pod)) for pod in pods}
+def _resize(session: Session, job: str, world: int) -> float:
+    """Scale to ``world`` workers: training goes on at that size with no step lost. Returns when it was asked."""
+    asked = time.time()
+    session.scale(job, "worker", world)
+    wait_world(session, job, world, after=asked)
+    resized = recovery(session.run(job).events(), asked, world=world)
+    assert resized is not None
+    assert resized.steps_lost == 0, resized
+    print(f"\nlive: scale to {world}: {resized}")
+    return asked
+
+
+def _kept(session: Session, job: str, before: dict[str, tuple[int, ...]], pods: list[str]) -> bool:
+    """Each of ``pods`` runs the very training processes it ran before."""
+    now = session.worker_pids(job)
+    return all(now.get(pod) == before[pod] for pod in pods)
 
 
 def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session: Session) -> None:
@@ -27,8 +41,7 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     ]
     job = session.submit(spec)
     wait_step(session, job, 15)
-    pods = ["digits-live-worker-0", "digits-live-worker-1", "digits-live-worker-2"]
-    before = _pids(session, job, pods)
+    before = session.worker_pids(job)
 
     # 1. A worker killed: the launcher restarts it alone; the two others go on in their processes.
     (victim,) = workers_of(session, job, "digits-live-worker-2")
@@ -42,27 +55,13 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     assert back.steps_lost == 0, back
     wait_world(session, job, 3, after=killed_at)  # the replacement joined, from a survivor's state
     survivors = ["digits-live-worker-0", "digits-live-worker-1"]
-    assert _pids(session, job, survivors) == {pod: before[pod] for pod in survivors}
+    assert _kept(session, job, before, survivors)
 
-    # 2. Scale out to 4: the newcomer joins; nobody restarts.
-    grow_at = time.time()
-    session.scale(job, "worker", 4)
-    wait_world(session, job, 4, after=grow_at)
-    grown = recovery(session.run(job).events(), grow_at, world=4)
-    assert grown is not None
-    assert grown.steps_lost == 0, grown
-    assert _pids(session, job, survivors) == {pod: before[pod] for pod in survivors}
-
-    # 3. Scale in to 2: the two removed leave, the two kept go on.
-    shrink_at = time.time()
-    session.scale(job, "worker", 2)
-    wait_world(session, job, 2, after=shrink_at)
-    shrunk = recovery(session.run(job).events(), shrink_at, world=2)
-    assert shrunk is not None
-    assert shrunk.steps_lost == 0, shrunk
-    assert _pids(session, job, survivors) == {pod: before[pod] for pod in survivors}
-
-    print(f"\nlive: kill {back}\nscale-out {grown}\nscale-in {shrunk}")
+    # 2. Scale out to 4: the newcomer joins; nobody restarts. 3. Scale in to 2: the two kept go on.
+    grow_at = _resize(session, job, 4)
+    assert _kept(session, job, before, survivors)
+    shrink_at = _resize(session, job, 2)
+    assert _kept(session, job, before, survivors)
     done = wait_done(session, job)
     assert done.fields["accuracy"] >= TARGET_ACCURACY
     starts = [e for e in session.run(job).events() if e.event == "start" and e.t > killed_at]
