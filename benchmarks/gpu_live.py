@@ -20,6 +20,10 @@ Scenes, in order:
    bound (``--timeout``) + 2 s. It is then continued and rejoins.
 4. ``restart``: the baseline. Every rank killed and started again, as torchrun restarts all workers on any
    fault: from the kill to the new world's first step (its state not even loaded).
+5. ``nccl`` (on a GPU): live mode on NCCL, one rank (NCCL refuses a second on the same GPU): a round's
+   communicator aborted from the watchdog's side while a step is due, the next collective fails, the next
+   round forms on a new communicator and trains on. What it shows: the abort path works on a real NCCL
+   communicator; not a peer's hang, which needs two GPUs.
 
 The last line is one JSON object with every figure; ``--keep`` writes it under benchmarks/results too.
 """
@@ -94,6 +98,43 @@ def rank_main(args: argparse.Namespace) -> None:
                 time.sleep(args.step_delay)
 
     live.run(train)
+
+
+def nccl_main(args: argparse.Namespace) -> None:
+    """One rank in live mode on NCCL: round 1 aborted by the watchdog's path, round 2 trains on."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    from trainguard.sdk.live import Live
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    model = torch.nn.Linear(64, 64).to(args.device)
+    live = Live({"model": model}, store=f"127.0.0.1:{port}", size=1, backend="nccl", timeout=args.timeout)
+    seen: dict[str, Any] = {"errors": []}
+
+    def train(live: Live) -> None:
+        for step in live.steps(6):
+            value = torch.ones(4, device=args.device)
+            if live.round == 1 and step == 2:
+                aborter = threading.Thread(target=live._abort)  # what the watchdog does
+                aborter.start()
+                aborter.join()
+                seen["aborted_at"] = time.time()
+            dist.all_reduce(value)
+            torch.cuda.synchronize()
+            seen[f"round{live.round}_step{step}"] = float(value[0])
+
+    try:
+        live.run(train)
+    except Exception as error:  # reported, not raised: the scene says what failed
+        seen["error"] = f"{type(error).__name__}: {error}"
+    seen["rounds"] = [f.as_dict() for f in live.formations]
+    emit("nccl", **seen)
+    del server
 
 
 def shape(params: float) -> tuple[int, int]:
@@ -331,6 +372,28 @@ def scene_restart(args: argparse.Namespace, agents: Agents, budget: float) -> di
     return {"restart_all_to_first_step_s": round(back, 2)}
 
 
+def scene_nccl(args: argparse.Namespace) -> dict[str, Any]:
+    """Live mode on NCCL, one rank: its communicator aborted, the next round formed on a new one."""
+    command = [sys.executable, str(HERE), "--nccl-worker", "--device", args.device, "--timeout", "30"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.budget)
+    except subprocess.TimeoutExpired as hung:
+        return {"ok": False, "hung_s": args.budget, "stderr": str(hung.stderr or "")[-2000:]}
+    found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"event": "nccl"')]
+    if not found:
+        return {"ok": False, "exit_code": done.returncode, "stderr": done.stderr[-2000:]}
+    seen = found[0]
+    rounds = seen.get("rounds", [])
+    return {
+        "ok": done.returncode == 0 and len(rounds) == 2 and "round2_step5" in seen,
+        "rounds": len(rounds),
+        "cause": rounds[1]["cause"] if len(rounds) > 1 else None,
+        "back_after_abort_s": round(rounds[1]["at"] - seen["aborted_at"], 3) if len(rounds) > 1 else None,
+        "exit_code": done.returncode,
+        "error": seen.get("error"),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -345,9 +408,13 @@ def main() -> int:
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--budget", type=float, default=120.0, help="the longest wait for one thing, s")
     parser.add_argument("--keep", action="store_true", help="write the JSON under benchmarks/results")
+    parser.add_argument("--nccl-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         rank_main(args)
+        return 0
+    if args.nccl_worker:
+        nccl_main(args)
         return 0
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
@@ -360,6 +427,7 @@ def main() -> int:
     try:
         live = scene_live(args, agents, args.budget)
         restart = scene_restart(args, agents, args.budget)
+        nccl = scene_nccl(args) if args.device.startswith("cuda") else None
     except TimeoutError:
         for rank in agents.ranks:
             sys.stderr.write(f"rank {rank.process.pid}: {rank.events[-2:]}\n")
@@ -378,6 +446,7 @@ def main() -> int:
         "live": live,
         "baseline": restart,
         "kill_pause_over_restart": round(pause / restart["restart_all_to_first_step_s"], 4),
+        "nccl": nccl,
         "seconds": round(time.time() - began, 1),
     }
     if args.keep:

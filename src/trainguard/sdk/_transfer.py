@@ -6,16 +6,28 @@ placeholder for each) and the tensors; the skeleton goes through the store, the 
 dtype through a gloo group of the sender and the receivers only, staged in the host's memory (gloo's own path
 for device tensors, here explicit so that it is the same on every torch). The receivers build tensors like
 the sender's on their own device and load them. Nobody else takes part.
+
+The buckets go several at a time: the group has ``STREAMS`` connections per pair, each with a thread of its own
+(gloo's ``devices`` and ``threads`` options), and ``WINDOW`` buckets are in flight, so that copying one bucket
+between the device and the host overlaps sending the others, and one TCP stream's pace is not the bound.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-#: The most bytes of one bucket (one broadcast): bounds the extra memory a transfer takes on each side.
-BUCKET_BYTES = 128 << 20
+#: The most bytes of one bucket (one broadcast).
+BUCKET_BYTES = 32 << 20
+#: Connections (and gloo threads) per pair of the transfer's group: buckets sent side by side.
+STREAMS = 4
+#: Buckets in flight at once: with ``BUCKET_BYTES``, bounds the extra host memory a transfer takes per side.
+WINDOW = 2 * STREAMS
 
 
 @dataclass(frozen=True)
@@ -75,18 +87,19 @@ def placeholders(obj: Any) -> list[Placeholder]:
     return sorted(found, key=lambda p: p.index)
 
 
-def buckets(sizes: list[tuple[int, str, int]], limit: int = BUCKET_BYTES) -> list[list[int]]:
-    """The tensors' indices grouped into buckets: one dtype each, at most ``limit`` bytes unless one tensor
-    alone is larger. ``sizes``: (index, dtype, bytes) in the order of the tensors."""
+def buckets(sizes: list[tuple[int, str, int]], limit: int | None = None) -> list[list[int]]:
+    """The tensors' indices grouped into buckets: one kind each, at most ``limit`` bytes unless one tensor
+    alone is larger (default ``BUCKET_BYTES``). ``sizes``: (index, kind, bytes) in the order of the tensors."""
+    limit = BUCKET_BYTES if limit is None else limit
     open_: dict[str, tuple[list[int], int]] = {}
     done: list[list[int]] = []
-    for index, dtype, nbytes in sizes:
-        members, total = open_.get(dtype, ([], 0))
+    for index, kind, nbytes in sizes:
+        members, total = open_.get(kind, ([], 0))
         if members and total + nbytes > limit:
             done.append(members)
             members, total = [], 0
         members.append(index)
-        open_[dtype] = (members, total + nbytes)
+        open_[kind] = (members, total + nbytes)
     done.extend(members for members, _ in open_.values() if members)
     return sorted(done, key=lambda bucket: bucket[0])
 
@@ -98,12 +111,27 @@ def skeleton_of(state: dict[str, Any]) -> tuple[bytes, list[Any]]:
     return pickle.dumps(skeleton), tensors
 
 
+def group_options(timeout: timedelta, streams: int = STREAMS) -> Any:
+    """Options of a gloo group with ``streams`` connections per pair, each served by its own thread."""
+    import torch.distributed as dist
+
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    device = dist.ProcessGroupGloo.create_default_device()
+    options._devices = [device] * streams
+    options._threads = streams
+    options._timeout = timeout
+    return options
+
+
 def send(group: Any, tensors: list[Any]) -> int:
     """Broadcasts ``tensors`` from rank 0 of ``group`` (a gloo backend). Returns the bytes sent."""
+    sizes = [
+        (i, _kind(str(t.dtype), t.device.type != "cpu"), t.numel() * t.element_size())
+        for i, t in enumerate(tensors)
+    ]
+    flats = (_flat([tensors[i] for i in bucket]) for bucket in buckets(sizes))
     sent = 0
-    for bucket in buckets([(i, str(t.dtype), t.numel() * t.element_size()) for i, t in enumerate(tensors)]):
-        flat = _flat([tensors[i] for i in bucket])
-        _broadcast(group, flat)
+    for flat in _in_flight(group, flats):
         sent += flat.numel() * flat.element_size()
     return sent
 
@@ -116,21 +144,54 @@ def receive(group: Any, body: bytes, device: Any) -> tuple[dict[str, Any], int]:
     skeleton = pickle.loads(body)
     slots = placeholders(skeleton)
     tensors: list[Any] = [None] * len(slots)
-    received = 0
-    sizes = [(p.index, p.dtype, _nbytes(p)) for p in slots]
-    for bucket in buckets(sizes):
-        dtype = _dtype(slots[bucket[0]].dtype)
-        count = sum(_numel(slots[i]) for i in bucket)
-        flat = torch.empty(count, dtype=dtype)
-        _broadcast(group, flat)
-        received += flat.numel() * flat.element_size()
+    planned = buckets([(p.index, _kind(p.dtype, p.on_device), _nbytes(p)) for p in slots])
+
+    def empty(bucket: list[int]) -> Any:
+        return torch.empty(sum(_numel(slots[i]) for i in bucket), dtype=_dtype(slots[bucket[0]].dtype))
+
+    def place(bucket: list[int], flat: Any) -> None:
+        if slots[bucket[0]].on_device:  # one copy to the device, then each tensor its own storage there
+            flat = flat.to(device)
         at = 0
         for i in bucket:
             n = _numel(slots[i])
-            part = flat[at : at + n].view(slots[i].shape)
-            tensors[i] = part.to(device) if slots[i].on_device else part.clone()
+            tensors[i] = flat[at : at + n].view(slots[i].shape).clone()
             at += n
+
+    received = 0
+    filled = _in_flight(group, (empty(bucket) for bucket in planned))
+    for bucket, flat in zip(planned, filled, strict=True):
+        place(bucket, flat)
+        received += flat.numel() * flat.element_size()
     return fill(skeleton, tensors), received
+
+
+def _in_flight(group: Any, flats: Iterator[Any]) -> Iterator[Any]:
+    """Broadcasts each of ``flats`` from rank 0, ``WINDOW`` at a time; yields each once it is done, in order.
+    On an error every broadcast still in flight is waited for (it fails at once once the group's connections
+    are shut down) before the error goes on: none is left running behind the caller."""
+    import torch.distributed as dist
+
+    pending: deque[tuple[Any, Any]] = deque()
+    try:
+        for flat in flats:
+            options = dist.BroadcastOptions()
+            options.rootRank = 0
+            options.rootTensor = 0
+            pending.append((group.broadcast([flat], options), flat))
+            if len(pending) >= WINDOW:
+                work, done = pending.popleft()
+                work.wait()
+                yield done
+        while pending:
+            work, done = pending.popleft()
+            work.wait()
+            yield done
+    except BaseException:
+        for work, _ in pending:
+            with contextlib.suppress(Exception):
+                work.wait()
+        raise
 
 
 def load(state: dict[str, Any], dicts: dict[str, Any]) -> None:
@@ -139,18 +200,17 @@ def load(state: dict[str, Any], dicts: dict[str, Any]) -> None:
 
 
 def _flat(tensors: list[Any]) -> Any:
+    """One bucket's tensors as one flat tensor in the host's memory (joined on their device, copied once)."""
     import torch
 
-    return torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
+    if len({t.device for t in tensors}) > 1:
+        return torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
+    return torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
 
 
-def _broadcast(group: Any, flat: Any) -> None:
-    import torch.distributed as dist
-
-    options = dist.BroadcastOptions()
-    options.rootRank = 0
-    options.rootTensor = 0
-    group.broadcast([flat], options).wait()
+def _kind(dtype: str, on_device: bool) -> str:
+    """What a bucket holds only one of: a dtype, on a device or in the host's memory."""
+    return f"{dtype}/{'device' if on_device else 'host'}"
 
 
 def _numel(p: Placeholder) -> int:

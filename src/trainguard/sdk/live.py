@@ -72,6 +72,9 @@ BEAT_EVERY = 0.25
 #: ...and one that has not for this long is taken for hung (stopped, or a thread holding the interpreter):
 #: the round forms without it. It can come back: it arrives in a later round, as a survivor.
 STALE_AFTER = 1.5
+#: The rounds' process group backends: gloo (CPU, or CUDA tensors staged through the host), NCCL (GPUs). The
+#: state transfer goes over a gloo group of its own either way.
+BACKENDS = ("gloo", "nccl")
 
 
 class LiveError(RuntimeError):
@@ -122,7 +125,10 @@ class Live:
         poll: float = 0.05,
         device: Any = None,
         restore: Callable[[], tuple[int, str] | None] | None = None,
+        backend: str = "gloo",
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"Live(backend={backend!r}): one of {', '.join(BACKENDS)}")
         if not state:
             raise ValueError("Live(state): name at least one object to keep (e.g. {'model': model})")
         for name, obj in state.items():
@@ -141,6 +147,7 @@ class Live:
         self.poll = poll
         self.device = device
         self.restore = restore
+        self.backend = backend
         self.prefix = (
             prefix
             or os.environ.get(ENV_PREFIX)
@@ -373,7 +380,7 @@ class Live:
         self._leave_group()
         before = _sockets.sockets()
         dist.init_process_group(
-            "gloo",
+            self.backend,
             store=dist.PrefixStore(  # type: ignore[attr-defined]
                 self._key(f"r{formed.round}/pg/"), self._client
             ),
@@ -422,7 +429,7 @@ class Live:
             ),
             party.index(self.member),
             len(party),
-            timedelta(seconds=self.timeout),
+            _transfer.group_options(timedelta(seconds=self.timeout)),
         )
         with self._lock:
             self._group_sockets.update(_sockets.opened_since(before))
@@ -438,8 +445,9 @@ class Live:
             _transfer.load(self.state, dicts)
             self.step = int(self._client.get(self._key(f"r{formed.round}/step")))
             return "peer", received
-        finally:
-            del group
+        except BaseException:
+            self._graveyard.append(group)  # freed with the failed round's other groups (see ``run``)
+            raise
 
     # -- the watchdog -------------------------------------------------------------------------------------
 
@@ -464,10 +472,18 @@ class Live:
             print(f"[trainguard live {time.time():.3f} {self.member}] {what}", file=sys.stderr, flush=True)
 
     def _abort(self) -> None:
-        """Ends the round's group at once: its connections shut down, so the collective waiting fails."""
+        """Ends the round's group at once, so the collective waiting fails: gloo's connections shut down (its
+        own abort returns and leaves the wait going on), NCCL's communicators aborted (from this thread, the
+        watchdog's, while the training thread waits)."""
         with self._lock:
             self._broken.set()
             shut = _sockets.shut_down(self._group_sockets)
+            if self.backend == "nccl":
+                import torch.distributed as dist
+
+                with contextlib.suppress(Exception):
+                    if dist.is_initialized():
+                        dist.group.WORLD.abort()  # type: ignore[union-attr]
         self._trace(f"round {self.round} aborted: {shut} connections shut down")
 
     # -- helpers ------------------------------------------------------------------------------------------

@@ -74,3 +74,87 @@ def test_shutting_a_groups_connections_ends_a_blocked_read_and_spares_its_listen
     for s in (client, server, listener):
         s.close()
     assert _sockets.shut_down(owned) == 0  # closed since: nothing left to shut
+
+
+def test_a_state_goes_whole_through_a_transfer_of_many_buckets_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sender and a receiver (two threads, a gloo group of several streams): more buckets than fit in flight,
+    several dtypes, tensors larger than a bucket, an optimizer's host-side scalars; every tensor arrives
+    equal, in a storage of its own."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from trainguard.sdk import _transfer
+
+    monkeypatch.setattr(_transfer, "BUCKET_BYTES", 256)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Linear(30, 5))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 40)).sum().backward()
+    optimizer.step()
+    extra = {"ints": torch.arange(3000, dtype=torch.int64), "half": torch.ones(700, dtype=torch.bfloat16)}
+    state = {"model": model, "optimizer": optimizer, "extra": _Holder(extra)}
+    body, tensors = _transfer.skeleton_of(state)
+    sizes = [
+        (i, _transfer._kind(str(t.dtype), False), t.numel() * t.element_size()) for i, t in enumerate(tensors)
+    ]
+    assert len(_transfer.buckets(sizes)) > _transfer.WINDOW
+    store = dist.HashStore()
+    timeout = datetime.timedelta(seconds=30)
+    results: dict[str, object] = {}
+
+    def side(rank: int) -> None:
+        group = dist.ProcessGroupGloo(store, rank, 2, _transfer.group_options(timeout))
+        if rank == 0:
+            results["sent"] = _transfer.send(group, tensors)
+        else:
+            results["received"] = _transfer.receive(group, body, torch.device("cpu"))
+
+    threads = [threading.Thread(target=side, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    dicts, received = results["received"]  # type: ignore[misc]
+    assert received == results["sent"] == sum(t.numel() * t.element_size() for t in tensors)
+    for name in ("model", "optimizer"):
+        mine = state[name].state_dict()
+        _assert_equal(dicts[name], mine)
+    _assert_equal(dicts["extra"], extra)
+    storages = {t.untyped_storage().data_ptr() for t in _tensors_of(dicts)}
+    assert len(storages) == len(tensors)
+
+
+class _Holder:
+    def __init__(self, tensors: dict) -> None:
+        self.tensors = tensors
+
+    def state_dict(self) -> dict:
+        return self.tensors
+
+
+def _tensors_of(obj: object) -> list:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for value in obj.values() for t in _tensors_of(value)]
+    if isinstance(obj, list | tuple):
+        return [t for value in obj for t in _tensors_of(value)]
+    return []
+
+
+def _assert_equal(got: object, expected: object) -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor)
+        assert got.dtype == expected.dtype and got.shape == expected.shape and torch.equal(got, expected)
+    elif isinstance(expected, dict):
+        assert isinstance(got, dict) and got.keys() == expected.keys()
+        for key in expected:
+            _assert_equal(got[key], expected[key])
+    elif isinstance(expected, list | tuple):
+        assert isinstance(got, list | tuple) and len(got) == len(expected)
+        for a, b in zip(got, expected, strict=True):
+            _assert_equal(a, b)
+    else:
+        assert got == expected
