@@ -25,9 +25,11 @@ START = 2 * (60 + 4 * 30 + 60)
 FIRST_STEPS = 2 * (60 + 30)
 #: A scale to 4: the Scaling condition, the 4th pod started, Horovod's host update at a commit and a reset.
 SCALE = 2 * (10 + 60 + 60)
-#: A trainer force-deleted -> the next Iter line (12.8-13.8 s measured here, released; 59.9 s with stress-ng on
-#: both cores, the survivors' first round cut short by the replacement's; 306-319 s without).
-FORCE_DELETED_LIMIT = 60.0
+#: A trainer force-deleted -> the next Iter line: 12.8-13.8 s measured here on a quiet machine (released;
+#: 306-319 s without), but 59.9 s with stress-ng on both cores and 62.6 s and 78.9 s beside the suite's other
+#: lane: there the survivors' first round after the reset is cut short by the replacement's arrival, and a
+#: second one starts. Doubled, that stays well below Gloo's 300 s, which is what this bound tells apart.
+FORCE_DELETED_LIMIT = 2 * 80.0
 #: Its node lost -> the next Iter line, NotReady after node-monitor-grace-period (20 s here) included: 15.4 s,
 #: 17.6 s and 25.7 s measured here with 3 of the 4 trainers on that node, 30.0 s with stress-ng on both cores
 #: (93.4 s and 187.3 s before the agent held the lost addresses: horovodrun's driver waited on a connect to its

@@ -476,7 +476,8 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         # 1. The training process of worker-2 killed: the launcher restarts it alone; it rejoins from a peer.
         killed_at = time.time()
         reached = max(step for at, step, _ in _steps(trainer, LIVE_JOB) if at <= killed_at)
-        trainer.kubectl("exec", pods[2], "--", "python", "-c", KILL_TRAINING)
+        killed = trainer.kubectl("exec", pods[2], "--", "python", "-c", KILL_TRAINING)
+        assert killed.split() == ["killed", str(before[pods[2]])], (killed, before)
         step_at = wait_for(
             "the survivors' next step",
             lambda: _step_after(trainer, LIVE_JOB, killed_at),
@@ -486,12 +487,22 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         )
         _report("live: a training process killed", killed_at, step_at)
         assert min(step for at, step, _ in _steps(trainer, LIVE_JOB) if at > killed_at) >= reached
-        wait_for("worker-2 back in a world of 3", lambda: _step_after(trainer, LIVE_JOB, killed_at, world=3),
+        # The launcher started a new training process in the same container; it formed a round.
+        wait_for("worker-2's new training process in a round", lambda: _training_pid(trainer, pods[2]) != before[pods[2]],
+                 300, every=2, explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
+        rejoined = time.time()
+        wait_for("worker-2 back in a world of 3", lambda: _step_after(trainer, LIVE_JOB, rejoined, world=3),
                  300, every=2, explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
         assert {pod: _training_pid(trainer, pod) for pod in pods[:2]} == {
             pod: before[pod] for pod in pods[:2]
-        }
-        assert _training_pid(trainer, pods[2]) != before[pods[2]]
+        }, _explain(trainer, LIVE_JOB)
+        in_place = [
+            c.get("restartCount", 0) for c in trainer.pod(pods[2])["status"].get("containerStatuses") or []
+        ]
+        assert in_place == [0], (
+            in_place,
+            _explain(trainer, LIVE_JOB),
+        )  # not the container: the process alone
 
         # 2. kubectl scale 3 -> 2: worker-2 leaves, worker-0 and worker-1 go on in their processes.
         scaled_at = time.time()

@@ -65,7 +65,9 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     done = wait_done(session, job)
     assert done.fields["accuracy"] >= TARGET_ACCURACY
     starts = [e for e in session.run(job).events() if e.event == "start" and e.t > killed_at]
-    assert {e.fields["source"] for e in starts} == {"live"}, starts  # rank 0 kept its own state each time
+    # Rank 0's state came from a live process each time: its own, or a survivor's that had applied one step
+    # more (a fault between two optimizers' steps); never a snapshot, the disk, or a fresh start.
+    assert starts and {e.fields["source"] for e in starts} <= {"live", "peer"}, starts
 
     # The job's history: the rounds of the kill and of both resizes, each once, in order; no restart counted.
     status = session.view(job)["status"]
