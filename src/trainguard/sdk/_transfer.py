@@ -8,13 +8,15 @@ for device tensors, here explicit so that it is the same on every torch). The re
 the sender's on their own device and load them. Nobody else takes part.
 
 The buckets go several at a time: the group has ``STREAMS`` connections per pair, each with a thread of its own
-(gloo's ``devices`` and ``threads`` options), and ``WINDOW`` buckets are in flight, so that copying one bucket
-between the device and the host overlaps sending the others, and one TCP stream's pace is not the bound.
+(gloo's ``devices`` and ``threads`` options), and ``WINDOW_PER_STREAM`` buckets a stream are in flight, so that copying one bucket
+between the device and the host overlaps sending the others, and one TCP stream's pace is not the bound. A GPU's
+buckets are staged in page-locked host memory (torch's caching host allocator keeps it for the next bucket).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 from collections import deque
 from collections.abc import Iterator
@@ -24,10 +26,12 @@ from typing import Any
 
 #: The most bytes of one bucket (one broadcast).
 BUCKET_BYTES = 32 << 20
-#: Connections (and gloo threads) per pair of the transfer's group: buckets sent side by side.
+#: Connections (and gloo threads) per pair of the transfer's group: buckets sent side by side
+#: (``TRAINGUARD_LIVE_STREAMS`` overrides it).
 STREAMS = 4
-#: Buckets in flight at once: with ``BUCKET_BYTES``, bounds the extra host memory a transfer takes per side.
-WINDOW = 2 * STREAMS
+ENV_STREAMS = "TRAINGUARD_LIVE_STREAMS"
+#: Buckets in flight at once, per stream: with ``BUCKET_BYTES``, bounds the extra host memory a transfer takes.
+WINDOW_PER_STREAM = 2
 
 
 @dataclass(frozen=True)
@@ -111,14 +115,25 @@ def skeleton_of(state: dict[str, Any]) -> tuple[bytes, list[Any]]:
     return pickle.dumps(skeleton), tensors
 
 
-def group_options(timeout: timedelta, streams: int = STREAMS) -> Any:
-    """Options of a gloo group with ``streams`` connections per pair, each served by its own thread."""
+def streams() -> int:
+    """The transfer's streams: ``TRAINGUARD_LIVE_STREAMS`` where set (1 to 64), else ``STREAMS``."""
+    raw = os.environ.get(ENV_STREAMS, "").strip()
+    if raw.isdigit() and 1 <= int(raw) <= 64:
+        return int(raw)
+    return STREAMS
+
+
+def group_options(timeout: timedelta, count: int | None = None) -> Any:
+    """Options of a gloo group with ``count`` (default ``streams()``) connections per pair, each served by its
+    own thread."""
     import torch.distributed as dist
+
+    count = count or streams()
 
     options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     device = dist.ProcessGroupGloo.create_default_device()
-    options._devices = [device] * streams
-    options._threads = streams
+    options._devices = [device] * count
+    options._threads = count
     options._timeout = timeout
     return options
 
@@ -146,12 +161,16 @@ def receive(group: Any, body: bytes, device: Any) -> tuple[dict[str, Any], int]:
     tensors: list[Any] = [None] * len(slots)
     planned = buckets([(p.index, _kind(p.dtype, p.on_device), _nbytes(p)) for p in slots])
 
+    cuda = torch.device(device).type == "cuda"
+
     def empty(bucket: list[int]) -> Any:
-        return torch.empty(sum(_numel(slots[i]) for i in bucket), dtype=_dtype(slots[bucket[0]].dtype))
+        count = sum(_numel(slots[i]) for i in bucket)
+        pinned = cuda and slots[bucket[0]].on_device
+        return torch.empty(count, dtype=_dtype(slots[bucket[0]].dtype), pin_memory=pinned)
 
     def place(bucket: list[int], flat: Any) -> None:
         if slots[bucket[0]].on_device:  # one copy to the device, then each tensor its own storage there
-            flat = flat.to(device)
+            flat = flat.to(device, non_blocking=flat.is_pinned())  # ordered before the clones on its stream
         at = 0
         for i in bucket:
             n = _numel(slots[i])
@@ -167,7 +186,7 @@ def receive(group: Any, body: bytes, device: Any) -> tuple[dict[str, Any], int]:
 
 
 def _in_flight(group: Any, flats: Iterator[Any]) -> Iterator[Any]:
-    """Broadcasts each of ``flats`` from rank 0, ``WINDOW`` at a time; yields each once it is done, in order.
+    """Broadcasts each of ``flats`` from rank 0, ``WINDOW_PER_STREAM`` a stream at a time; yields each once it is done, in order.
     On an error every broadcast still in flight is waited for (it fails at once once the group's connections
     are shut down) before the error goes on: none is left running behind the caller."""
     import torch.distributed as dist
@@ -179,7 +198,7 @@ def _in_flight(group: Any, flats: Iterator[Any]) -> Iterator[Any]:
             options.rootRank = 0
             options.rootTensor = 0
             pending.append((group.broadcast([flat], options), flat))
-            if len(pending) >= WINDOW:
+            if len(pending) >= WINDOW_PER_STREAM * streams():
                 work, done = pending.popleft()
                 work.wait()
                 yield done
@@ -205,7 +224,13 @@ def _flat(tensors: list[Any]) -> Any:
 
     if len({t.device for t in tensors}) > 1:
         return torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
-    return torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
+    joined = torch.cat([t.detach().reshape(-1) for t in tensors])
+    if joined.device.type != "cuda":
+        return joined.cpu()
+    # Page-locked memory: the copy from the device runs at the bus's pace, not through a bounce buffer.
+    host = torch.empty(joined.numel(), dtype=joined.dtype, pin_memory=True)
+    host.copy_(joined)
+    return host
 
 
 def _kind(dtype: str, on_device: bool) -> str:

@@ -67,7 +67,8 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     starts = [e for e in session.run(job).events() if e.event == "start" and e.t > killed_at]
     # Rank 0's state came from a live process each time: its own, or a survivor's that had applied one step
     # more (a fault between two optimizers' steps); never a snapshot, the disk, or a fresh start.
-    assert starts and {e.fields["source"] for e in starts} <= {"live", "peer"}, starts
+    assert starts
+    assert {e.fields["source"] for e in starts} <= {"live", "peer"}, starts
 
     # The job's history: the rounds of the kill and of both resizes, each once, in order; no restart counted.
     status = session.view(job)["status"]

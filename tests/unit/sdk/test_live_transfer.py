@@ -99,7 +99,7 @@ def test_a_state_goes_whole_through_a_transfer_of_many_buckets_in_flight(
     sizes = [
         (i, _transfer._kind(str(t.dtype), False), t.numel() * t.element_size()) for i, t in enumerate(tensors)
     ]
-    assert len(_transfer.buckets(sizes)) > _transfer.WINDOW
+    assert len(_transfer.buckets(sizes)) > _transfer.WINDOW_PER_STREAM * _transfer.streams()
     store = dist.HashStore()
     timeout = datetime.timedelta(seconds=30)
     results: dict[str, object] = {}
@@ -147,13 +147,17 @@ def _tensors_of(obj: object) -> list:
 def _assert_equal(got: object, expected: object) -> None:
     if isinstance(expected, torch.Tensor):
         assert isinstance(got, torch.Tensor)
-        assert got.dtype == expected.dtype and got.shape == expected.shape and torch.equal(got, expected)
+        assert got.dtype == expected.dtype
+        assert got.shape == expected.shape
+        assert torch.equal(got, expected)
     elif isinstance(expected, dict):
-        assert isinstance(got, dict) and got.keys() == expected.keys()
+        assert isinstance(got, dict)
+        assert got.keys() == expected.keys()
         for key in expected:
             _assert_equal(got[key], expected[key])
     elif isinstance(expected, list | tuple):
-        assert isinstance(got, list | tuple) and len(got) == len(expected)
+        assert isinstance(got, list | tuple)
+        assert len(got) == len(expected)
         for a, b in zip(got, expected, strict=True):
             _assert_equal(a, b)
     else:
