@@ -5,7 +5,8 @@ and writes the store).
 A round closes when every member of the previous round has arrived or is known absent (its agent marked it
 gone, or it has not beaten for the stale time), and at least ``minimum`` processes have arrived. The
 survivors keep their order and come first, the newcomers follow in the order they arrived. The step is the
-highest any arrival's state is at; the first member holding it sends it, and every member behind it receives.
+highest any arrival's state is at; the members holding it send it (the first of them alone writes its skeleton),
+and every member behind it receives.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class Formed:
 
     def rank_of(self, member: str) -> int:
         return self.members.index(member)
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        """The members whose state is at ``step`` (``source`` first): any of them can send it."""
+        if self.source is None:
+            return ()
+        return tuple(m for m in self.members if m not in self.receivers)
 
     def dumps(self) -> str:
         return json.dumps(

@@ -3,9 +3,10 @@
 The state is a dict of objects with ``state_dict()`` / ``load_state_dict()`` (a model, an optimizer, a
 sampler...). The sender splits their state dicts into a skeleton (everything but the tensors, with a
 placeholder for each) and the tensors; the skeleton goes through the store, the tensors in buckets of one
-dtype through a gloo group of the sender and the receivers only, staged in the host's memory (gloo's own path
-for device tensors, here explicit so that it is the same on every torch). The receivers build tensors like
-the sender's on their own device and load them. Nobody else takes part.
+dtype through a gloo group of the senders and the receivers only, staged in the host's memory (gloo's own path
+for device tensors, here explicit so that it is the same on every torch). Every member that holds the agreed
+state can send: the buckets are dealt among the senders, so that each copies and sends its share only. The
+receivers build tensors like the senders' on their own device and load them. Nobody else takes part.
 
 The buckets go several at a time: the group has ``STREAMS`` connections per pair, each with a thread of its own
 (gloo's ``devices`` and ``threads`` options), and ``WINDOW_PER_STREAM`` buckets a stream are in flight, so that copying one bucket
@@ -19,7 +20,7 @@ import contextlib
 import os
 import pickle
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -138,35 +139,44 @@ def group_options(timeout: timedelta, count: int | None = None) -> Any:
     return options
 
 
-def send(group: Any, tensors: list[Any]) -> int:
-    """Broadcasts ``tensors`` from rank 0 of ``group`` (a gloo backend). Returns the bytes sent."""
+def send(group: Any, tensors: list[Any], senders: int = 1, me: int = 0) -> int:
+    """The sender's side, as sender ``me`` of ``senders`` (ranks 0..senders-1 of ``group``, a gloo backend,
+    each holding the same state): bucket ``i`` goes from sender ``i % senders`` to every receiver (the ranks
+    after the senders), point to point, tagged ``i``. Returns the bytes this sender sent to one receiver."""
     sizes = [
         (i, _kind(str(t.dtype), t.device.type != "cpu"), t.numel() * t.element_size())
         for i, t in enumerate(tensors)
     ]
-    flats = (_flat([tensors[i] for i in bucket]) for bucket in buckets(sizes))
+    receivers = range(senders, group.size())
+    mine = [(i, bucket) for i, bucket in enumerate(buckets(sizes)) if i % senders == me]
+
+    def start(tag: int) -> Any:
+        return lambda flat: [group.send([flat], receiver, tag) for receiver in receivers]
+
     sent = 0
-    for flat in _in_flight(group, flats):
+    for flat in _in_flight((_flat([tensors[k] for k in bucket]), start(i)) for i, bucket in mine):
         sent += flat.numel() * flat.element_size()
     return sent
 
 
-def receive(group: Any, body: bytes, device: Any) -> tuple[dict[str, Any], int]:
-    """The receiver's side: the state dicts rebuilt from the skeleton and the tensors broadcast by rank 0,
-    device tensors placed on ``device``. Returns them and the bytes received."""
+def receive(group: Any, body: bytes, device: Any, senders: int = 1) -> tuple[dict[str, Any], int]:
+    """The receiver's side: the state dicts rebuilt from the skeleton and the buckets of the ``senders``
+    (``send``), device tensors placed on ``device``. Returns them and the bytes received."""
     import torch
 
     skeleton = pickle.loads(body)
     slots = placeholders(skeleton)
     tensors: list[Any] = [None] * len(slots)
     planned = buckets([(p.index, _kind(p.dtype, p.on_device), _nbytes(p)) for p in slots])
-
     cuda = torch.device(device).type == "cuda"
 
     def empty(bucket: list[int]) -> Any:
         count = sum(_numel(slots[i]) for i in bucket)
         pinned = cuda and slots[bucket[0]].on_device
         return torch.empty(count, dtype=_dtype(slots[bucket[0]].dtype), pin_memory=pinned)
+
+    def start(tag: int) -> Any:
+        return lambda flat: [group.recv([flat], tag % senders, tag)]
 
     def place(bucket: list[int], flat: Any) -> None:
         if slots[bucket[0]].on_device:  # one copy to the device, then each tensor its own storage there
@@ -178,38 +188,38 @@ def receive(group: Any, body: bytes, device: Any) -> tuple[dict[str, Any], int]:
             at += n
 
     received = 0
-    filled = _in_flight(group, (empty(bucket) for bucket in planned))
+    filled = _in_flight((empty(bucket), start(i)) for i, bucket in enumerate(planned))
     for bucket, flat in zip(planned, filled, strict=True):
         place(bucket, flat)
         received += flat.numel() * flat.element_size()
     return fill(skeleton, tensors), received
 
 
-def _in_flight(group: Any, flats: Iterator[Any]) -> Iterator[Any]:
-    """Broadcasts each of ``flats`` from rank 0, ``WINDOW_PER_STREAM`` a stream at a time; yields each once it is done, in order.
-    On an error every broadcast still in flight is waited for (it fails at once once the group's connections
-    are shut down) before the error goes on: none is left running behind the caller."""
-    import torch.distributed as dist
-
-    pending: deque[tuple[Any, Any]] = deque()
+def _in_flight(operations: Iterator[tuple[Any, Callable[[Any], list[Any]]]]) -> Iterator[Any]:
+    """Starts each operation (a bucket, and what starts its sends or receive), ``WINDOW_PER_STREAM`` a stream
+    at a time; yields each bucket once its operation is done, in order. On an error every operation still in
+    flight is waited for (it fails at once once the group's connections are shut down) before the error goes
+    on: none is left running behind the caller."""
+    pending: deque[tuple[list[Any], Any]] = deque()
+    window = WINDOW_PER_STREAM * streams()
     try:
-        for flat in flats:
-            options = dist.BroadcastOptions()
-            options.rootRank = 0
-            options.rootTensor = 0
-            pending.append((group.broadcast([flat], options), flat))
-            if len(pending) >= WINDOW_PER_STREAM * streams():
-                work, done = pending.popleft()
-                work.wait()
+        for flat, begin in operations:
+            pending.append((begin(flat), flat))
+            if len(pending) >= window:
+                works, done = pending.popleft()
+                for work in works:
+                    work.wait()
                 yield done
         while pending:
-            work, done = pending.popleft()
-            work.wait()
+            works, done = pending.popleft()
+            for work in works:
+                work.wait()
             yield done
     except BaseException:
-        for work, _ in pending:
-            with contextlib.suppress(Exception):
-                work.wait()
+        for works, _ in pending:
+            for work in works:
+                with contextlib.suppress(Exception):
+                    work.wait()
         raise
 
 

@@ -72,9 +72,18 @@ BEAT_EVERY = 0.25
 #: ...and one that has not for this long is taken for hung (stopped, or a thread holding the interpreter):
 #: the round forms without it. It can come back: it arrives in a later round, as a survivor.
 STALE_AFTER = 1.5
+#: A newcomer's arrival (nobody lost) is met at the members' next step boundary, not by aborting the step in
+#: progress; one still not met after this long (a loop that seldom completes a step) aborts it after all.
+JOIN_AT_BOUNDARY_WITHIN = 10.0
+#: The most members that send the state to a round's newcomers together, each a share of its buckets.
+MAX_SENDERS = 4
 #: The rounds' process group backends: gloo (CPU, or CUDA tensors staged through the host), NCCL (GPUs). The
 #: state transfer goes over a gloo group of its own either way.
 BACKENDS = ("gloo", "nccl")
+
+
+class _JoinAtBoundary(RuntimeError):
+    """Raised by ``advance`` at a step boundary: a newcomer waits in the next round, nobody was lost."""
 
 
 class LiveError(RuntimeError):
@@ -167,6 +176,9 @@ class Live:
         self._failed_in_a_row = 0
         self._group_sockets: dict[int, str] = {}
         self._broken = threading.Event()
+        #: A newcomer waits in the next round (set by the watchdog; ``advance`` leaves at the step's end).
+        self._join_pending = threading.Event()
+        self._members: tuple[str, ...] = ()
         #: What holds the previous rounds' groups (errors and their frames, the groups): freed once a round
         #: has completed a step.
         self._graveyard: list[Any] = []
@@ -192,6 +204,8 @@ class Live:
         self._failed_in_a_row = 0
         if self._graveyard:  # a whole step of the new round done: the old groups' threads are long idle
             self._graveyard.clear()
+        if self._join_pending.is_set():
+            raise _JoinAtBoundary(f"a newcomer waits in round {self.round + 1}")
 
     @property
     def origin(self) -> str | None:
@@ -208,6 +222,13 @@ class Live:
                 result = train(self)
             except LiveError:
                 raise
+            except _JoinAtBoundary as error:  # no fault: the step is complete, the group idle
+                self._trace(f"round {self.round} left at step {self.step}: {error}")
+                started = time.monotonic()
+                cause = "join"
+                del error
+                self._leave_group()
+                continue
             except RuntimeError as error:  # torch's collective errors (DistError included) are RuntimeErrors
                 # A fault while training, or while the round formed (a member lost while its group was made,
                 # the sender lost in the middle of a state transfer): the next round, where another member
@@ -285,6 +306,8 @@ class Live:
                 at=time.time(),
             )
         )
+        self._members = formed.members
+        self._join_pending.clear()
         self._broken.clear()
         self._tell_agent(self.formations[-1])
         mark = os.environ.get(ENV_MARK)
@@ -404,24 +427,24 @@ class Live:
 
     def _settle_state(self, formed: Formed) -> tuple[str, int]:
         """Puts the agreed state in place: (where it came from, bytes moved here)."""
-        source = formed.source
+        senders = formed.holders[:MAX_SENDERS]
         receivers = formed.receivers
         origin_of_source = "live"
-        if source is None:  # nobody holds a state: the first member restores one or keeps its own fresh one
-            source = formed.members[0]
+        if not senders:  # nobody holds a state: the first member restores one or keeps its own fresh one
+            senders = formed.members[:1]
             receivers = formed.members[1:]
             origin_of_source = "fresh"
-            if self.member == source and self.restore is not None:
+            if self.member == senders[0] and self.restore is not None:
                 restored = self.restore()
                 if restored is not None:
                     self.step, origin_of_source = restored
-        if self.member != source and self.member not in receivers:
+        if self.member not in senders and self.member not in receivers:
             return "live", 0
         if not receivers:
             return origin_of_source, 0
         import torch.distributed as dist
 
-        party = [source, *receivers]
+        party = [*senders, *receivers]
         before = _sockets.sockets()
         group = dist.ProcessGroupGloo(
             dist.PrefixStore(  # type: ignore[attr-defined]
@@ -435,13 +458,15 @@ class Live:
             self._group_sockets.update(_sockets.opened_since(before))
         body_key = self._key(f"r{formed.round}/skeleton")
         try:
-            if self.member == source:
+            if self.member in senders:
                 body, tensors = _transfer.skeleton_of(self.state)
-                self._client.set(self._key(f"r{formed.round}/step"), str(self.step))
-                self._client.set(body_key, body)
-                return origin_of_source, _transfer.send(group, tensors)
+                if self.member == senders[0]:
+                    self._client.set(self._key(f"r{formed.round}/step"), str(self.step))
+                    self._client.set(body_key, body)
+                me = senders.index(self.member)
+                return origin_of_source, _transfer.send(group, tensors, len(senders), me)
             body = self._client.get(body_key)
-            dicts, received = _transfer.receive(group, body, self._device())
+            dicts, received = _transfer.receive(group, body, self._device(), len(senders))
             _transfer.load(self.state, dicts)
             self.step = int(self._client.get(self._key(f"r{formed.round}/step")))
             return "peer", received
@@ -454,6 +479,7 @@ class Live:
     def _watchdog(self) -> None:
         beat_every = BEAT_EVERY
         next_beat = 0.0
+        pending_since = 0.0
         while not self._stop.wait(self.poll):
             with contextlib.suppress(Exception):
                 now = time.monotonic()
@@ -465,7 +491,28 @@ class Live:
                     and not self._broken.is_set()
                     and self._watch.check([self._key(f"r{self.round + 1}/arrivals")])
                 ):
-                    self._abort()
+                    if self._only_newcomers(self.round + 1):
+                        if not self._join_pending.is_set():
+                            self._join_pending.set()
+                            pending_since = now
+                        elif now - pending_since > JOIN_AT_BOUNDARY_WITHIN:
+                            self._abort()
+                    else:
+                        self._abort()
+
+    def _only_newcomers(self, n: int) -> bool:
+        """Whether round ``n``'s arrivals so far are all newcomers and no member of this round is marked gone
+        (a scale-out or a replacement joining): then nothing is broken, and this round can end at a step's
+        boundary. Any member's arrival (its collective failed) or gone mark is a fault: abort at once."""
+        watch = self._watch
+        count = int(watch.add(self._key(f"r{n}/arrivals"), 0))
+        for i in range(count):
+            key = self._key(f"r{n}/m{i}")
+            if not watch.check([key]):
+                return False  # counted, not written yet: whose it is is not known
+            if json.loads(watch.get(key))["member"] in self._members:
+                return False
+        return not any(watch.check([self._key(f"gone/{m}")]) for m in self._members if m != self.member)
 
     def _trace(self, what: str) -> None:
         if os.environ.get(ENV_TRACE) == "1":

@@ -162,3 +162,40 @@ def _assert_equal(got: object, expected: object) -> None:
             _assert_equal(a, b)
     else:
         assert got == expected
+
+
+def test_two_senders_deal_the_buckets_and_the_receiver_gets_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two members hold the state: each sends every other bucket; the receiver's state is whole."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from trainguard.sdk import _transfer
+
+    monkeypatch.setattr(_transfer, "BUCKET_BYTES", 256)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 10), torch.nn.Linear(10, 3))
+    state = {"model": model}
+    body, tensors = _transfer.skeleton_of(state)
+    store = dist.HashStore()
+    timeout = datetime.timedelta(seconds=30)
+    results: dict[int, object] = {}
+
+    def side(rank: int) -> None:
+        group = dist.ProcessGroupGloo(store, rank, 3, _transfer.group_options(timeout, 2))
+        if rank < 2:
+            results[rank] = _transfer.send(group, tensors, 2, rank)
+        else:
+            results[rank] = _transfer.receive(group, body, torch.device("cpu"), 2)
+
+    threads = [threading.Thread(target=side, args=(rank,)) for rank in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    dicts, received = results[2]  # type: ignore[misc]
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    assert received == total
+    assert results[0]
+    assert results[1]
+    assert results[0] + results[1] == total  # type: ignore[operator]
+    _assert_equal(dicts["model"], model.state_dict())
