@@ -141,14 +141,17 @@ def group_options(timeout: timedelta, count: int | None = None) -> Any:
 
 def send(group: Any, tensors: list[Any], senders: int = 1, me: int = 0) -> int:
     """The sender's side, as sender ``me`` of ``senders`` (ranks 0..senders-1 of ``group``, a gloo backend,
-    each holding the same state): bucket ``i`` goes from sender ``i % senders`` to every receiver (the ranks
-    after the senders), point to point, tagged ``i``. Returns the bytes this sender sent to one receiver."""
+    each holding the same state): bucket ``i`` goes from the sender ``deal`` gives it to every receiver (the
+    ranks after the senders), point to point, tagged ``i``. Returns the bytes this sender sent to one
+    receiver."""
     sizes = [
         (i, _kind(str(t.dtype), t.device.type != "cpu"), t.numel() * t.element_size())
         for i, t in enumerate(tensors)
     ]
     receivers = range(senders, group.size())
-    mine = [(i, bucket) for i, bucket in enumerate(buckets(sizes)) if i % senders == me]
+    planned = buckets(sizes)
+    dealt = deal([sum(sizes[k][2] for k in bucket) for bucket in planned], senders)
+    mine = [(i, bucket) for i, bucket in enumerate(planned) if dealt[i] == me]
 
     def start(tag: int) -> Any:
         return lambda flat: [group.send([flat], receiver, tag) for receiver in receivers]
@@ -175,8 +178,10 @@ def receive(group: Any, body: bytes, device: Any, senders: int = 1) -> tuple[dic
         pinned = cuda and slots[bucket[0]].on_device
         return torch.empty(count, dtype=_dtype(slots[bucket[0]].dtype), pin_memory=pinned)
 
+    dealt = deal([_nbytes_of(slots, bucket) for bucket in planned], senders)
+
     def start(tag: int) -> Any:
-        return lambda flat: [group.recv([flat], tag % senders, tag)]
+        return lambda flat: [group.recv([flat], dealt[tag], tag)]
 
     def place(bucket: list[int], flat: Any) -> None:
         if slots[bucket[0]].on_device:  # one copy to the device, then each tensor its own storage there
@@ -193,6 +198,23 @@ def receive(group: Any, body: bytes, device: Any, senders: int = 1) -> tuple[dic
         place(bucket, flat)
         received += flat.numel() * flat.element_size()
     return fill(skeleton, tensors), received
+
+
+def deal(sizes: list[int], senders: int) -> list[int]:
+    """Which sender sends each bucket (``sizes``: their bytes, in order): each in turn to the sender with the
+    fewest bytes so far (the first of them on a tie), so that the shares are about even. The same on every
+    member: it depends on the sizes only."""
+    loads = [0] * senders
+    dealt = []
+    for size in sizes:
+        sender = loads.index(min(loads))
+        dealt.append(sender)
+        loads[sender] += size
+    return dealt
+
+
+def _nbytes_of(slots: list[Placeholder], bucket: list[int]) -> int:
+    return sum(_nbytes(slots[i]) for i in bucket)
 
 
 def _in_flight(operations: Iterator[tuple[Any, Callable[[Any], list[Any]]]]) -> Iterator[Any]:

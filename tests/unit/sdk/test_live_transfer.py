@@ -199,3 +199,20 @@ def test_two_senders_deal_the_buckets_and_the_receiver_gets_them_all(monkeypatch
     assert results[1]
     assert results[0] + results[1] == total  # type: ignore[operator]
     _assert_equal(dicts["model"], model.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("sizes", "senders", "expected"),
+    [
+        ([10, 10, 10, 10], 2, [0, 1, 0, 1]),
+        ([100, 10, 10, 10], 2, [0, 1, 1, 1]),  # the big bucket alone, the small ones to the other
+        ([5, 5], 1, [0, 0]),
+        ([], 3, []),
+    ],
+)
+def test_the_buckets_are_dealt_so_that_the_senders_shares_are_about_even(
+    sizes: list[int], senders: int, expected: list[int]
+) -> None:
+    from trainguard.sdk._transfer import deal
+
+    assert deal(sizes, senders) == expected
