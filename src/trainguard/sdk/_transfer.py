@@ -194,7 +194,7 @@ def receive(group: Any, body: bytes, device: Any, senders: int = 1) -> tuple[dic
 
     received = 0
     filled = _in_flight((empty(bucket), start(i)) for i, bucket in enumerate(planned))
-    for bucket, flat in zip(planned, filled, strict=True):
+    for bucket, flat in zip(planned, filled):  # noqa: B905 (the bundle runs on python 3.8)
         place(bucket, flat)
         received += flat.numel() * flat.element_size()
     return fill(skeleton, tensors), received
