@@ -1,6 +1,8 @@
-"""A watched copy of one kind of object: list once, then watch from that version, and list again when the
-watch falls too far behind (410 Gone). Every change calls ``on_change`` with the object, which is how the
-operator learns which job to reconcile; readers take consistent snapshots under a lock.
+"""A watched copy of one kind of object: list once (in pages), then watch from that version, and list again when
+the watch falls too far behind (410 Gone). Every change calls ``on_change`` with the object, which is how the
+operator learns which job to reconcile; readers take consistent snapshots under a lock. A cache given
+``fields`` keeps only those of each object (``fields.project``), as it arrives: what it hands out, to readers
+and to ``on_change``, is that projection.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.fields import Fields, project
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
 #: Seconds between attempts when the API server cannot be reached.
 RETRY_SECONDS = 1.0
+#: Objects per page of a list: thousands of pods are never one answer (its text and its dicts) in memory at once.
+LIST_PAGE = 500
 
 
 def key_of(obj: Obj) -> tuple[str, str]:
@@ -32,11 +37,14 @@ class Cache:
         on_change: Callable[[Obj, Obj | None], None],
         label_selector: str | None = None,
         index_label: str | None = None,
+        fields: Fields | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
         self.label_selector = label_selector
         self.on_change = on_change
+        #: What is kept of each object (None: all of it).
+        self.fields = fields
         self._objects: dict[tuple[str, str], Obj] = {}
         #: (namespace, value of ``index_label``) -> the objects that carry it, so that ``select`` by that
         #: label reads a handful of objects rather than all of them (thousands of pods, every reconcile).
@@ -80,10 +88,14 @@ class Cache:
 
     def put(self, obj: Obj) -> None:
         """What a write returned: newer than the cache may be yet (the watch catches up)."""
+        obj = self._keep(obj)
         with self._lock:
             old = self._objects.get(key_of(obj))
             if old is None or _version(old) <= _version(obj):
                 self._store(obj)
+
+    def _keep(self, obj: Obj) -> Obj:
+        return obj if self.fields is None else project(obj, self.fields)
 
     # ---- the maps (under the lock) ----------------------------------------------------------------
 
@@ -142,8 +154,13 @@ class Cache:
         return {"labelSelector": self.label_selector} if self.label_selector else {}
 
     def _list(self) -> str:
-        listed = self.kube.list(self.path, **self._query())
-        fresh = {key_of(obj): obj for obj in listed.get("items") or []}
+        fresh: dict[tuple[str, str], Obj] = {}
+        version = ""
+        for page in self.kube.list_pages(self.path, LIST_PAGE, **self._query()):
+            for item in page.get("items") or []:
+                obj = self._keep(item)
+                fresh[key_of(obj)] = obj
+            version = str(page["metadata"]["resourceVersion"])
         with self._lock:
             gone = [obj for key, obj in self._objects.items() if key not in fresh]
             previous = dict(self._objects)
@@ -155,7 +172,7 @@ class Cache:
         for key, obj in fresh.items():
             if previous.get(key, {}).get("metadata", {}).get("resourceVersion") != _rv(obj):
                 self.on_change(obj, obj)
-        return str(listed["metadata"]["resourceVersion"])
+        return version
 
     def _watch(self, version: str) -> str:
         for event in self.kube.watch(self.path, version, self._query()):
@@ -165,6 +182,7 @@ class Cache:
             version = _rv(obj) or version
             if kind == "BOOKMARK":
                 continue
+            obj = self._keep(obj)
             with self._lock:
                 if kind == "DELETED":
                     self._drop(obj)

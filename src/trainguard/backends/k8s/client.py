@@ -102,6 +102,18 @@ class Kube:
     def list(self, path: str, **query: Any) -> Obj:
         return self.request("GET", path, query=query, timeout=120)
 
+    def list_pages(self, path: str, limit: int, **query: Any) -> Iterator[Obj]:
+        """A list in pages of at most ``limit`` objects (``limit`` and ``continue``), each a list answer of its
+        own; all of them are of the same version of the collection, which the last one's ``resourceVersion``
+        names. A continue token that expired meanwhile is an ApiError 410: list again from the start."""
+        token = ""
+        while True:
+            page = self.list(path, limit=limit, **query, **({"continue": token} if token else {}))
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            yield page
+            if not token:
+                return
+
     def create(self, path: str, body: Obj) -> Obj:
         return self.request("POST", path, body)
 
@@ -137,11 +149,10 @@ class Kube:
             stream.release_conn()
             raise ApiError(stream.status, _message(data) or f"watch {path}: HTTP {stream.status}")
         try:
-            buffer = b""
+            rest = b""
             for chunk in stream.stream(amt=65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                *lines, rest = (rest + chunk).split(b"\n")
+                for line in lines:
                     if line.strip():
                         yield json.loads(line)
         finally:

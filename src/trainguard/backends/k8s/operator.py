@@ -28,6 +28,7 @@ from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.events import event_body
+from trainguard.backends.k8s.fields import JOB_FIELDS, NODE_FIELDS, POD_FIELDS
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
@@ -81,7 +82,11 @@ class Operator:
         self.settled = SettledSlots()
         self.kinds = {kind.kind: kind for kind in options.kinds}
         ns = options.namespace
-        self.jobs = {kind.kind: Cache(kube, kind.path(ns), self._job_changed(kind)) for kind in options.kinds}
+        # Each cache keeps only the fields the operator reads of its objects (``fields``).
+        self.jobs = {
+            kind.kind: Cache(kube, kind.path(ns), self._job_changed(kind), fields=JOB_FIELDS)
+            for kind in options.kinds
+        }
         pods_path = f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods"
         self.pods = Cache(
             kube,
@@ -89,8 +94,9 @@ class Operator:
             self._pod_changed,
             label_selector=manifests.LABEL_JOB,
             index_label=manifests.LABEL_JOB,
+            fields=POD_FIELDS,
         )
-        self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed)
+        self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed, fields=NODE_FIELDS)
         identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.shared = Shared(
             kube, self.pods, self.nodes, settings=options.pod_settings, clock=clock, identity=identity
