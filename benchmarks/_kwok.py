@@ -55,3 +55,19 @@ def node_list(names: list[str], pods: int = 1, group: str = "trainguard-test") -
     return json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": [kwok_node(n, pods, group) for n in names]}
     )
+
+
+#: kwok's Stage that ends the pods of a Job (as a batch Job's pods end): it matches any owner of kind Job, Volcano's
+#: (batch.volcano.sh) too, whose pods would then all succeed at once.
+POD_COMPLETE_STAGE = "/apis/kwok.x-k8s.io/v1alpha1/stages/pod-complete"
+BATCH_JOBS_ONLY = {"key": ".metadata.ownerReferences.[].apiVersion", "operator": "In", "values": ["batch/v1"]}
+
+
+def batch_jobs_only(stage: dict[str, Any]) -> dict[str, Any]:
+    """kwok's pod-complete Stage narrowed to the pods of Kubernetes' own Jobs (batch/v1), as read (with its
+    resourceVersion), for a replace; unchanged if it is narrowed already."""
+    expressions = stage["spec"]["selector"]["matchExpressions"]
+    if BATCH_JOBS_ONLY in expressions:
+        return stage
+    selector = {**stage["spec"]["selector"], "matchExpressions": [*expressions, BATCH_JOBS_ONLY]}
+    return {**stage, "spec": {**stage["spec"], "selector": selector}}

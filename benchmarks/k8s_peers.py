@@ -1,28 +1,42 @@
-"""trainguard's operator and Kubeflow's training operator (v1.9), side by side: the same PyTorchJobs on the same
-kwok cluster, one operator after the other, each with its own CRD and nothing else changed between the runs.
+"""trainguard's operator beside its peers, Kubeflow's training operator (v1.9) and Volcano's Job (v1.14): the same
+faults on the same kwok cluster, one operator after the other, each with its own CRDs and nothing else changed
+between the runs.
 
-    python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--window 600]
+    python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--runs 3]
+                                   [--toleration 300] [--window S] [--only trainguard,kubeflow,volcano]
 
 For each operator, with the cluster's nodes fresh and no job on it:
-1. submit J PyTorchJobs of P pods (half Kubeflow's Master + Workers example, half its elastic example) ->
-   every job has its P pods Running;
-2. one Worker in a tenth of the jobs ends with exit code 137 (retryable under ``restartPolicy: ExitCode``)
-   -> every job has its P pods Running again, the failed ones replaced;
-3. a tenth of the nodes go NotReady -> every job has its P pods Running on nodes that are Ready, waiting at
-   most ``--window`` seconds (Kubeflow's v1 operator does not watch nodes: its pods on a dead node wait for
-   Kubernetes' own eviction, and a pod deleted on a dead node stays Terminating); the pods not back by then are
-   counted;
-4. the operator's CPU seconds and peak resident memory over the run (its process, read from /proc).
+1. submit J jobs of P pods -> every job has its P pods Running (trainguard and Kubeflow: PyTorchJobs, half
+   Kubeflow's Master + Workers example, half its elastic example; Volcano: Jobs of a launcher and workers, the
+   shape of CCE's Horovod example);
+2. one Worker in a tenth of the jobs ends with exit code 137 -> every job has its pods Running again, the
+   failed ones replaced;
+3. a Worker in another tenth is deleted and stays Terminating (a finalizer stands in for the kubelet of a
+   NotReady node, which never confirms), ``--hold`` seconds, then is force-deleted -> those jobs have all their
+   pods again (and how many were whole before the force-deletion);
+4. the Worker replicas of another tenth (the elastic PyTorchJobs; Volcano: its worker task) go up by 2 -> the
+   new pods Running;
+5. the busiest tenth of the nodes go NotReady -> every job has its pods Running on nodes that are Ready, or the
+   count still short when the window ends. The window lets Kubernetes' own eviction finish: the pods'
+   toleration of the NotReady taint + the taints' pace (kube-controller-manager's --node-eviction-rate, 0.1
+   node/s) + 90 s;
+6. the operator's CPU seconds and peak resident memory over the run (its process, read from /proc).
 
-Kubeflow's operator is built from its Go module (scripts/build-kubeflow; cached) and run as its manifests run
-it, but for what a kwok cluster cannot do (see docs/operator.md): its validating webhook is not registered
-(the API server here cannot reach a Service), the certificate Secret its Deployment mounts is written to the
-directory the process reads, and only the PyTorchJob controller is enabled. trainguard's operator runs with
-``--pytorchjobs`` and the chart's PyTorchJob CRD. Both use their default API client rates.
+Each peer is measured twice: as its manifests run it ("as_shipped") and with trainguard's concurrency and client
+rates ("equal"). trainguard's settings are the same in both, so it runs once per repetition and its figures
+stand under both. ``--runs N`` repeats the whole round, each repetition starting with the next operator; the
+raw figures of every run are kept under benchmarks/results/ with the commit, the machine and its load.
 
-``--quick``: 20 nodes, 10 jobs of 4 pods, a 180-second window (under 10 minutes in all). The last line printed
-is one JSON object: {"trainguard": {...}, "kubeflow": {...}, "ratio": {...}, ...} with the same figure names
-under both operators, and trainguard's over Kubeflow's for each (null where either is null or 0).
+Kubeflow's operator is built from its Go module (scripts/build-kubeflow; cached), Volcano's scheduler and
+controller manager by scripts/k8s-testcluster (as for real nodes; cached). What a kwok cluster cannot do is
+changed (see docs/operator.md): no admission webhooks (Kubeflow's validation, Volcano's defaults, written into
+the Jobs instead), Kubeflow's certificate Secret written to the directory its process reads, and only the
+PyTorchJob controller of Kubeflow's enabled.
+
+``--quick``: 20 nodes, 10 jobs of 4 pods, a toleration of 10 s, one run (under 10 minutes in all). The last line
+printed is one JSON object: {"trainguard": {"as_shipped": {...}, "equal": {...}}, "kubeflow": {...},
+"volcano": {...}, "ratio": {"kubeflow": {"as_shipped": {...}, ...}, ...}, "range": {...}, "settings": {...},
+...}: the medians of each figure, trainguard's over each peer's, and the lowest and highest of the runs.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -42,7 +57,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,7 +64,35 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _kwok import exit_code_patch, kwok_node, not_ready_patch
+from _kwok import POD_COMPLETE_STAGE, batch_jobs_only, exit_code_patch, kwok_node, not_ready_patch
+from _peers import (
+    DEFAULT_EVICTION_RATE,
+    HOLD_FINALIZER,
+    MODES,
+    NAMESPACE,
+    NODE_TAINTS,
+    Pod,
+    Settings,
+    busiest,
+    elastic,
+    eviction_window,
+    job_names,
+    kubeflow_flags,
+    missing,
+    order,
+    pytorchjob,
+    pytorchjob_scaled,
+    ratios,
+    role_pods,
+    settings,
+    summarize,
+    targets,
+    terminating,
+    volcano_flags,
+    volcano_job,
+    volcano_scaled,
+)
+from _results import keep, machine
 
 from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
 from trainguard.backends.k8s.cache import Cache
@@ -60,101 +102,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 Obj = dict[str, Any]
 CLUSTER = "peers"
-NAMESPACE = "peers"
 GROUP = "peers"
 SCRIPTS = ROOT / "scripts"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-JOBS = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-#: The pods of a job's roles, as both operators name them (a rendezvous pod of trainguard's is not one).
-POD_NAME = re.compile(r"^(?P<job>.+)-(?P<role>master|worker)-(?P<index>\d+)$")
+PYTORCHJOBS = f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs"
+VCJOBS = f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs"
+PEERS = ("trainguard", "kubeflow", "volcano")
 #: Kubeflow's operator reads its webhook certificates from here (fixed in its code; its Deployment mounts the
 #: Secret there).
 KUBEFLOW_CERT_DIR = Path(tempfile.gettempdir()) / "k8s-webhook-server" / "serving-certs"
 KUBEFLOW_CERT_SECRET = "training-operator-webhook-cert"
-#: The images and commands of Kubeflow's own examples (kwok pulls nothing and runs nothing).
-SIMPLE_IMAGE = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
-SIMPLE_COMMAND = ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"]
-ECHO_IMAGE = "ghcr.io/kubeflow/training-v1/pytorch-elastic-example-echo:latest"
-ECHO_COMMAND = ["python", "-m", "torch.distributed.run", "--rdzv_backend=c10d", "./echo.py"]
+#: What Volcano's controller manager runs here: its Job, PodGroup, Queue and garbage-collection controllers.
+VOLCANO_CONTROLLERS = "job-controller,pg-controller,queue-controller,gc-controller"
+#: Pods each node takes beyond twice the jobs' pods (trainguard's rendezvous pods, scaled-out workers).
+SPARE_PODS = 4
 
 
 def say(text: str) -> None:
     print(f"k8s_peers: {text}", file=sys.stderr, flush=True)
-
-
-# ---- the jobs ----------------------------------------------------------------------------------------
-
-
-def pytorchjob(name: str, pods: int, elastic: bool) -> Obj:
-    """Kubeflow's examples (simple.yaml: Master + Workers; elastic/echo: elastic Workers) at ``pods`` pods,
-    with ``restartPolicy: ExitCode``: exit codes 128-255 are retried by recreating the pod."""
-
-    def replicas(count: int, image: str, command: list[str]) -> Obj:
-        container = {"name": "pytorch", "image": image, "command": command}
-        return {
-            "replicas": count,
-            "restartPolicy": "ExitCode",
-            "template": {"spec": {"containers": [container]}},
-        }
-
-    if elastic:
-        spec: Obj = {
-            "elasticPolicy": {
-                "rdzvBackend": "c10d",
-                "minReplicas": 1,
-                "maxReplicas": pods,
-                "maxRestarts": 100,
-            },
-            "pytorchReplicaSpecs": {"Worker": replicas(pods, ECHO_IMAGE, ECHO_COMMAND)},
-        }
-    else:
-        spec = {
-            "pytorchReplicaSpecs": {
-                "Master": replicas(1, SIMPLE_IMAGE, SIMPLE_COMMAND),
-                "Worker": replicas(pods - 1, SIMPLE_IMAGE, SIMPLE_COMMAND),
-            }
-        }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": spec,
-    }
-
-
-def job_names(count: int) -> list[str]:
-    return [f"job-{i}" for i in range(count)]
-
-
-# ---- what the pods say -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    job: str
-    uid: str
-    node: str
-    running: bool
-
-
-def role_pods(cache: Cache) -> list[Pod]:
-    """The jobs' role pods that are not being deleted."""
-    found = []
-    for obj in cache.items():
-        meta, match = obj["metadata"], POD_NAME.match(obj["metadata"]["name"])
-        if match is None or meta.get("deletionTimestamp"):
-            continue
-        running = (obj.get("status") or {}).get("phase") == "Running"
-        found.append(Pod(meta["name"], match["job"], meta["uid"], obj["spec"].get("nodeName", ""), running))
-    return found
-
-
-def missing(cache: Cache, jobs: list[str], per_job: int, down: frozenset[str] = frozenset()) -> int:
-    """How many pods the jobs lack to have ``per_job`` Running each on nodes that are not ``down``."""
-    running = Counter(p.job for p in role_pods(cache) if p.running and p.node not in down)
-    return sum(max(0, per_job - running[job]) for job in jobs)
 
 
 def wait_for(
@@ -185,19 +151,16 @@ def free_port() -> int:
 
 
 @dataclass
-class Operator:
-    """One operator as a process of its own, and what it needs on the cluster."""
-
+class Process:
     name: str
     argv: list[str]
-    crds: list[Obj]
     env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
+    popen: subprocess.Popen[bytes] | None = None
 
     def usage(self) -> tuple[float, float]:
         """(CPU seconds, peak resident memory in MiB) of the process so far."""
-        assert self.process is not None
-        pid = self.process.pid
+        assert self.popen is not None
+        pid = self.popen.pid
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
         cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
@@ -205,34 +168,81 @@ class Operator:
         peak_kib = int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)[1])  # type: ignore[index]
         return cpu, peak_kib / 1024
 
+    def exited(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.popen is None or self.popen.poll() is not None:
             return
-        self.process.send_signal(signal.SIGTERM)
+        self.popen.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(timeout=20)
+            self.popen.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+
+
+@dataclass
+class Operator:
+    """One operator: its processes (the first is the controller measured), its CRDs, and how its jobs are
+    submitted and scaled."""
+
+    peer: str
+    mode: str
+    settings: Settings
+    processes: list[Process]
+    crds: list[Obj]
+    jobs_path: str
+    #: Anything else the run needs: the Volcano build's directory, the operator's webhook port...
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.peer if self.peer == "trainguard" else f"{self.peer}/{self.mode}"
+
+    def job(self, name: str, index: int, pods: int, toleration_s: int | None) -> Obj:
+        if self.peer == "volcano":
+            return volcano_job(name, pods, toleration_s)
+        return pytorchjob(name, pods, elastic(index), toleration_s)
+
+    def scale(self, kube: Kube, job: str, workers: int) -> None:
+        if self.peer == "volcano":
+            current = kube.get(f"{self.jobs_path}/{job}")
+            kube.replace(f"{self.jobs_path}/{job}", volcano_scaled(current, workers))
+        else:
+            kube.patch(f"{self.jobs_path}/{job}", pytorchjob_scaled(workers))
+
+    def workers(self, pods: int, index: int) -> int:
+        """A job's Worker replicas at the start (the elastic PyTorchJobs are all Workers)."""
+        return pods if self.peer != "volcano" and elastic(index) else pods - 1
 
 
 def trainguard_operator(kubeconfig: str, pytorchjobs: Obj) -> Operator:
     binary = Path(sys.executable).with_name("trainguard")
     argv = [str(binary), "operator", "--namespace", NAMESPACE, "--kubeconfig", kubeconfig]
     argv += ["--scheduler-name", "default-scheduler", "--pytorchjobs", "--lease-namespace", NAMESPACE]
-    argv += ["--id", "peers"]
+    argv += ["--id", "peers", "--workers", str(settings("trainguard", "as_shipped").workers)]
     # Its chart installs the CRDs of the kinds it serves.
-    return Operator("trainguard", argv, [native_crd(), aitrainingjob_crd(), pytorchjobs])
+    crds = [native_crd(), aitrainingjob_crd(), pytorchjobs]
+    process = Process("trainguard", argv)
+    return Operator(
+        "trainguard", "as_shipped", settings("trainguard", "as_shipped"), [process], crds, PYTORCHJOBS
+    )
 
 
-def kubeflow_operator(kubeconfig: str, built: Path) -> Operator:
+def kubeflow_operator(kubeconfig: str, built: Path, mode: str) -> Operator:
+    setting = settings("kubeflow", mode)
+    probe = f"127.0.0.1:{free_port()}"
     argv = [str(built / "training-operator"), "--kubeconfig", kubeconfig, "--namespace", NAMESPACE]
     argv += ["--enable-scheme", "pytorchjob", "--webhook-server-port", str(free_port())]
     argv += ["--metrics-bind-address", f"127.0.0.1:{free_port()}"]
-    argv += ["--health-probe-bind-address", f"127.0.0.1:{free_port()}", "--zap-log-level", "info"]
-    crd = kubeflow_crd(built)
+    argv += ["--health-probe-bind-address", probe, "--zap-log-level", "info"]
+    argv += kubeflow_flags(setting)
     # MY_POD_NAMESPACE: its Deployment's namespace, where it keeps its certificate Secret.
-    return Operator("kubeflow", argv, [crd], env={"MY_POD_NAMESPACE": NAMESPACE, "KUBECONFIG": kubeconfig})
+    process = Process("training-operator", argv, {"MY_POD_NAMESPACE": NAMESPACE, "KUBECONFIG": kubeconfig})
+    return Operator(
+        "kubeflow", mode, setting, [process], [kubeflow_crd(built)], PYTORCHJOBS, extra={"probe": probe}
+    )
 
 
 def kubeflow_crd(built: Path) -> Obj:
@@ -240,8 +250,70 @@ def kubeflow_crd(built: Path) -> Obj:
     return crd
 
 
-def probe_address(operator: Operator) -> str:
-    return operator.argv[operator.argv.index("--health-probe-bind-address") + 1]
+def volcano_operator(kubeconfig: str, built: Path, logs: Path, mode: str) -> Operator:
+    """vc-controller-manager (the Job's controller, measured) and vc-scheduler (which every Volcano Job needs:
+    its PodGroup waits in the queue until the scheduler admits it), as scripts/lib/realnodes.py runs them."""
+    setting = settings("volcano", mode)
+    state = logs / "volcano"
+    conf = state / "conf" / "scheduler.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(realnodes().VOLCANO_SCHEDULER_CONF)
+    common = [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--scheduler-name=volcano"]
+    # Each its own ports: the same health-check address for both lets one of them fail to serve.
+    controller = [str(built / "vc-controller-manager"), *common, f"--controllers={VOLCANO_CONTROLLERS}"]
+    controller += [f"--healthz-address=127.0.0.1:{free_port()}"]
+    controller += [f"--listen-address=127.0.0.1:{free_port()}", *volcano_flags(setting), "--v=2"]
+    scheduler = [str(built / "vc-scheduler"), *common, f"--scheduler-conf={conf}", "--default-queue=default"]
+    scheduler += [f"--listen-address=127.0.0.1:{free_port()}", f"--healthz-address=127.0.0.1:{free_port()}"]
+    scheduler += [f"--cache-dump-dir={state}", "--v=2"]
+    processes = [
+        Process("vc-controller-manager", controller),
+        # Its log-level socket in a directory of its own (else one under /tmp that every cluster shares).
+        Process("vc-scheduler", scheduler, {"DEBUG_SOCKET_DIR": str(state / "sockets")}),
+    ]
+    crds = [yaml.safe_load(path.read_text()) for path in volcano_crd_files(built)]
+    return Operator("volcano", mode, setting, processes, crds, VCJOBS)
+
+
+def realnodes() -> Any:
+    """scripts/lib/realnodes.py, for the scheduler configuration it gives vc-scheduler (Volcano's installer's)."""
+    spec = importlib.util.spec_from_file_location("realnodes", SCRIPTS / "lib" / "realnodes.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {SCRIPTS / 'lib' / 'realnodes.py'}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def volcano_build() -> Path:
+    """Where scripts/k8s-testcluster keeps its Volcano build (built first if it is not there)."""
+    cache = Path(os.environ.get("TRAINGUARD_K8S_CACHE", Path.home() / ".cache" / "trainguard" / "k8s"))
+    version = volcano_version()
+    found = sorted((cache / "bin").glob(f"volcano-{version}-*/.complete"))
+    if not found:
+        say("building Volcano (scripts/k8s-testcluster build --real-nodes; cached after the first time)")
+        subprocess.run(
+            [str(SCRIPTS / "k8s-testcluster"), "build", "--real-nodes"], stdout=subprocess.DEVNULL, check=True
+        )
+        found = sorted((cache / "bin").glob(f"volcano-{version}-*/.complete"))
+    if not found:
+        raise SystemExit(f"no Volcano {version} build under {cache / 'bin'}")
+    return found[-1].parent
+
+
+def volcano_version() -> str:
+    for line in (SCRIPTS / "k8s" / "volcano" / "go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "volcano.sh/volcano" and words[1].startswith("v"):
+            return words[1]
+    raise SystemExit("cannot read Volcano's version from scripts/k8s/volcano/go.mod")
+
+
+def volcano_crd_files(built: Path) -> list[Path]:
+    """The CRDs the build keeps for its scheduler, and the Job's own, from the module the build used."""
+    cache = built.parents[1]
+    job = cache / "go" / "mod" / f"volcano.sh/volcano@{volcano_version()}" / "config" / "crd" / "volcano"
+    return [*sorted((built / "crds").glob("*.yaml")), job / "bases" / "batch.volcano.sh_jobs.yaml"]
 
 
 # ---- the cluster -------------------------------------------------------------------------------------
@@ -317,17 +389,33 @@ def fresh_nodes(kube: Kube, names: list[str], pods_per_node: int) -> None:
         raise SystemExit("the nodes did not become Ready")
 
 
+def release_held(kube: Kube) -> None:
+    """Every pod that still carries the benchmark's finalizer, let go."""
+    for pod in kube.list(PODS)["items"]:
+        if HOLD_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            with contextlib.suppress(ApiError):
+                kube.patch(f"{PODS}/{pod['metadata']['name']}", without_hold(pod))
+
+
+def without_hold(pod: Obj) -> Obj:
+    kept = [f for f in pod["metadata"].get("finalizers") or [] if f != HOLD_FINALIZER]
+    return {"metadata": {"finalizers": kept or None}}
+
+
 def clean(kube: Kube, crds: list[Obj]) -> None:
-    """No job, pod or Service left in the namespace, and the operator's CRDs gone."""
-    delete(kube, JOBS)  # every PyTorchJob (a collection)
-    pods = kube.list(PODS)["items"]
-    in_parallel(lambda p: delete(kube, f"{PODS}/{p['metadata']['name']}", grace=0), pods)
-    services = kube.list(f"/api/v1/namespaces/{NAMESPACE}/services")["items"]
-    in_parallel(
-        lambda s: delete(kube, f"/api/v1/namespaces/{NAMESPACE}/services/{s['metadata']['name']}"), services
-    )
+    """No job, pod, Service, ConfigMap or Secret of a job left in the namespace, and the operator's CRDs gone."""
+    release_held(kube)
     for crd in crds:
         delete(kube, f"{CRDS}/{crd['metadata']['name']}")
+    pods = kube.list(PODS)["items"]
+    in_parallel(lambda p: delete(kube, f"{PODS}/{p['metadata']['name']}", grace=0), pods)
+    for kind in ("services", "configmaps", "secrets"):
+        path = f"/api/v1/namespaces/{NAMESPACE}/{kind}"
+        # (kube-root-ca.crt is the namespace's own.)
+        paths = [f"{path}/{o['metadata']['name']}" for o in kube.list(path)["items"]]
+        in_parallel(
+            lambda path: delete(kube, path), [p for p in paths if not p.endswith("/kube-root-ca.crt")]
+        )
     for crd in crds:
         gone(kube, f"{CRDS}/{crd['metadata']['name']}")
     deadline = time.monotonic() + 120
@@ -352,36 +440,69 @@ def install_crds(kube: Kube, crds: list[Obj]) -> None:
 
 
 @contextlib.contextmanager
-def running(kube: Kube, operator: Operator, log: Path) -> Iterator[Operator]:
+def running(kube: Kube, operator: Operator, logs: Path) -> Iterator[Operator]:
     """The operator started, and ready to act on jobs when the block starts; stopped after it."""
-    if operator.name == "kubeflow":
+    prepare(kube, operator)
+    for process in operator.processes:
+        with (logs / f"{operator.name.replace('/', '-')}-{process.name}.log").open("ab") as out:
+            process.popen = subprocess.Popen(
+                process.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **process.env}
+            )
+    try:
+        for process in operator.processes:
+            if process.exited() is not None:
+                raise SystemExit(f"{operator.name}: {process.name} exited ({process.exited()}); logs: {logs}")
+        if (
+            wait_for(
+                f"{operator.name} ready", lambda: ready(kube, operator, logs), 120, lambda: f"logs: {logs}"
+            )
+            is None
+        ):
+            raise SystemExit(f"{operator.name} did not become ready; its logs: {logs}")
+        yield operator
+    finally:
+        for process in operator.processes:
+            process.stop()
+
+
+def prepare(kube: Kube, operator: Operator) -> None:
+    """What the operator's manifests would have made before it starts, and nothing left of an earlier run."""
+    if operator.peer == "trainguard":
+        # The Lease of its last run names the same holder: ready only once this process holds it again.
+        delete(kube, f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/trainguard-operator")
+    if operator.peer == "kubeflow":
         create(
             kube,
             f"/api/v1/namespaces/{NAMESPACE}/secrets",
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": KUBEFLOW_CERT_SECRET}},
         )
         shutil.rmtree(KUBEFLOW_CERT_DIR, ignore_errors=True)
-    with log.open("ab") as out:
-        operator.process = subprocess.Popen(
-            operator.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **operator.env}
-        )
-    try:
-        ready = kubeflow_ready if operator.name == "kubeflow" else trainguard_ready
-        if (
-            wait_for(f"{operator.name} ready", lambda: ready(kube, operator), 120, lambda: f"log: {log}")
-            is None
-        ):
-            raise SystemExit(f"{operator.name}'s operator did not become ready; its log: {log}")
-        yield operator
-    finally:
-        operator.stop()
+    if operator.peer == "volcano":
+        # The queue "default" under the hierarchy's root, as vc-scheduler would make them (realnodes.py does the
+        # same): made first, the queue controller finds default's parent.
+        for name, reclaimable in (("root", False), ("default", True)):
+            queue = {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": {"reclaimable": reclaimable, "weight": 1},
+            }
+            create(kube, "/apis/scheduling.volcano.sh/v1beta1/queues", queue)
 
 
-def trainguard_ready(kube: Kube, operator: Operator) -> bool:
+def ready(kube: Kube, operator: Operator, logs: Path) -> bool:
+    for process in operator.processes:
+        if process.exited() is not None:
+            raise SystemExit(f"{operator.name}: {process.name} exited ({process.exited()}); logs: {logs}")
+    if operator.peer == "trainguard":
+        return trainguard_ready(kube)
+    if operator.peer == "kubeflow":
+        return kubeflow_ready(kube, operator)
+    return volcano_ready(kube, logs / f"{operator.name.replace('/', '-')}-vc-scheduler.log")
+
+
+def trainguard_ready(kube: Kube) -> bool:
     """It holds its Lease: it has listed what it serves and acts."""
-    assert operator.process is not None
-    if operator.process.poll() is not None:
-        raise SystemExit(f"trainguard's operator exited ({operator.process.returncode})")
     try:
         lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/trainguard-operator")
     except ApiError:
@@ -392,9 +513,6 @@ def trainguard_ready(kube: Kube, operator: Operator) -> bool:
 def kubeflow_ready(kube: Kube, operator: Operator) -> bool:
     """Its readiness probe answers (certificates in place, webhook server up); until then, the certificate
     Secret it fills is written where its Deployment would mount it."""
-    assert operator.process is not None
-    if operator.process.poll() is not None:
-        raise SystemExit(f"Kubeflow's operator exited ({operator.process.returncode})")
     if not (KUBEFLOW_CERT_DIR / "tls.crt").exists():
         data = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{KUBEFLOW_CERT_SECRET}").get("data") or {}
         if "tls.crt" in data and "tls.key" in data:
@@ -403,10 +521,23 @@ def kubeflow_ready(kube: Kube, operator: Operator) -> bool:
                 (KUBEFLOW_CERT_DIR / key).write_bytes(base64.b64decode(value))
         return False
     try:
-        with urllib.request.urlopen(f"http://{probe_address(operator)}/readyz", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{operator.extra['probe']}/readyz", timeout=2) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def volcano_ready(kube: Kube, scheduler_log: Path) -> bool:
+    """The queue controller has opened the queue "default" and vc-scheduler has its caches filled."""
+    try:
+        queue = kube.get("/apis/scheduling.volcano.sh/v1beta1/queues/default")
+    except ApiError:
+        return False
+    if (queue.get("status") or {}).get("state") != "Open":
+        return False
+    return scheduler_log.exists() and "Scheduler completes Initialization" in scheduler_log.read_text(
+        errors="replace"
+    )
 
 
 # ---- one operator's run ------------------------------------------------------------------------------
@@ -417,180 +548,393 @@ class Size:
     nodes: int
     jobs: int
     pods: int
-    window: float
+    #: The NotReady taints' toleration in every job's pods (None: the API server's default, 300 s).
+    toleration_s: int | None
+    #: Seconds a deleted pod stays Terminating before it is force-deleted.
+    hold_s: float
+    #: Seconds to wait after a node loss (None: from the toleration and the eviction rate).
+    window_s: float | None = None
     fraction: float = 0.1
+    scale_by: int = 2
+
+    @property
+    def nodes_down(self) -> int:
+        return max(1, math.ceil(self.nodes * self.fraction))
+
+    @property
+    def node_window_s(self) -> float:
+        if self.window_s is not None:
+            return self.window_s
+        toleration = 300 if self.toleration_s is None else self.toleration_s
+        return eviction_window(toleration, self.nodes_down, DEFAULT_EVICTION_RATE)
+
+    @property
+    def fault_window_s(self) -> float:
+        """How long the other faults may take: as long as the jobs' submission may, at least 120 s."""
+        return max(120.0, 2.0 * self.jobs * self.pods / 5)
 
 
-def run_one(kube: Kube, operator: Operator, size: Size, log: Path) -> Obj:
-    say(f"{operator.name}: fresh nodes, its CRDs")
-    names = [f"peer-node-{i}" for i in range(size.nodes)]
-    # Room for every pod twice over (and trainguard's rendezvous pods), so that replacements find a place.
-    fresh_nodes(kube, names, max(4, math.ceil(2 * size.jobs * (size.pods + 1) / size.nodes)))
+def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
+    name = operator.name
+    say(f"{name}: fresh nodes, its CRDs")
+    nodes = [f"peer-node-{i}" for i in range(size.nodes)]
+    # Room for every pod twice over and some, so that replacements find a place.
+    per_node = max(4, math.ceil(2 * size.jobs * (size.pods + size.scale_by + 1) / size.nodes) + SPARE_PODS)
+    fresh_nodes(kube, nodes, per_node)
     install_crds(kube, operator.crds)
-    pods = Cache(kube, PODS, lambda new, old: None)
-    pods.start()
+    cache = Cache(kube, PODS, lambda new, old: None)
+    cache.start()
     jobs = job_names(size.jobs)
+    expected = dict.fromkeys(jobs, size.pods)
+    hit = targets(jobs, size.fraction)
     figures: Obj = {}
+
+    def pods() -> list[Pod]:
+        return role_pods(cache.items())
+
+    def short(down: frozenset[str] = frozenset()) -> int:
+        return missing(pods(), expected, down)
+
+    def progress(down: frozenset[str] = frozenset()) -> str:
+        return f"{short(down)} pods short"
+
     try:
-        with running(kube, operator, log):
-
-            def progress(down: frozenset[str] = frozenset()) -> str:
-                return f"{missing(pods, jobs, size.pods, down)} pods short"
-
-            say(f"{operator.name}: submitting {size.jobs} jobs of {size.pods} pods")
+        with running(kube, operator, logs):
+            # 1. submit
+            say(f"{name}: submitting {size.jobs} jobs of {size.pods} pods")
             submitted = time.monotonic()
             in_parallel(
-                lambda i: create(kube, JOBS, pytorchjob(jobs[i], size.pods, elastic=i % 2 == 1)),
+                lambda i: create(
+                    kube, operator.jobs_path, operator.job(jobs[i], i, size.pods, size.toleration_s)
+                ),
                 list(range(size.jobs)),
             )
-            took = wait_for("all Running", lambda: missing(pods, jobs, size.pods) == 0, 1800, progress)
-            if took is None:
-                raise SystemExit(f"{operator.name}: the jobs never all ran")
+            if wait_for("all Running", lambda: short() == 0, 1800, progress) is None:
+                raise SystemExit(f"{name}: the jobs never all ran")
             figures["all_running_s"] = round(time.monotonic() - submitted, 1)
 
-            # 2. a retryable exit code in a tenth of the jobs
-            hit_jobs = jobs[: max(1, math.ceil(size.jobs * size.fraction))]
-            by_name = {p.name: p for p in role_pods(pods)}
-            hit = [by_name[f"{job}-worker-0"] for job in hit_jobs]
-            old = {p.uid for p in hit}
-            say(f"{operator.name}: exit code 137 in {len(hit)} pods")
+            # 2. a retryable exit code
+            by_name = {p.name: p for p in pods()}
+            failed = [by_name[f"{job}-worker-0"] for job in hit.exit_code]
+            old = {p.uid for p in failed}
+            say(f"{name}: exit code 137 in {len(failed)} pods")
             faulted = time.monotonic()
-            in_parallel(lambda p: kube.patch(f"{PODS}/{p.name}", exit_code_patch(137)), hit)
+            in_parallel(lambda p: kube.patch(f"{PODS}/{p.name}", exit_code_patch(137)), failed)
 
             def replaced() -> bool:
-                current = role_pods(pods)
-                return missing(pods, jobs, size.pods) == 0 and not any(p.uid in old for p in current)
+                return short() == 0 and not any(p.uid in old for p in pods())
 
-            took = wait_for("back after the exit codes", replaced, size.window, progress)
+            took = wait_for("back after the exit codes", replaced, size.fault_window_s, progress)
             figures["back_after_exit_codes_s"] = (
                 None if took is None else round(time.monotonic() - faulted, 1)
             )
-            figures["pods_not_back_after_exit_codes"] = missing(pods, jobs, size.pods)
+            figures["pods_not_back_after_exit_codes"] = short()
 
-            # 3. a tenth of the nodes NotReady
-            # The busiest tenth of the nodes (by the jobs' pods they hold, then by name), so that both operators
-            # lose about as many pods, however the scheduler placed them.
-            held = Counter(p.node for p in role_pods(pods))
-            busiest = sorted(names, key=lambda n: (-held[n], n))
-            down = frozenset(busiest[: max(1, math.ceil(size.nodes * size.fraction))])
-            lost = [p for p in role_pods(pods) if p.node in down]
-            say(f"{operator.name}: {len(down)} nodes NotReady, {len(lost)} pods on them")
+            # 3. stuck Terminating, then force-deleted
+            figures.update(force_delete(kube, cache, hit.force_deleted, expected, size, name))
+
+            # 4. elastic scale-out
+            figures.update(scale_out(kube, operator, cache, hit.scaled, jobs, expected, size))
+
+            # 5. the busiest tenth of the nodes NotReady
+            down = frozenset(busiest(nodes, pods(), size.nodes_down))
+            lost = [p for p in pods() if p.node in down]
+            window = size.node_window_s
+            say(f"{name}: {len(down)} nodes NotReady, {len(lost)} pods on them, window {window:g} s")
             faulted = time.monotonic()
             in_parallel(lambda n: kube.patch(f"/api/v1/nodes/{n}", not_ready_patch()), sorted(down))
-            took = wait_for(
-                "back after the node loss",
-                lambda: missing(pods, jobs, size.pods, down) == 0,
-                size.window,
-                lambda: progress(down),
-            )
-            figures["pods_lost_with_nodes"] = len(lost)
-            figures["back_after_node_loss_s"] = None if took is None else round(time.monotonic() - faulted, 1)
-            figures["pods_not_back_after_window"] = missing(pods, jobs, size.pods, down)
-            terminating = [
-                o
-                for o in pods.items()
-                if o["metadata"].get("deletionTimestamp") and POD_NAME.match(o["metadata"]["name"])
-            ]
-            figures["pods_terminating_at_the_end"] = len(terminating)
+            lost_uids = {p.uid for p in lost}
+            # When the last of the lost pods was deleted (by Kubernetes' eviction or by the operator): what
+            # came after is the operator's own time.
+            deleted: list[float] = []
+            # When the last of the nodes got the NoExecute taint that evicts (kube-controller-manager's pace).
+            tainted: list[float] = []
+            untainted = set(down)
 
-            cpu, peak = operator.usage()
+            def back() -> bool:
+                if untainted:
+                    untainted.difference_update(n for n in list(untainted) if evicting(kube, n))
+                    if not untainted:
+                        tainted.append(time.monotonic() - faulted)
+                if not deleted and not lost_uids & {p.uid for p in pods()}:
+                    deleted.append(time.monotonic() - faulted)
+                return short(down) == 0
+
+            took = wait_for("back after the node loss", back, window, lambda: progress(down))
+            figures["pods_lost_with_nodes"] = len(lost)
+            figures["nodes_tainted_s"] = round(tainted[0], 1) if tainted else None
+            figures["lost_pods_deleted_s"] = round(deleted[0], 1) if deleted else None
+            figures["back_after_node_loss_s"] = None if took is None else round(time.monotonic() - faulted, 1)
+            figures["pods_not_back_after_window"] = short(down)
+            figures["pods_terminating_at_the_end"] = len(terminating(cache.items()))
+            figures["node_window_s"] = window
+
+            cpu, peak = operator.processes[0].usage()
             figures["cpu_s"] = round(cpu, 1)
             figures["peak_memory_mib"] = round(peak, 1)
+            for helper in operator.processes[1:]:
+                cpu, peak = helper.usage()
+                figures[f"{helper.name}_cpu_s"] = round(cpu, 1)
+                figures[f"{helper.name}_peak_memory_mib"] = round(peak, 1)
     finally:
-        pods.stop()
-        say(f"{operator.name}: cleaning up")
+        cache.stop()
+        say(f"{name}: cleaning up")
         clean(kube, operator.crds)
-    say(f"{operator.name}: {json.dumps(figures)}")
+    say(f"{name}: {json.dumps(figures)}")
     return figures
 
 
-#: The figures compared as trainguard's over Kubeflow's.
-COMPARED = (
-    "all_running_s",
-    "back_after_exit_codes_s",
-    "back_after_node_loss_s",
-    "pods_not_back_after_window",
-    "cpu_s",
-    "peak_memory_mib",
-)
+def evicting(kube: Kube, node: str) -> bool:
+    """The node carries a NoExecute taint of a NotReady or unreachable node."""
+    taints = (kube.get(f"/api/v1/nodes/{node}").get("spec") or {}).get("taints") or []
+    return any(t.get("effect") == "NoExecute" and t.get("key") in NODE_TAINTS for t in taints)
 
 
-def ratios(ours: Obj, theirs: Obj) -> Obj:
-    def ratio(a: Any, b: Any) -> float | None:
-        if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
-            return None
-        return round(a / b, 3)
+def force_delete(
+    kube: Kube, cache: Cache, jobs: list[str], expected: dict[str, int], size: Size, name: str
+) -> Obj:
+    """A Worker of each job deleted and held Terminating for ``size.hold_s``, then force-deleted: how many of
+    the jobs were whole again before the force-deletion, and the time from it until all are."""
+    held = [f"{job}-worker-0" for job in jobs]
+    want = {job: expected[job] for job in jobs}
+    say(f"{name}: {len(held)} pods stuck Terminating for {size.hold_s:g} s, then force-deleted")
+    for pod in held:
+        kube.patch(f"{PODS}/{pod}", {"metadata": {"finalizers": [HOLD_FINALIZER]}})
+    in_parallel(lambda p: delete(kube, f"{PODS}/{p}"), held)
+    time.sleep(size.hold_s)
+    current = role_pods(cache.items())
+    whole_before = sum(1 for job in jobs if missing(current, {job: want[job]}) == 0)
+    forced = time.monotonic()
+    for pod in held:
+        with contextlib.suppress(ApiError):
+            kube.patch(f"{PODS}/{pod}", without_hold(kube.get(f"{PODS}/{pod}")))
+        delete(kube, f"{PODS}/{pod}", grace=0)
 
-    return {name: ratio(ours.get(name), theirs.get(name)) for name in COMPARED}
+    def back() -> bool:
+        return missing(role_pods(cache.items()), want) == 0
+
+    took = wait_for(
+        "back after the force-deletion",
+        back,
+        size.fault_window_s,
+        lambda: f"{missing(role_pods(cache.items()), want)} pods short",
+    )
+    return {
+        "jobs_whole_while_terminating": whole_before,
+        "back_after_force_delete_s": None if took is None else round(time.monotonic() - forced, 1),
+        "pods_not_back_after_force_delete": missing(role_pods(cache.items()), want),
+    }
+
+
+def scale_out(
+    kube: Kube,
+    operator: Operator,
+    cache: Cache,
+    scaled: list[str],
+    jobs: list[str],
+    expected: dict[str, int],
+    size: Size,
+) -> Obj:
+    """The Worker replicas of ``scaled`` raised by ``size.scale_by``: the time until the new pods are Running
+    (``expected`` then counts them)."""
+    say(f"{operator.name}: {len(scaled)} jobs scaled out by {size.scale_by} workers")
+    started = time.monotonic()
+    for job in scaled:
+        workers = operator.workers(size.pods, jobs.index(job))
+        try:
+            operator.scale(kube, job, workers + size.scale_by)
+        except ApiError as error:
+            say(f"{operator.name}: scaling {job} refused: {error}")
+            return {"scaled_running_s": None, "scale_refused": str(error)}
+        expected[job] = size.pods + size.scale_by
+    want = {job: expected[job] for job in scaled}
+    took = wait_for(
+        "scaled out",
+        lambda: missing(role_pods(cache.items()), want) == 0,
+        size.fault_window_s,
+        lambda: f"{missing(role_pods(cache.items()), want)} pods short",
+    )
+    return {
+        "scaled_running_s": None if took is None else round(time.monotonic() - started, 1),
+        "pods_not_up_after_scale": missing(role_pods(cache.items()), want),
+    }
+
+
+# ---- the rounds --------------------------------------------------------------------------------------
+
+
+def entries(only: list[str]) -> list[tuple[str, str]]:
+    """(peer, mode) to run in one round: trainguard once, each peer in both modes; the peers as shipped come
+    first, so that, rotated from one round to the next, each operator goes first in turn."""
+    found = [(peer, "as_shipped") for peer in PEERS if peer in only]
+    return found + [(peer, "equal") for peer in PEERS if peer in only and peer != "trainguard"]
+
+
+def settings_table(only: list[str]) -> Obj:
+    """Each operator's settings in each mode, with the flags that give them (a client limit of None: none)."""
+    flags = {
+        "trainguard": lambda s: ["--workers", str(s.workers)],
+        "kubeflow": kubeflow_flags,
+        "volcano": volcano_flags,
+    }
+    return {
+        peer: {
+            mode: {**settings(peer, mode).as_json(), "flags": flags[peer](settings(peer, mode))}
+            for mode in MODES
+        }
+        for peer in PEERS
+        if peer in only
+    }
+
+
+def stopped(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="20 nodes, 10 jobs of 4 pods, a 180 s window")
+    parser.add_argument("--quick", action="store_true", help="20 nodes, 10 jobs of 4 pods, 10 s toleration")
     parser.add_argument("--nodes", type=int, default=None, help="kwok nodes (1000)")
-    parser.add_argument("--jobs", type=int, default=None, help="PyTorchJobs (500)")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs (500)")
     parser.add_argument("--pods", type=int, default=None, help="pods per job (8)")
     parser.add_argument(
-        "--window", type=float, default=None, help="seconds to wait for pods to come back (600)"
+        "--runs", type=int, default=None, help="rounds, each starting with the next (3; quick 1)"
     )
     parser.add_argument(
-        "--only", choices=["trainguard", "kubeflow"], default=None, help="run one operator (for debugging)"
+        "--toleration",
+        type=int,
+        default=None,
+        help="seconds every job's pods tolerate a NotReady node (300, the API server's default; quick 10)",
+    )
+    parser.add_argument("--hold", type=float, default=10, help="seconds a pod stays Terminating (10)")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="seconds to wait after the node loss (toleration + nodes down / 0.1 per s + 90)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(PEERS),
+        help="comma-separated operators to run (trainguard,kubeflow,volcano)",
     )
     parser.add_argument(
         "--trainguard-on-kubeflows-crd",
         action="store_true",
         help="give trainguard Kubeflow's PyTorchJob CRD rather than its chart's (it refuses to start on it)",
     )
+    parser.add_argument("--results", default=None, help="where to keep the raw JSON (benchmarks/results)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
-    defaults = (20, 10, 4, 180.0) if args.quick else (1000, 500, 8, 600.0)
+    defaults = (20, 10, 4, 1, 10) if args.quick else (1000, 500, 8, 3, None)
     size = Size(
         nodes=args.nodes or defaults[0],
         jobs=args.jobs or defaults[1],
         pods=args.pods or defaults[2],
-        window=args.window or defaults[3],
+        toleration_s=args.toleration if args.toleration is not None else defaults[4],
+        hold_s=args.hold,
+        window_s=args.window,
     )
-    if size.pods < 2:
-        parser.error("--pods: at least 2 (a Master and a Worker)")
+    runs = args.runs or defaults[3]
+    only = [name for name in args.only.split(",") if name]
+    if unknown := set(only) - set(PEERS):
+        parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
+    if size.pods < 3:
+        parser.error("--pods: at least 3 (a Master and two Workers)")
 
+    # Stopped (SIGTERM, or SIGINT where a shell started it in the background), it still stops the operators,
+    # keeps the runs done and takes the cluster down.
+    signal.signal(signal.SIGTERM, stopped)
     started = time.monotonic()
-    say("building Kubeflow's training operator (cached after the first time)")
-    built = Path(
-        subprocess.run(
-            [str(SCRIPTS / "build-kubeflow")], stdout=subprocess.PIPE, text=True, check=True
-        ).stdout.strip()
-    )
+    at_start = machine()
+    kubeflow_built = volcano_built = Path()
+    if "kubeflow" in only:
+        say("building Kubeflow's training operator (cached after the first time)")
+        kubeflow_built = Path(
+            subprocess.run(
+                [str(SCRIPTS / "build-kubeflow")], stdout=subprocess.PIPE, text=True, check=True
+            ).stdout.strip()
+        )
+    if "volcano" in only:
+        volcano_built = volcano_build()
     kubeconfig = cluster_up()
     kube = Kube(kubeconfig)
     logs = Path(tempfile.mkdtemp(prefix="k8s-peers-"))
-    load_before = os.getloadavg()[0]
-    results: Obj = {}
+    raw: list[Obj] = []
+    kept: Path | None = None
+    described: Obj = {
+        "nodes": size.nodes,
+        "jobs": size.jobs,
+        "pods_per_job": size.pods,
+        "toleration_s": size.toleration_s if size.toleration_s is not None else 300,
+        "toleration_set_in_pods": size.toleration_s is not None,
+        "node_eviction_rate": DEFAULT_EVICTION_RATE,
+        "nodes_down": size.nodes_down,
+        "node_window_s": size.node_window_s,
+        "hold_s": size.hold_s,
+        "scale_by": size.scale_by,
+        "runs": runs,
+        "settings": settings_table(only),
+    }
     try:
         create(
             kube,
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         )
-        ours = kubeflow_crd(built) if args.trainguard_on_kubeflows_crd else pytorchjob_crd()
-        operators = [trainguard_operator(kubeconfig, ours), kubeflow_operator(kubeconfig, built)]
-        for operator in operators:
-            if args.only in (None, operator.name):
-                results[operator.name] = run_one(kube, operator, size, logs / f"{operator.name}.log")
+        # kwok would end Volcano's pods as a batch Job's (its Stage matches any owner of kind Job).
+        kube.replace(POD_COMPLETE_STAGE, batch_jobs_only(kube.get(POD_COMPLETE_STAGE)))
+        ours = kubeflow_crd(kubeflow_built) if args.trainguard_on_kubeflows_crd else pytorchjob_crd()
+        makers: dict[str, Callable[[str], Operator]] = {
+            "trainguard": lambda mode: trainguard_operator(kubeconfig, ours),
+            "kubeflow": lambda mode: kubeflow_operator(kubeconfig, kubeflow_built, mode),
+            "volcano": lambda mode: volcano_operator(kubeconfig, volcano_built, logs, mode),
+        }
+        for run in range(runs):
+            round_ = order(run, [f"{peer}/{mode}" for peer, mode in entries(only)])
+            say(f"run {run + 1} of {runs}: {', '.join(round_)}")
+            figures: Obj = {}
+            for entry in round_:
+                peer, mode = entry.split("/")
+                figures.setdefault(peer, {})[mode] = run_one(kube, makers[peer](mode), size, logs)
+            if "trainguard" in figures:
+                # Its settings are the same in both modes: one run stands under both.
+                figures["trainguard"]["equal"] = figures["trainguard"]["as_shipped"]
+            raw.append(
+                {
+                    "run": run + 1,
+                    "order": round_,
+                    "figures": figures,
+                    "load_average": machine()["load_average"],
+                }
+            )
     finally:
         kube.close()
         if not args.keep:
             cluster_down()
-    say(f"operators' logs: {logs}")
-    summary: Obj = dict(results)
-    if "trainguard" in results and "kubeflow" in results:
-        summary["ratio"] = ratios(results["trainguard"], results["kubeflow"])
+        say(f"operators' logs: {logs}")
+        if raw:
+            name = "k8s_peers-quick" if args.quick else f"k8s_peers-{size.nodes}n"
+            kept = keep(
+                name,
+                {"machine": at_start, **described, "runs_raw": raw, "machine_at_end": machine()},
+                args.results,
+            )
+            say(f"raw figures: {kept}")
+    medians, ranges = summarize([r["figures"] for r in raw])
+    summary: Obj = dict(medians)
+    summary["ratio"] = {
+        peer: {mode: ratios(medians["trainguard"][mode], medians[peer][mode]) for mode in MODES}
+        for peer in PEERS
+        if peer != "trainguard" and peer in medians and "trainguard" in medians
+    }
+    summary["range"] = ranges
+    summary.update(described)
     summary.update(
-        nodes=size.nodes,
-        jobs=size.jobs,
-        pods_per_job=size.pods,
-        window_s=size.window,
-        load_average_1m={"start": round(load_before, 2), "end": round(os.getloadavg()[0], 2)},
+        results=None if kept is None else str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept),
+        load_average_1m={"start": at_start["load_average"][0], "end": machine()["load_average"][0]},
         cpus=os.cpu_count(),
+        commit=at_start["commit"],
         wall_s=round(time.monotonic() - started, 1),
     )
     print(json.dumps(summary))
