@@ -34,8 +34,12 @@ class KubeCluster:
             time.sleep(0.2)
 
     def kubectl_result(self, *args: str, timeout: float = 60) -> str:
-        """kubectl's stdout, or "" where it failed (a container not started yet, a pod just deleted)."""
-        done = self._kubectl(args, None, timeout)
+        """kubectl's stdout, or "" where it failed or did not answer within ``timeout`` (a container not started
+        yet, a pod just deleted, the logs of a pod whose node died: its kubelet never answers)."""
+        try:
+            done = self._kubectl(args, None, timeout)
+        except subprocess.TimeoutExpired:
+            return ""
         return done.stdout if done.returncode == 0 else ""
 
     def _kubectl(
