@@ -158,6 +158,19 @@ def test_a_peers_connections_are_shut_down_too_but_not_sshs(tmp_path: Path) -> N
         kept_listener.close()
 
 
+def _agent(report: Path, release_file: Path) -> list[str]:
+    """The agent's command line, reporting to ``report`` and reading its releases from ``release_file``."""
+    return [
+        sys.executable,
+        "-m",
+        "trainguard.agent",
+        "--report",
+        str(report),
+        "--release-file",
+        str(release_file),
+    ]
+
+
 def test_nothing_connected_to_the_address_is_nothing_to_do() -> None:
     done = release_connections(("127.0.0.9",))
     assert (done.count, done.refused) == (0, [])
@@ -168,15 +181,7 @@ def test_the_agent_releases_once_per_token_and_reports_it(tmp_path: Path) -> Non
     release_file = tmp_path / "release"
     release_file.write_text("old-loss 127.0.0.2\n")  # there when the agent starts: old news, never acted on
     report = tmp_path / "report.jsonl"
-    argv = [
-        sys.executable,
-        "-m",
-        "trainguard.agent",
-        "--report",
-        str(report),
-        "--release-file",
-        str(release_file),
-    ]
+    argv = _agent(report, release_file)
     command = [
         sys.executable,
         "-c",
@@ -263,15 +268,7 @@ def test_the_agent_shuts_down_the_attempts_made_after_a_release(tmp_path: Path) 
     with _unanswering(LOST) as port:
         script = f"import os, time\nprint('ready', flush=True)\nwhile not os.path.exists({str(go)!r}):\n"
         script += "    time.sleep(0.05)\n" + _CONNECT
-        argv = [
-            sys.executable,
-            "-m",
-            "trainguard.agent",
-            "--report",
-            str(report),
-            "--release-file",
-            str(release_file),
-        ]
+        argv = _agent(report, release_file)
         agent = subprocess.Popen(
             [*argv, "--", sys.executable, "-c", script, LOST, str(port)], stdout=subprocess.PIPE, text=True
         )
