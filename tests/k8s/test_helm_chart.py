@@ -19,7 +19,7 @@ CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "trainguard"
 def _render(*sets: str) -> dict[tuple[str, str], Any]:
     if k8s_skipped():
         pytest.skip("TRAINGUARD_SKIP_K8S=1: helm is built with the test cluster's binaries")
-    node_bin = Path(run_script("build", "--real-nodes").split()[0])
+    node_bin = Path(run_script("build", "--node-binaries").split()[0])
     argv = [str(node_bin / "helm"), "template", "trainguard", str(CHART), "-n", "trainguard-system"]
     for value in sets:
         argv += ["--set", value]
