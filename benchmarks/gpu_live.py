@@ -15,7 +15,9 @@ Scenes, in order:
 2. ``join``: a replacement starts (a fresh python: torch's import, the device's start, the model built), then
    joins the survivors' next round and receives the state from one of them. Its time from its start to its
    first step, from ready (model built) to first step, and the survivors' longest pause while it joins.
-   Every rank's parameters are compared at one step after the join (they must be equal).
+   Every rank's parameters are compared at one step after the join (they must be equal). Three joins, each
+   newcomer killed before the next: cold, with ``Live(warmup=...)`` (a forward and a backward before it
+   arrives), cold again.
 3. ``stop``: one rank is SIGSTOPped in the middle of training; the others must be back within the collective
    bound (``--timeout``) + 2 s. It is then continued and rejoins.
 4. ``restart``: the baseline. Every rank killed and started again, as torchrun restarts all workers on any
@@ -72,12 +74,22 @@ def rank_main(args: argparse.Namespace) -> None:
         *[m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
     ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
-    live = Live({"model": model, "optimizer": optimizer}, timeout=args.timeout)
+
+    def warm_up() -> None:  # a forward and a backward of one batch, no collective: its first kernels
+        model(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    live = Live(
+        {"model": model, "optimizer": optimizer},
+        timeout=args.timeout,
+        warmup=warm_up if args.warmup else None,
+    )
     emit("ready", member=live.member, since_start=time.time() - started)
 
     def train(live: Live) -> None:
         formed = live.formations[-1]
-        emit("formed", **formed.as_dict())
+        emit("formed", warmup_seconds=live.warmup_seconds, **formed.as_dict())
         ddp = DDP(model, init_sync=False)
         generator = torch.Generator(device=device)
         for step in live.steps(args.total):
@@ -180,7 +192,7 @@ class Agents:
         self.address = address
         self.ranks: list[Rank] = []
 
-    def start(self, prefix: str, size: int) -> Rank:
+    def start(self, prefix: str, size: int, warmup: bool = False) -> Rank:
         env = dict(
             os.environ,
             TRAINGUARD_LIVE_STORE=self.address,
@@ -188,7 +200,13 @@ class Agents:
             WORLD_SIZE=str(size),
             PYTHONPATH=os.pathsep.join([str(HERE.parent.parent / "src"), os.environ.get("PYTHONPATH", "")]),
         )
-        command = [sys.executable, str(HERE), "--worker", *self._worker_args()]
+        command = [
+            sys.executable,
+            str(HERE),
+            "--worker",
+            *self._worker_args(),
+            *(["--warmup"] if warmup else []),
+        ]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
         rank = Rank(process, time.time())
         threading.Thread(target=rank.read, daemon=True).start()
@@ -275,31 +293,29 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
     formed_after_kill = [
         next(e for e in r.events if e["event"] == "formed" and e["t"] > killed_at) for r in survivors
     ]
-    # 2. join
+    # 2. join: a cold newcomer, then (each killed in turn) one that warms up before it arrives, then a cold one
+    # again, so that neither kind has the other's place in the run
     wait_for(
         "steps at the smaller size",
         lambda: all(len(r.steps_after(killed_at)) >= 3 for r in survivors),
         budget,
     )
-    newcomer = agents.start(prefix, args.ranks)
-    spawned = newcomer.spawned
-    wait_for("the newcomer's first step", lambda: newcomer.steps_after(spawned), budget + 60)
-    ready = next(e for e in newcomer.events if e["event"] == "ready")
-    first = newcomer.steps_after(spawned)[0]
-    formed_new = next(e for e in newcomer.events if e["event"] == "formed")
-    join_pause = [longest_gap(r, ready["t"], first["t"]) for r in survivors]
+    joins = []
+    newcomer: Rank | None = None
+    for warmup in (False, True, False):
+        if newcomer is not None:
+            left_at = time.time()
+            newcomer.process.kill()
+            agents.gone(prefix, newcomer)
+            wait_for(
+                "the survivors on their own",
+                lambda t=left_at: all(r.steps_after(t) for r in survivors),
+                budget,
+            )
+        newcomer = agents.start(prefix, args.ranks, warmup=warmup)
+        joins.append(join_measures(args, survivors, newcomer, warmup, budget))
+    assert newcomer is not None
     everyone = [*survivors, newcomer]
-    check_step = ((first["step"] // args.check_every) + 2) * args.check_every
-    wait_for(
-        "a checked step on every rank",
-        lambda: all(s is not None for s in sums_at(everyone, check_step)),
-        budget,
-    )
-    sums = sums_at(everyone, check_step)
-    after_join = time.time()
-    wait_for(
-        "steps at full size again", lambda: all(len(r.steps_after(after_join)) >= 3 for r in everyone), budget
-    )
     # 3. stop (a hang): the newest rank stopped in the middle of its training
     stopped = everyone[1]
     others = [r for r in everyone if r is not stopped]
@@ -332,17 +348,11 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
                 for i, r in enumerate(survivors)
             ],
         },
-        "join": {
-            "newcomer_start_to_first_step_s": round(first["t"] - spawned, 2),
-            "newcomer_ready_to_first_step_s": round(first["t"] - ready["t"], 3),
-            "newcomer_ready_after_start_s": round(ready["t"] - spawned, 2),
-            "survivor_longest_pause_s": [round(p, 3) for p in join_pause],
-            "origin": formed_new["origin"],
-            "transfer_s": formed_new["transfer_seconds"],
-            "bytes": formed_new["bytes"],
-            "step": formed_new["step"],
-            "equal_parameters_at_step": check_step,
-            "equal_parameters": len(set(sums)) == 1,
+        "join": joins[0],
+        "joins": joins,
+        "join_pause_s": {
+            "cold": [max(j["survivor_longest_pause_s"]) for j in joins if not j["warmup"]],
+            "warmed_up": [max(j["survivor_longest_pause_s"]) for j in joins if j["warmup"]],
         },
         "stop": {
             "timeout_s": args.timeout,
@@ -356,6 +366,45 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
     }
     agents.stop_all()
     return result
+
+
+def join_measures(
+    args: argparse.Namespace, survivors: list[Rank], newcomer: Rank, warmup: bool, budget: float
+) -> dict[str, Any]:
+    """A newcomer's join: its times, the survivors' longest pause from its ready (model built) to its first
+    step, and every rank's parameters compared at a step after it (they must be equal)."""
+    spawned = newcomer.spawned
+    wait_for("the newcomer's first step", lambda: newcomer.steps_after(spawned), budget + 60)
+    ready = next(e for e in newcomer.events if e["event"] == "ready")
+    first = newcomer.steps_after(spawned)[0]
+    formed = next(e for e in newcomer.events if e["event"] == "formed")
+    pause = [longest_gap(r, ready["t"], first["t"]) for r in survivors]
+    everyone = [*survivors, newcomer]
+    check_step = ((first["step"] // args.check_every) + 2) * args.check_every
+    wait_for(
+        "a checked step on every rank",
+        lambda: all(s is not None for s in sums_at(everyone, check_step)),
+        budget,
+    )
+    sums = sums_at(everyone, check_step)
+    after = time.time()
+    wait_for(
+        "steps at full size again", lambda: all(len(r.steps_after(after)) >= 3 for r in everyone), budget
+    )
+    return {
+        "warmup": warmup,
+        "warmup_s": formed["warmup_seconds"],
+        "newcomer_start_to_first_step_s": round(first["t"] - spawned, 2),
+        "newcomer_ready_to_first_step_s": round(first["t"] - ready["t"], 3),
+        "newcomer_ready_after_start_s": round(ready["t"] - spawned, 2),
+        "survivor_longest_pause_s": [round(p, 3) for p in pause],
+        "origin": formed["origin"],
+        "transfer_s": formed["transfer_seconds"],
+        "bytes": formed["bytes"],
+        "step": formed["step"],
+        "equal_parameters_at_step": check_step,
+        "equal_parameters": len(set(sums)) == 1,
+    }
 
 
 def scene_restart(args: argparse.Namespace, agents: Agents, budget: float) -> dict[str, Any]:
@@ -409,6 +458,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=120.0, help="the longest wait for one thing, s")
     parser.add_argument("--keep", action="store_true", help="write the JSON under benchmarks/results")
     parser.add_argument("--nccl-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         rank_main(args)

@@ -86,6 +86,10 @@ class _JoinAtBoundary(RuntimeError):
     """Raised by ``advance`` at a step boundary: a newcomer waits in the next round, nobody was lost."""
 
 
+class _WarmupStepped(RuntimeError):
+    """Raised by the optimizers' pre-hook while ``warmup`` runs: a warm-up computes, it does not train."""
+
+
 class LiveError(RuntimeError):
     """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
     function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
@@ -135,6 +139,7 @@ class Live:
         device: Any = None,
         restore: Callable[[], tuple[int, str] | None] | None = None,
         backend: str = "gloo",
+        warmup: Callable[[], Any] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"Live(backend={backend!r}): one of {', '.join(BACKENDS)}")
@@ -157,6 +162,9 @@ class Live:
         self.device = device
         self.restore = restore
         self.backend = backend
+        self.warmup = warmup
+        #: Seconds the warm-up took in this process; None when it did not run (see ``_warm_up``).
+        self.warmup_seconds: float | None = None
         self.prefix = (
             prefix
             or os.environ.get(ENV_PREFIX)
@@ -215,6 +223,7 @@ class Live:
         """Forms the first round, calls ``train(self)``, and after each fault of a collective forms the next
         round and calls it again, until it returns. Any other exception ends the run, as it would without."""
         cause: str | None = None
+        self._warm_up()
         started = time.monotonic()
         while True:
             try:
@@ -262,6 +271,45 @@ class Live:
         with contextlib.suppress(Exception):
             self._client.set(self._key(f"gone/{self.member}"), "1")
         self._leave_group()
+
+    def _warm_up(self) -> None:
+        """Runs ``warmup`` once, before this process first arrives, when it joins a job already training (a
+        replacement, a new rank of a scale-out): the survivors then do not wait, in the new round's first step,
+        for its first kernels (on a GPU: each kernel's first load, cuBLAS' start). At the job's start every
+        member is as cold as the others, and nothing runs. The state it leaves is replaced by the survivors';
+        its gradients are dropped; an optimizer's step is refused (a warm-up computes, it does not train). A
+        warm-up that fails is told on stderr and the process joins without it: it costs the survivors time,
+        never the job."""
+        if self.warmup is None or self._latest() == 0:
+            return
+        import torch
+
+        def refuse(*_: Any) -> None:
+            raise _WarmupStepped(
+                "Live(warmup=...) stepped an optimizer: a warm-up runs a forward and a backward only"
+            )
+
+        hooks = [
+            obj.register_step_pre_hook(refuse)
+            for obj in self.state.values()
+            if isinstance(obj, torch.optim.Optimizer)
+        ]
+        started = time.monotonic()
+        try:
+            self.warmup()
+        except Exception as error:  # a warm-up's fault must not end the worker
+            print(
+                f"trainguard live: the warm-up failed ({_cause(error)}); joining without it",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            self.warmup_seconds = round(time.monotonic() - started, 3)
+            self._trace(f"warmed up in {self.warmup_seconds} s")
+        finally:
+            for hook in hooks:
+                hook.remove()
+            self._zero_grads()
 
     # -- forming a round ----------------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """A live-mode worker for the tests: a small MLP under DDP over gloo, one JSON line per event on stdout.
 
+With ``LIVE_WARMUP`` set, it passes ``Live`` a warm-up: ``forward`` (a forward and a backward), ``step``
+(... and an optimizer's step, which Live refuses) or ``fail`` (it raises).
 With ``LIVE_HOLD_DIR`` set, the first process to start sending a state while ``$LIVE_HOLD_DIR/arm`` exists
 writes its pid to ``$LIVE_HOLD_DIR/sending`` and stops there (the test then kills it in the middle of the
 transfer); every later send goes through.
@@ -51,11 +53,23 @@ def main() -> None:
     )  # different per process: the state must come over
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    live = trainguard.Live({"model": model, "optimizer": optimizer}, timeout=10)
+    warmup = os.environ.get("LIVE_WARMUP")  # forward (as it should be), step (steps the optimizer), fail
+
+    def warm_up() -> None:
+        emit("warmup", mode=warmup)
+        model(torch.randn(16, 64)).pow(2).mean().backward()
+        if warmup == "step":
+            optimizer.step()
+        if warmup == "fail":
+            raise ValueError("a warm-up that fails")
+
+    live = trainguard.Live(
+        {"model": model, "optimizer": optimizer}, timeout=10, warmup=warm_up if warmup else None
+    )
     emit("ready", member=live.member)
 
     def train(live: trainguard.Live) -> None:
-        emit("formed", **live.formations[-1].as_dict())
+        emit("formed", warmup_seconds=live.warmup_seconds, **live.formations[-1].as_dict())
         ddp = DDP(model, init_sync=False)
         for step in live.steps(100000):
             generator = torch.Generator().manual_seed(step * 100 + live.rank)

@@ -1,6 +1,6 @@
 """Live mode with real processes (``benchmarks/gpu_live.py --device cpu``: 3 ranks, DDP over gloo, a store of
 its own): a killed rank's survivors go on in the same processes with no step lost, a newcomer receives the
-state from a survivor and every rank then holds the same parameters, and a stopped rank holds the others no
+state from a survivor and every rank then holds the same parameters (a newcomer warmed up or not), and a stopped rank holds the others no
 longer than the collectives' bound + 2 s."""
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ def test_survivors_keep_their_processes_and_state_through_a_kill_a_join_and_a_ha
     assert join["origin"] == "peer"
     assert join["bytes"] > 0
     assert join["equal_parameters"], join
+    joins = live["joins"]
+    assert [(j["warmup"], j["origin"], j["equal_parameters"]) for j in joins] == [
+        (False, "peer", True),
+        (True, "peer", True),
+        (False, "peer", True),
+    ], joins
+    assert [j["warmup_s"] is not None and j["warmup_s"] > 0 for j in joins] == [False, True, False]
     stop = live["stop"]
     assert stop["within_timeout_plus_2s"], stop
     assert live["all_alive"]

@@ -1,6 +1,7 @@
 """Live mode's hard cases with real processes (``live_worker.py``, 3 ranks, a store of the test's own): the
 sender of a state killed in the middle of the transfer (another survivor sends it then, and says so), and two
-ranks killed at once (the last one goes on alone, in its process)."""
+ranks killed at once (the last one goes on alone, in its process), and a newcomer's warm-up (it runs before
+the newcomer arrives, never at the job's start, and a warm-up that trains or fails costs nothing)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ ROUND = 60.0
 
 
 class Rank:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(WORKER)], stdout=subprocess.PIPE, text=True, env=env
-        )
+    def __init__(self, env: dict[str, str], stderr: Path) -> None:
+        self.stderr = stderr
+        with stderr.open("w") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, str(WORKER)], stdout=subprocess.PIPE, stderr=err, text=True, env=env
+            )
         self.events: list[dict[str, Any]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -69,10 +72,11 @@ def job(tmp_path: Path) -> Iterator[Callable[..., Rank]]:
     def start(seed: int, **extra: str) -> Rank:
         env = dict(os.environ, TRAINGUARD_LIVE_STORE=f"127.0.0.1:{port}", TRAINGUARD_LIVE_PREFIX="t/",
                    WORLD_SIZE="3", LIVE_SEED=str(seed), PYTHONPATH=src, **extra)  # fmt: skip
-        ranks.append(Rank(env))
+        ranks.append(Rank(env, tmp_path / f"rank-{seed}.stderr"))
         return ranks[-1]
 
     start.store = store  # type: ignore[attr-defined]
+    start.ranks = ranks  # type: ignore[attr-defined]
     yield start
     for rank in ranks:
         with contextlib.suppress(ProcessLookupError):
@@ -140,3 +144,37 @@ def _common_step(x: Rank, y: Rank, after: int) -> tuple[float, float] | None:
         if s["step"] in sums:
             return sums[s["step"]], s["sum"]
     return None
+
+
+def test_a_newcomer_warms_up_before_it_arrives_and_its_warm_up_changes_no_state(
+    job: Callable[..., Rank],
+) -> None:
+    a, b, c = (job(seed, LIVE_WARMUP="forward") for seed in (1, 2, 3))
+    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    for rank in (a, b, c):  # the job's start: every member as cold as the others, nothing to warm up for
+        assert not [e for e in rank.events if e["event"] == "warmup"]
+        assert rank.formed()[0]["warmup_seconds"] is None
+
+    warmed_for: dict[str, float | None] = {}
+    leaving = c
+    for seed, mode in enumerate(("forward", "step", "fail"), start=4):
+        leaving.process.kill()
+        job.store.set(f"t/gone/{leaving.member}", "1")  # type: ignore[attr-defined]  # its launcher's mark
+        new = job(seed, LIVE_WARMUP=mode)
+        got = wait_for(f"the {mode} newcomer's state", lambda n=new: next(iter(n.formed()), None), START)
+        warmed = [e for e in new.events if e["event"] == "warmup"]
+        assert [e["t"] < got["t"] for e in warmed] == [True]  # once, before it arrived
+        assert (got["origin"], got["world_size"]) == ("peer", 3)
+        step = got["step"]
+        check = wait_for(
+            f"a step of a and the {mode} newcomer", lambda n=new, s=step: _common_step(a, n, s), ROUND
+        )
+        assert check[0] == check[1]  # its warm-up's backward (or refused step) left nothing of its own
+        warmed_for[mode] = got["warmup_seconds"]
+        leaving = new
+    assert (warmed_for["forward"] or 0) > 0
+    assert (warmed_for["step"], warmed_for["fail"]) == (None, None)  # told, and joined without it
+    errors = "".join(r.stderr.read_text() for r in job.ranks)  # type: ignore[attr-defined]
+    assert "Live(warmup=...) stepped an optimizer" in errors
+    assert "the warm-up failed (ValueError: a warm-up that fails); joining without it" in errors
+    assert (a.process.poll(), b.process.poll()) == (None, None)  # the survivors kept their processes
