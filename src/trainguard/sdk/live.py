@@ -422,14 +422,19 @@ class Live:
             time.sleep(self.poll)
 
     def _arrivals(self, n: int) -> list[Arrival]:
-        count = int(self._client.add(self._key(f"r{n}/arrivals"), 0))
+        return self._read_arrivals(self._client, n)[0]  # one counted but not written yet: not arrived
+
+    def _read_arrivals(self, client: Any, n: int) -> tuple[list[Arrival], bool]:
+        """Round ``n``'s arrivals written so far (with ``client``: each thread has its own), and whether an
+        arrival is counted but not written yet (whose it is cannot be known)."""
+        count = int(client.add(self._key(f"r{n}/arrivals"), 0))
         found = []
         for i in range(count):
             key = self._key(f"r{n}/m{i}")
-            if self._client.check([key]):  # counted, not written yet: not arrived
-                raw = json.loads(self._client.get(key))
+            if client.check([key]):
+                raw = json.loads(client.get(key))
                 found.append(Arrival(str(raw["member"]), int(raw["step"])))
-        return found
+        return found, len(found) < count
 
     def _members_of(self, n: int) -> tuple[str, ...]:
         if n < 1:
@@ -553,13 +558,9 @@ class Live:
         (a scale-out or a replacement joining): then nothing is broken, and this round can end at a step's
         boundary. Any member's arrival (its collective failed) or gone mark is a fault: abort at once."""
         watch = self._watch
-        count = int(watch.add(self._key(f"r{n}/arrivals"), 0))
-        for i in range(count):
-            key = self._key(f"r{n}/m{i}")
-            if not watch.check([key]):
-                return False  # counted, not written yet: whose it is is not known
-            if json.loads(watch.get(key))["member"] in self._members:
-                return False
+        arrivals, unwritten = self._read_arrivals(watch, n)
+        if unwritten or any(a.member in self._members for a in arrivals):
+            return False
         return not any(watch.check([self._key(f"gone/{m}")]) for m in self._members if m != self.member)
 
     def _trace(self, what: str) -> None:
