@@ -45,6 +45,7 @@ import argparse
 import base64
 import contextlib
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -365,27 +366,37 @@ def gone(kube: Kube, path: str, timeout: float = 120) -> None:
     raise SystemExit(f"{path} still there after {timeout:g} s")
 
 
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+#: Each run's nodes are named anew (peer-<run>-node-<i>): nothing of an earlier run's nodes is reused.
+_RUN_SERIAL = itertools.count(1)
+
+
 def fresh_nodes(kube: Kube, names: list[str], pods_per_node: int) -> None:
     """The benchmark's nodes, new and Ready (earlier ones, with their taints and faults, deleted first)."""
     listed = kube.list("/api/v1/nodes", labelSelector=f"trainguard.io/test-nodes={GROUP}")["items"]
     in_parallel(lambda n: delete(kube, f"/api/v1/nodes/{n['metadata']['name']}"), listed)
     for node in listed:
         gone(kube, f"/api/v1/nodes/{node['metadata']['name']}")
+    # Their Leases too: kwok acts on a node's pods only once it holds the node's Lease, and a Lease left by a
+    # deleted node of the same name is not taken over before it expires (the first run of each round had fresh
+    # names, the others waited ~45 s for their pods to run). New nodes have new names as well (see run_one).
+    in_parallel(lambda n: delete(kube, f"{NODE_LEASES}/{n['metadata']['name']}"), listed)
     in_parallel(lambda n: create(kube, "/api/v1/nodes", kwok_node(n, pods_per_node, group=GROUP)), names)
 
     def ready() -> bool:
         items = kube.list("/api/v1/nodes", labelSelector=f"trainguard.io/test-nodes={GROUP}")["items"]
-        ready_ones = [
-            n
+        ready_ones = {
+            n["metadata"]["name"]
             for n in items
             if any(
                 c["type"] == "Ready" and c["status"] == "True"
                 for c in n.get("status", {}).get("conditions", [])
             )
-        ]
-        return len(ready_ones) == len(names)
+        }
+        held = {lease["metadata"]["name"] for lease in kube.list(NODE_LEASES)["items"]}
+        return set(names) <= ready_ones & held
 
-    if wait_for("nodes Ready", ready, 120, lambda: "") is None:
+    if wait_for("nodes Ready, their Leases held by kwok", ready, 120, lambda: "") is None:
         raise SystemExit("the nodes did not become Ready")
 
 
@@ -577,7 +588,8 @@ class Size:
 def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
     name = operator.name
     say(f"{name}: fresh nodes, its CRDs")
-    nodes = [f"peer-node-{i}" for i in range(size.nodes)]
+    serial = next(_RUN_SERIAL)
+    nodes = [f"peer-{serial}-node-{i}" for i in range(size.nodes)]
     # Room for every pod twice over and some, so that replacements find a place.
     per_node = max(4, math.ceil(2 * size.jobs * (size.pods + size.scale_by + 1) / size.nodes) + SPARE_PODS)
     fresh_nodes(kube, nodes, per_node)
