@@ -87,6 +87,12 @@ def _status(cluster: RealCluster) -> dict[str, Any]:
     return dict(cluster.json("get", "aitrainingjob", JOB).get("status") or {})
 
 
+def _phases_once_running(cluster: RealCluster) -> list[str] | None:
+    """The job's phases so far, once it has been Running."""
+    phases = [t["to"] for t in _status(cluster).get("transitions", [])]
+    return phases if "Running" in phases else None
+
+
 def _condition(cluster: RealCluster, kind: str) -> dict[str, Any] | None:
     found = [c for c in _status(cluster).get("conditions", []) if c["type"] == kind]
     return found[-1] if found else None
@@ -181,19 +187,24 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
         )
         assert any(c["name"] == "job-barrier" for c in init)
         wait_for("1 launcher and 3 trainers Running", lambda: _running(cluster, 3), START, every=3)
-        phases = [t["to"] for t in _status(cluster).get("transitions", [])]
-        # In that order; a pod that failed while the job started (seen once in three runs on 2 cores: the job
-        # went Restarting before Running) is recorded as such, and the job still comes up.
-        assert [p for p in phases if p in ("Pending", "Creating", "Running")][:3] == [
-            "Pending", "Creating", "Running"], phases  # fmt: skip
-        if "Restarting" in phases[: phases.index("Running")]:
+        phases = wait_for("the job Running", lambda: _phases_once_running(cluster), 60, every=2)
+        # Pending first, then Creating, then Running. A pod that fails while the job starts (seen twice on 2
+        # busy cores) is recovered from as at any time: the job goes Restarting, which outranks Creating, and
+        # may reach Running without ever showing Creating; what failed is printed.
+        starting = phases[: phases.index("Running")]
+        assert starting[:1] == ["Pending"], phases
+        assert set(starting) <= {"Pending", "Creating", "Restarting"}, phases
+        assert "Creating" in starting or "Restarting" in starting, phases
+        if "Restarting" in starting:
             print(f"\nthe job restarted a pod while it started: {_status(cluster).get('history')}")
         # CCE's conditions, in CCE's words.
         conditions = {c["type"]: c for c in _status(cluster)["conditions"]}
         assert (conditions["Pending"]["reason"], conditions["Pending"]["message"]) == (
             "TrainingJobPending", "all pods are waiting for scheduling")  # fmt: skip
-        assert re.fullmatch(r"pods \[[-a-z0-9 ]+\] creating containers", conditions["Creating"]["message"])
-        assert conditions["Creating"]["reason"] == "TrainingJobCreating"
+        if "Creating" in starting:
+            creating = conditions["Creating"]
+            assert re.fullmatch(r"pods \[[-a-z0-9 ]+\] creating containers", creating["message"])
+            assert creating["reason"] == "TrainingJobCreating"
         assert (conditions["Running"]["status"], conditions["Running"]["message"]) == (
             "True",
             "all pods are running",
