@@ -4,7 +4,9 @@
 
 The base commit is checked out in a git worktree (``--worktree``, default a temporary directory) and its
 benchmark runs with that tree's ``src`` first on ``PYTHONPATH`` (so its own trainguard is measured); this
-tree's runs as it is. Round ``i`` runs the base first when ``i`` is even, this tree first when odd. Each run's
+tree's runs as it is. With ``--same-script`` both runs are of this tree's benchmark (the same measure, where
+the base's own differs), which starts the trainguard under test from ``TRAINGUARD_UNDER_TEST`` (the tree's
+``src``): for benchmarks that run trainguard as a separate process, such as ``k8s_peers.py``'s operator. Round ``i`` runs the base first when ``i`` is even, this tree first when odd. Each run's
 last line (the benchmark's JSON figures) is kept; the medians of every numeric figure are printed, with the
 ratio this/base. The raw runs are kept under ``benchmarks/results/`` with the commits, the machine and its
 load. The last line printed is one JSON object of the medians.
@@ -27,11 +29,16 @@ from _results import keep, machine
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tree: Path, script: str, args: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+def _run(tree: Path, script: str, args: list[str], same_script: bool) -> dict[str, Any]:
+    if same_script:
+        env = {**os.environ, "TRAINGUARD_UNDER_TEST": str(tree / "src")}
+        where = ROOT
+    else:
+        env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        where = tree
     done = subprocess.run(
-        [sys.executable, str(tree / "benchmarks" / script), *args],
-        cwd=tree,
+        [sys.executable, str(where / "benchmarks" / script), *args],
+        cwd=where,
         env=env,
         capture_output=True,
         text=True,
@@ -71,6 +78,11 @@ def main() -> None:
         "--worktree", type=Path, help="where to check the base out (default: a temporary dir)"
     )
     parser.add_argument("--this", help="measure this commit (checked out beside the base), not the tree")
+    parser.add_argument(
+        "--same-script",
+        action="store_true",
+        help="run this tree's benchmark both times, with TRAINGUARD_UNDER_TEST naming each tree's src",
+    )
     parser.add_argument("benchmark", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
     options = parser.parse_args()
     command = [part for part in options.benchmark if part != "--"]
@@ -91,7 +103,7 @@ def main() -> None:
         order = ("base", "this") if round_ % 2 == 0 else ("this", "base")
         print(f"round {round_ + 1}: {' then '.join(order)}", flush=True)
         for which in order:
-            runs[which].append(_run(trees[which], script, args))
+            runs[which].append(_run(trees[which], script, args, options.same_script))
     medians = {which: _medians(found) for which, found in runs.items()}
     ratios = {
         key: round(medians["this"][key] / medians["base"][key], 3)
@@ -107,6 +119,7 @@ def main() -> None:
         "args": args,
         "base": options.base,
         "this": options.this or "the working tree",
+        "same_script": options.same_script,
         "medians": medians,
         "ratio": ratios,
     }

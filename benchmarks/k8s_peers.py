@@ -225,10 +225,22 @@ def trainguard_operator(kubeconfig: str, pytorchjobs: Obj) -> Operator:
     argv += ["--id", "peers", "--workers", str(settings("trainguard", "as_shipped").workers)]
     # Its chart installs the CRDs of the kinds it serves.
     crds = [native_crd(), aitrainingjob_crd(), pytorchjobs]
-    process = Process("trainguard", argv)
+    # benchmarks/against.py --same-script names the trainguard to measure (another commit's src).
+    under_test = os.environ.get("TRAINGUARD_UNDER_TEST")
+    process = Process("trainguard", argv, {"PYTHONPATH": under_test} if under_test else {})
     return Operator(
         "trainguard", "as_shipped", settings("trainguard", "as_shipped"), [process], crds, PYTORCHJOBS
     )
+
+
+def under_test_commit() -> str | None:
+    """The commit of the trainguard measured where ``TRAINGUARD_UNDER_TEST`` names one; None where it is this
+    tree's."""
+    src = os.environ.get("TRAINGUARD_UNDER_TEST")
+    if not src:
+        return None
+    head = ["git", "rev-parse", "--short", "HEAD"]
+    return subprocess.run(head, cwd=src, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def kubeflow_operator(kubeconfig: str, built: Path, mode: str) -> Operator:
@@ -887,6 +899,8 @@ def main() -> int:
         "scale_by": size.scale_by,
         "runs": runs,
         "settings": settings_table(only),
+        # Where benchmarks/against.py --same-script measures another commit's trainguard: that commit.
+        "trainguard_under_test": under_test_commit(),
     }
     try:
         create(
