@@ -383,3 +383,48 @@ def ratios(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> Obj:
         return round(a / b, 3)
 
     return {name: ratio(ours.get(name), theirs.get(name)) for name in COMPARED}
+
+
+#: What a kept run must share with the others to be summarized with them: the size and the fault's shape.
+SAME_IN_EVERY_KEPT_FILE = (
+    "nodes",
+    "jobs",
+    "pods_per_job",
+    "toleration_s",
+    "toleration_set_in_pods",
+    "node_eviction_rate",
+    "nodes_down",
+    "hold_s",
+    "scale_by",
+)
+
+
+def combine(kept: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[Obj, list[Obj]]:
+    """Raw files kept by separate invocations (``(name, content)``), as one: the description they share and
+    every round of them, in round order. ValueError, naming the file and the field, where one is not a kept
+    run of this benchmark, differs from the first in its size, or repeats a round."""
+    if not kept:
+        raise ValueError("no kept runs to summarize")
+    first_name, first = kept[0]
+    rounds: list[Obj] = []
+    seen: dict[int, str] = {}
+    for name, content in kept:
+        if not isinstance(content.get("runs_raw"), list):
+            raise ValueError(f"{name}: no runs_raw: not a file kept by benchmarks/k8s_peers.py")
+        for field in SAME_IN_EVERY_KEPT_FILE:
+            if content.get(field) != first.get(field):
+                raise ValueError(
+                    f"{name}: {field} is {content.get(field)!r} where {first_name} has {first.get(field)!r}: "
+                    "only runs of the same size are summarized together"
+                )
+        for run in content["runs_raw"]:
+            number = int(run["run"])
+            if number in seen:
+                raise ValueError(
+                    f"{name}: round {number} is also in {seen[number]}: give each invocation its own "
+                    "--first-run"
+                )
+            seen[number] = name
+            rounds.append({**run, "kept_in": name})
+    described = {field: first.get(field) for field in SAME_IN_EVERY_KEPT_FILE}
+    return described, sorted(rounds, key=lambda run: int(run["run"]))

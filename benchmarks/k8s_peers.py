@@ -4,6 +4,8 @@ between the runs.
 
     python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--runs 3]
                                    [--toleration 300] [--window S] [--only trainguard,kubeflow,volcano]
+                                   [--first-run N]
+    python benchmarks/k8s_peers.py --summarize benchmarks/results/k8s_peers-1000n-*.json
 
 For each operator, with the cluster's nodes fresh and no job on it:
 1. submit J jobs of P pods -> every job has its P pods Running (trainguard and Kubeflow: PyTorchJobs, half
@@ -26,6 +28,10 @@ Each peer is measured twice: as its manifests run it ("as_shipped") and with tra
 rates ("equal"). trainguard's settings are the same in both, so it runs once per repetition and its figures
 stand under both. ``--runs N`` repeats the whole round, each repetition starting with the next operator; the
 raw figures of every run are kept under benchmarks/results/ with the commit, the machine and its load.
+At full size a round takes hours on a small machine (the peers wait out Kubernetes' eviction of 100 nodes),
+so rounds may be taken by separate invocations: ``--first-run N`` numbers this invocation's first round N (the
+order goes on rotating), and ``--summarize KEPT...`` runs nothing and prints the summary of the rounds in
+those kept files, which must be of the same size.
 
 Kubeflow's operator is built from its Go module (scripts/build-kubeflow; cached), Volcano's scheduler and
 controller manager by scripts/k8s-testcluster (as for real nodes; cached). What a kwok cluster cannot do is
@@ -75,6 +81,7 @@ from _peers import (
     Pod,
     Settings,
     busiest,
+    combine,
     elastic,
     eviction_window,
     job_names,
@@ -811,6 +818,38 @@ def settings_table(only: list[str]) -> Obj:
     }
 
 
+def summary_of(raw: list[Obj], described: Obj) -> Obj:
+    """The medians of the rounds' figures, trainguard's ratios to each peer's, their ranges, and what was run."""
+    medians, ranges = summarize([r["figures"] for r in raw])
+    summary: Obj = dict(medians)
+    summary["ratio"] = {
+        peer: {mode: ratios(medians["trainguard"][mode], medians[peer][mode]) for mode in MODES}
+        for peer in PEERS
+        if peer != "trainguard" and peer in medians and "trainguard" in medians
+    }
+    summary["range"] = ranges
+    summary.update(described)
+    return summary
+
+
+def summarize_kept(files: list[str]) -> int:
+    """``--summarize``: the summary of rounds kept by separate invocations, as the last line."""
+    kept: list[tuple[str, Obj]] = []
+    try:
+        for name in files:
+            kept.append((name, json.loads(Path(name).read_text())))
+        described, rounds = combine(kept)
+    except (OSError, ValueError) as error:  # json's errors are ValueErrors
+        print(f"k8s_peers --summarize: {error}", file=sys.stderr)
+        return 2
+    commits = sorted({str(content.get("machine", {}).get("commit")) for _, content in kept})
+    say(f"{len(rounds)} rounds from {len(kept)} files, commits {', '.join(commits)}")
+    summary = summary_of(rounds, {**described, "runs": len(rounds)})
+    summary.update(rounds=[r["run"] for r in rounds], commits=commits, results=files)
+    print(json.dumps(summary))
+    return 0
+
+
 def stopped(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
@@ -847,9 +886,26 @@ def main() -> int:
         action="store_true",
         help="give trainguard Kubeflow's PyTorchJob CRD rather than its chart's (it refuses to start on it)",
     )
+    parser.add_argument(
+        "--first-run",
+        type=int,
+        default=1,
+        help="the number of this invocation's first round (1): rounds taken by separate invocations, e.g. one "
+        "per day at full size, go on rotating which operator goes first",
+    )
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        metavar="KEPT",
+        help="run nothing: the medians and ranges of the rounds in these kept raw files (same size each)",
+    )
     parser.add_argument("--results", default=None, help="where to keep the raw JSON (benchmarks/results)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
+    if args.summarize:
+        return summarize_kept(args.summarize)
+    if args.first_run < 1:
+        parser.error("--first-run: 1 or more")
     defaults = (20, 10, 4, 1, 10) if args.quick else (1000, 500, 8, 3, None)
     size = Size(
         nodes=args.nodes or defaults[0],
@@ -916,9 +972,9 @@ def main() -> int:
             "kubeflow": lambda mode: kubeflow_operator(kubeconfig, kubeflow_built, mode),
             "volcano": lambda mode: volcano_operator(kubeconfig, volcano_built, logs, mode),
         }
-        for run in range(runs):
+        for run in range(args.first_run - 1, args.first_run - 1 + runs):
             round_ = order(run, [f"{peer}/{mode}" for peer, mode in entries(only)])
-            say(f"run {run + 1} of {runs}: {', '.join(round_)}")
+            say(f"round {run + 1} ({run + 2 - args.first_run} of {runs} here): {', '.join(round_)}")
             figures: Obj = {}
             for entry in round_:
                 peer, mode = entry.split("/")
@@ -947,15 +1003,7 @@ def main() -> int:
                 args.results,
             )
             say(f"raw figures: {kept}")
-    medians, ranges = summarize([r["figures"] for r in raw])
-    summary: Obj = dict(medians)
-    summary["ratio"] = {
-        peer: {mode: ratios(medians["trainguard"][mode], medians[peer][mode]) for mode in MODES}
-        for peer in PEERS
-        if peer != "trainguard" and peer in medians and "trainguard" in medians
-    }
-    summary["range"] = ranges
-    summary.update(described)
+    summary = summary_of(raw, described)
     summary.update(
         results=None if kept is None else str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept),
         load_average_1m={"start": at_start["load_average"][0], "end": machine()["load_average"][0]},

@@ -13,6 +13,7 @@ from benchmarks._peers import (
     VOLCANO,
     Pod,
     busiest,
+    combine,
     eviction_window,
     job_names,
     kubeflow_flags,
@@ -316,3 +317,45 @@ def test_summarize_and_ratios() -> None:
     assert compared["all_running_s"] == 0.375
     assert compared["back_after_node_loss_s"] is None
     assert ratios({"cpu_s": 1.0}, {"cpu_s": 0})["cpu_s"] is None
+
+
+def _kept(rounds: list[int], **size: Any) -> dict[str, Any]:
+    described = {"nodes": 1000, "jobs": 500, "pods_per_job": 8, "toleration_s": 300, "nodes_down": 100}
+    return {
+        **described,
+        **size,
+        "machine": {"commit": "abc1234"},
+        "runs_raw": [
+            {"run": r, "figures": {"trainguard": {"as_shipped": {"cpu_s": float(r)}}}} for r in rounds
+        ],
+    }
+
+
+def test_combine_joins_the_rounds_of_separate_invocations_in_round_order() -> None:
+    described, rounds = combine([("b.json", _kept([3])), ("a.json", _kept([1, 2]))])
+    assert [r["run"] for r in rounds] == [1, 2, 3]
+    assert [r["kept_in"] for r in rounds] == ["a.json", "a.json", "b.json"]
+    assert (described["nodes"], described["nodes_down"], described["toleration_s"]) == (1000, 100, 300)
+    medians, _ = summarize([r["figures"] for r in rounds])
+    assert medians["trainguard"]["as_shipped"]["cpu_s"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("kept", "message"),
+    [
+        ([], "no kept runs"),
+        ([("a.json", {"nodes": 1000})], "a.json: no runs_raw"),
+        (
+            [("a.json", _kept([1])), ("b.json", _kept([2], nodes=100))],
+            "b.json: nodes is 100 where a.json has 1000",
+        ),
+        (
+            [("a.json", _kept([1])), ("b.json", _kept([2], toleration_s=10))],
+            "b.json: toleration_s is 10 where a.json has 300",
+        ),
+        ([("a.json", _kept([1, 2])), ("b.json", _kept([2]))], "b.json: round 2 is also in a.json"),
+    ],
+)
+def test_combine_refuses_runs_that_do_not_belong_together(kept: list[Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        combine(kept)
