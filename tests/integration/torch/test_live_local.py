@@ -34,7 +34,9 @@ def _kept(session: Session, job: str, before: dict[str, tuple[int, ...]], pods: 
 
 
 def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session: Session) -> None:
-    spec = digits_job("digits-live", session.root, epochs=8, step_delay=0.05, checkpoint_every=10, live=True)
+    # 24 epochs (about 540 steps): a newcomer that starts slowly on busy cores (17 s seen on a cold run, when
+    # 8 epochs ended before it arrived) still finds the others training.
+    spec = digits_job("digits-live", session.root, epochs=24, step_delay=0.05, checkpoint_every=10, live=True)
     # Each step of forming a round in the pods' logs: what a round that stalled waited for.
     spec["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "TRAINGUARD_LIVE_TRACE", "value": "1"}
