@@ -66,6 +66,9 @@ def test_a_pod_scheduled_to_a_kwok_node_runs(kube_cluster: KubeCluster) -> None:
 def test_the_service_range_holds_more_than_the_api_servers_default(kube_cluster: KubeCluster) -> None:
     # The API server's default, 10.0.0.0/24, ran out at 254 Services in the peers benchmark (500 jobs).
     default = json.loads(kube_cluster.kubectl("get", "servicecidr", "kubernetes", "-o", "json"))
-    assert default["spec"]["cidrs"] == ["10.0.0.0/16"]
+    assert default["spec"]["cidrs"] == ["10.0.0.0/16"], (
+        "a cluster started with an earlier scripts/k8s/kwokctl.yaml is still up: "
+        "scripts/k8s-testcluster down, and run the tests again"
+    )
     service = json.loads(kube_cluster.kubectl("get", "-n", "default", "service/kubernetes", "-o", "json"))
     assert service["spec"]["clusterIP"] == "10.0.0.1"
