@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).with_name("results")
+#: The ``src`` of the trainguard a benchmark that starts it as a process measures, where not this tree's
+#: (``benchmarks/against.py --same-script`` sets it for each commit).
+ENV_UNDER_TEST = "TRAINGUARD_UNDER_TEST"
 
 
 def machine() -> dict[str, Any]:

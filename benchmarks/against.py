@@ -6,8 +6,8 @@ The base commit is checked out in a git worktree (``--worktree``, default a temp
 benchmark runs with that tree's ``src`` first on ``PYTHONPATH`` (so its own trainguard is measured); this
 tree's runs as it is. With ``--same-script`` both runs are of this tree's benchmark (the same measure, where
 the base's own differs), which starts the trainguard under test from ``TRAINGUARD_UNDER_TEST`` (the tree's
-``src``): for benchmarks that run trainguard as a separate process, such as ``k8s_peers.py``'s operator. Round ``i`` runs the base first when ``i`` is even, this tree first when odd. Each run's
-last line (the benchmark's JSON figures) is kept; the medians of every numeric figure are printed, with the
+``src``): for benchmarks that run trainguard as a separate process, such as ``k8s_peers.py``'s operator.
+Round ``i`` runs the base first when ``i`` is even, this tree first when odd. Each run's last line (the benchmark's JSON figures) is kept; the medians of every numeric figure are printed, with the
 ratio this/base. The raw runs are kept under ``benchmarks/results/`` with the commits, the machine and its
 load. The last line printed is one JSON object of the medians.
 """
@@ -24,14 +24,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _results import keep, machine
+from _results import ENV_UNDER_TEST, keep, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(tree: Path, script: str, args: list[str], same_script: bool) -> dict[str, Any]:
     if same_script:
-        env = {**os.environ, "TRAINGUARD_UNDER_TEST": str(tree / "src")}
+        env = {**os.environ, ENV_UNDER_TEST: str(tree / "src")}
         where = ROOT
     else:
         env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument(
         "--same-script",
         action="store_true",
-        help="run this tree's benchmark both times, with TRAINGUARD_UNDER_TEST naming each tree's src",
+        help=f"run this tree's benchmark both times, with {ENV_UNDER_TEST} naming each tree's src",
     )
     parser.add_argument("benchmark", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
     options = parser.parse_args()

@@ -100,7 +100,7 @@ from _peers import (
     volcano_job,
     volcano_scaled,
 )
-from _results import keep, machine
+from _results import ENV_UNDER_TEST, keep, machine
 
 from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
 from trainguard.backends.k8s.cache import Cache
@@ -233,7 +233,7 @@ def trainguard_operator(kubeconfig: str, pytorchjobs: Obj) -> Operator:
     # Its chart installs the CRDs of the kinds it serves.
     crds = [native_crd(), aitrainingjob_crd(), pytorchjobs]
     # benchmarks/against.py --same-script names the trainguard to measure (another commit's src).
-    under_test = os.environ.get("TRAINGUARD_UNDER_TEST")
+    under_test = os.environ.get(ENV_UNDER_TEST)
     process = Process("trainguard", argv, {"PYTHONPATH": under_test} if under_test else {})
     return Operator(
         "trainguard", "as_shipped", settings("trainguard", "as_shipped"), [process], crds, PYTORCHJOBS
@@ -243,7 +243,7 @@ def trainguard_operator(kubeconfig: str, pytorchjobs: Obj) -> Operator:
 def under_test_commit() -> str | None:
     """The commit of the trainguard measured where ``TRAINGUARD_UNDER_TEST`` names one; None where it is this
     tree's."""
-    src = os.environ.get("TRAINGUARD_UNDER_TEST")
+    src = os.environ.get(ENV_UNDER_TEST)
     if not src:
         return None
     head = ["git", "rev-parse", "--short", "HEAD"]
