@@ -143,7 +143,8 @@ _TELLING = re.compile(
 
 def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     """What a failed wait for progress shows: the launcher's telling lines since ``since``, each pod's agent's
-    words, the history."""
+    words, the history; last, in two lines (CI keeps a failure's last lines), the history's newest entries in
+    short and where the launcher's log ends (horovodrun's own error, when it failed)."""
     logs = cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines()
     telling = [
         line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 5
@@ -154,14 +155,38 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
             line for line in cluster.kubectl_result("logs", name).splitlines() if "[trainguard agent]" in line
         ]
         lines += [f"{name}: {line[:240]}" for line in said[-5:]]
-    lines += [f"history: {entry}" for entry in _status(cluster).get("history", [])[-6:]]
+    history = _status(cluster).get("history", [])
+    lines += [f"history: {entry}" for entry in history[-6:]]
+    lines.append(
+        "history in short: "
+        + "; ".join(
+            f"{h['seq']} {h['kind']} {h.get('pod')} on {h.get('node')} {h.get('fault')} {h.get('exitCode')} "
+            f"-> {h.get('action')} at {h['at'] - since:+.0f}s"
+            for h in history[-5:]
+        )
+    )
+    ending = [line.split(" ", 1)[-1][:160] for line in logs if line.split(" ", 1)[-1].strip()][-8:]
+    lines.append("the launcher's log ends: " + " | ".join(ending))
     return "\n".join(lines)
 
 
+def _failed(cluster: RealCluster) -> bool:
+    return _status(cluster).get("phase") == "Failed"
+
+
 def _progress_after(cluster: RealCluster, what: str, since: float, seconds: float) -> float:
+    """The time of Horovod's first progress line after ``since``; the test fails at once if the job fails."""
+
+    def progress() -> float | None:
+        if _failed(cluster):
+            pytest.fail(
+                f"the job failed waiting for Horovod's progress after {what}\n{_explain(cluster, since)}"
+            )
+        return (_iters_after(cluster, since) or [(None,)])[0][0]
+
     at = wait_for(
         f"Horovod's progress after {what}",
-        lambda: (_iters_after(cluster, since) or [(None,)])[0][0],
+        progress,
         seconds,
         every=3,
         explain=lambda: _explain(cluster, since),
