@@ -24,7 +24,7 @@ from trainguard.api.load import load_object
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
-from trainguard.backends.k8s.client import ApiError
+from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import NATIVE as TRAININGJOB
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.ui import KubeSource
@@ -156,7 +156,13 @@ class FakeKube:
         return self.pods[name]
 
     def list(self, path: str, **query: Any) -> Obj:
-        return {"items": self.events}
+        """``events`` in pages of ``limit``, as the API server gives them (``continue``: here, an offset)."""
+        start = int(query.get("continue") or 0)
+        end = start + int(query.get("limit") or len(self.events))
+        more = {"continue": str(end)} if end < len(self.events) else {}
+        return {"items": self.events[start:end], "metadata": more}
+
+    list_pages = Kube.list_pages
 
 
 def _model(name: str, uid: str, role: str = "worker") -> tuple[Obj, TrainingJob]:
@@ -286,3 +292,30 @@ def test_the_job_page_shows_the_events_of_its_own_job_and_pods() -> None:
     )
     assert [e["reason"] for e in source.events("ns/train")] == ["TrainJob", "TrainPod", "TrainService"]
     assert [e["reason"] for e in source.events("ns/train-big")] == ["BigJob", "BigPod", "BigService"]
+
+
+def test_the_job_page_reads_every_page_of_a_busy_namespaces_events() -> None:
+    """The job's events come after 1,200 of other objects' (the API server lists them by name): all found."""
+    n = Neighbours()
+    jobs = Cache(n.kube, "/apis/trainguard.io/v1/trainingjobs", lambda o, _: None)  # type: ignore[arg-type]
+    n.train_obj["status"] = {"pods": [{"name": "train-worker-0", "generation": 1, "phase": "Running"}]}
+    jobs.put(n.train_obj)
+    others = [
+        {"involvedObject": {"kind": "Pod", "name": f"another-{i}"}, "reason": "Other", "type": "Normal"}
+        for i in range(1200)
+    ]
+    ours = [
+        {
+            "involvedObject": {"kind": "TrainingJob", "name": "train", "uid": "uid-train"},
+            "reason": "TrainJob",
+        },
+        {"involvedObject": {"kind": "Pod", "name": "train-worker-0"}, "reason": "TrainPod"},
+    ]
+    n.kube.events = others + ours
+    source = KubeSource(
+        n.kube,  # type: ignore[arg-type]
+        {TRAININGJOB.kind: TRAININGJOB},
+        {TRAININGJOB.kind: jobs},
+        n.shared.pods,
+    )
+    assert [e["reason"] for e in source.events("ns/train")] == ["TrainJob", "TrainPod"]

@@ -29,6 +29,8 @@ from trainguard.ui.pages import PageError
 Obj = dict[str, Any]
 #: Events are read from the API server at most this often per job (the pages look twice a second).
 EVENTS_TTL_S = 5.0
+#: Events listed per request when a page reads a job's.
+EVENTS_PAGE = 500
 _REPLICA_SPECS = ("replicaSpecs", "pytorchReplicaSpecs")
 
 
@@ -71,14 +73,18 @@ class KubeSource:
                 return cached[1]
         kind, obj = self._find(key)
         pods = self._pod_names(obj)
+        # Every page of the namespace's events: one page of 1,000 was the first 1,000 by name, and a busy
+        # namespace's other events could crowd a job's out.
         try:
-            items = self.kube.list(f"/api/v1/namespaces/{namespace}/events", limit=1000).get("items", [])
+            found = [
+                _event(e)
+                for page in self.kube.list_pages(f"/api/v1/namespaces/{namespace}/events", EVENTS_PAGE)
+                for e in page.get("items", [])
+                if _about(e, kind, obj, pods)
+            ]
         except ApiError as error:
             raise PageError(f"cannot read the events of {key}: {error}", 502) from None
-        events = sorted(
-            (_event(e) for e in items if _about(e, kind, obj, pods)),
-            key=lambda e: (e["time"] or 0.0, e["reason"]),
-        )
+        events = sorted(found, key=lambda e: (e["time"] or 0.0, e["reason"]))
         with self._lock:
             self._events[key] = (time.monotonic(), events)
         return events
