@@ -7,9 +7,10 @@ benchmark runs with that tree's ``src`` first on ``PYTHONPATH`` (so its own trai
 tree's runs as it is. With ``--same-script`` both runs are of this tree's benchmark (the same measure, where
 the base's own differs), which starts the trainguard under test from ``TRAINGUARD_UNDER_TEST`` (the tree's
 ``src``): for benchmarks that run trainguard as a separate process, such as ``k8s_peers.py``'s operator.
-Round ``i`` runs the base first when ``i`` is even, this tree first when odd. Each run's last line (the benchmark's JSON figures) is kept; the medians of every numeric figure are printed, with the
-ratio this/base. The raw runs are kept under ``benchmarks/results/`` with the commits, the machine and its
-load. The last line printed is one JSON object of the medians.
+Round ``i`` runs the base first when ``i`` is even, this tree first when odd. Each run's last line (the
+benchmark's JSON figures) is kept; the medians of every numeric figure are printed, with the ratio this/base.
+The raw runs are kept under ``benchmarks/results/`` with the commits, the machine and its load. The last line
+printed is one JSON object of the medians.
 """
 
 from __future__ import annotations

@@ -264,6 +264,16 @@ def test_a_pod_name_two_jobs_share_is_never_acted_on_by_the_job_that_does_not_ow
     assert train.observe(n.train).pods == ()
 
 
+def _page_source(n: Neighbours, jobs: Cache) -> KubeSource:
+    """The job pages' reader over ``n``'s fake API server, with the TrainingJobs of ``jobs``."""
+    return KubeSource(
+        n.kube,  # type: ignore[arg-type]
+        {TRAININGJOB.kind: TRAININGJOB},
+        {TRAININGJOB.kind: jobs},
+        n.shared.pods,
+    )
+
+
 def test_the_job_page_shows_the_events_of_its_own_job_and_pods() -> None:
     n = Neighbours()
     jobs = Cache(n.kube, "/apis/trainguard.io/v1/trainingjobs", lambda o, _: None)  # type: ignore[arg-type]
@@ -284,12 +294,7 @@ def test_the_job_page_shows_the_events_of_its_own_job_and_pods() -> None:
         event("Service", "train-big", "uid-big-service", "BigService"),
         event("TrainingJob", "train", "uid-an-earlier-train", "EarlierTrain"),
     ]
-    source = KubeSource(
-        n.kube,  # type: ignore[arg-type]
-        {TRAININGJOB.kind: TRAININGJOB},
-        {TRAININGJOB.kind: jobs},
-        n.shared.pods,
-    )
+    source = _page_source(n, jobs)
     assert [e["reason"] for e in source.events("ns/train")] == ["TrainJob", "TrainPod", "TrainService"]
     assert [e["reason"] for e in source.events("ns/train-big")] == ["BigJob", "BigPod", "BigService"]
 
@@ -312,10 +317,5 @@ def test_the_job_page_reads_every_page_of_a_busy_namespaces_events() -> None:
         {"involvedObject": {"kind": "Pod", "name": "train-worker-0"}, "reason": "TrainPod"},
     ]
     n.kube.events = others + ours
-    source = KubeSource(
-        n.kube,  # type: ignore[arg-type]
-        {TRAININGJOB.kind: TRAININGJOB},
-        {TRAININGJOB.kind: jobs},
-        n.shared.pods,
-    )
+    source = _page_source(n, jobs)
     assert [e["reason"] for e in source.events("ns/train")] == ["TrainJob", "TrainPod"]

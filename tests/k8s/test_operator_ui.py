@@ -55,19 +55,17 @@ def test_the_operators_pages_read_its_jobs(pages: tuple[Scenario, str]) -> None:
         "launcher": (1, 1, 1),
         "trainer": (3, 1, 5),
     }
-    detail = _get(url + f"api/jobs/{KEY.replace('/', '%2F')}")["job"]
+    job_url = url + f"api/jobs/{KEY.replace('/', '%2F')}"
+    detail = _get(job_url)["job"]
     assert [p["name"] for p in detail["pods"]][1:] == TRAINERS
     # The operator writes the job's status before it sends the events of that change: the Running event may
     # come a moment after the phase (and the page keeps a job's events 5 s).
     s.wait(
         "the Running event on the page",
-        lambda: any(
-            e["reason"] == "TrainingJobRunning"
-            for e in _get(url + f"api/jobs/{KEY.replace('/', '%2F')}")["job"]["events"]
-        ),
+        lambda: any(e["reason"] == "TrainingJobRunning" for e in _get(job_url)["job"]["events"]),
         30,
     )
-    whatif = _get(url + f"api/jobs/{KEY.replace('/', '%2F')}/whatif?pod={TRAINERS[0]}&fault=NodeNotReady")
+    whatif = _get(job_url + f"/whatif?pod={TRAINERS[0]}&fault=NodeNotReady")
     assert whatif["action"] == "restart"
     assert _get(url + "api/session") == {
         "backend": "kubernetes",

@@ -165,9 +165,16 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
             for h in history[-5:]
         )
     )
-    ending = [line.split(" ", 1)[-1][:160] for line in logs if line.split(" ", 1)[-1].strip()][-8:]
+    texts = (line.split(" ", 1)[-1] for line in logs)  # without kubectl's timestamp
+    ending = [text[:160] for text in texts if text.strip()][-8:]
     lines.append("the launcher's log ends: " + " | ".join(ending))
     return "\n".join(lines)
+
+
+def _first_progress(cluster: RealCluster, since: float) -> float | None:
+    """The time of Horovod's first progress line after ``since``, if there is one yet."""
+    found = _iters_after(cluster, since)
+    return found[0][0] if found else None
 
 
 def _failed(cluster: RealCluster) -> bool:
@@ -182,7 +189,7 @@ def _progress_after(cluster: RealCluster, what: str, since: float, seconds: floa
             pytest.fail(
                 f"the job failed waiting for Horovod's progress after {what}\n{_explain(cluster, since)}"
             )
-        return (_iters_after(cluster, since) or [(None,)])[0][0]
+        return _first_progress(cluster, since)
 
     at = wait_for(
         f"Horovod's progress after {what}",
@@ -208,7 +215,7 @@ def _horovodrun_again(cluster: RealCluster, since: float) -> None:
     failed by its policy. Any other end fails the test."""
     outcome = wait_for(
         "Horovod's progress after the launcher's exit 129, or the job failed",
-        lambda: (_iters_after(cluster, since) or [(None,)])[0][0] or _failed(cluster),
+        lambda: _first_progress(cluster, since) or _failed(cluster),
         LAUNCHER_RESTART,
         every=3,
         explain=lambda: _explain(cluster, since),
