@@ -15,6 +15,8 @@ Scenes, in order:
 2. ``join``: a replacement starts (a fresh python: torch's import, the device's start, the model built), then
    joins the survivors' next round and receives the state from one of them. Its time from its start to its
    first step, from ready (model built) to first step, and the survivors' longest pause while it joins.
+   Its parts: the survivors' forming of the new round (of which the state's transfer), and the new round's
+   first steps in theirs (forward, backward, optimizer) on the newcomer and on a survivor.
    Every rank's parameters are compared at one step after the join (they must be equal). Three joins, each
    newcomer killed before the next: cold, with ``Live(warmup=...)`` (a forward and a backward before it
    arrives), cold again.
@@ -91,16 +93,30 @@ def rank_main(args: argparse.Namespace) -> None:
         formed = live.formations[-1]
         emit("formed", warmup_seconds=live.warmup_seconds, **formed.as_dict())
         ddp = DDP(model, init_sync=False)
+        emit("wrapped")
         generator = torch.Generator(device=device)
+
+        def mark() -> float:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            return time.time()
+
         for step in live.steps(args.total):
+            timed = step - formed.step < 3  # a round's first steps, in their parts
+            t0 = mark() if timed else 0.0
             generator.manual_seed(step * 1000 + live.rank)
             batch = torch.randn(args.batch, width, device=device, generator=generator)
             loss = ddp(batch).pow(2).mean()
             optimizer.zero_grad(set_to_none=True)
+            t1 = mark() if timed else 0.0
             loss.backward()
+            t2 = mark() if timed else 0.0
             optimizer.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            t3 = mark()
+            if timed:
+                emit(
+                    "parts", round=live.round, step=step, forward=t1 - t0, backward=t2 - t1, optimizer=t3 - t2
+                )
             done = step + 1
             total = None
             if done % args.check_every == 0:
@@ -262,6 +278,26 @@ def longest_gap(rank: Rank, start: float, end: float) -> float:
     return max(b - a for a, b in itertools.pairwise(times))
 
 
+def join_phases(rank: Rank, start: float, end: float) -> dict[str, float] | None:
+    """A survivor's pause at a join, in its parts: from its last step of the old round to the new round
+    formed (of which the state's transfer), the model wrapped in DDP again, and its first step in the new
+    round."""
+    formed = next((e for e in rank.events if e["event"] == "formed" and start < e["t"] <= end), None)
+    if formed is None:
+        return None
+    before = [e["t"] for e in rank.events if e["event"] == "step" and e["t"] < formed["t"]]
+    after = [e["t"] for e in rank.events if e["event"] == "step" and e["t"] > formed["t"]]
+    wrapped = next((e["t"] for e in rank.events if e["event"] == "wrapped" and e["t"] >= formed["t"]), None)
+    if not before or not after or wrapped is None:
+        return None
+    return {
+        "forming_s": round(formed["t"] - before[-1], 3),
+        "of_which_transfer_s": formed["transfer_seconds"],
+        "ddp_wrap_s": round(wrapped - formed["t"], 3),
+        "first_step_s": round(after[0] - wrapped, 3),
+    }
+
+
 def sums_at(ranks: list[Rank], step: int) -> list[float | None]:
     found = []
     for rank in ranks:
@@ -387,6 +423,18 @@ def join_measures(
         budget,
     )
     sums = sums_at(everyone, check_step)
+    phases = [join_phases(r, ready["t"], first["t"]) for r in survivors]  # their next steps read by now
+    parts = {
+        who: [
+            {
+                k: round(e[k], 3) if isinstance(e[k], float) else e[k]
+                for k in ("step", "forward", "backward", "optimizer")
+            }
+            for e in rank.events
+            if e["event"] == "parts" and e["round"] == formed["round"]
+        ]
+        for who, rank in (("newcomer", newcomer), ("survivor", survivors[0]))
+    }
     after = time.time()
     wait_for(
         "steps at full size again", lambda: all(len(r.steps_after(after)) >= 3 for r in everyone), budget
@@ -398,6 +446,9 @@ def join_measures(
         "newcomer_ready_to_first_step_s": round(first["t"] - ready["t"], 3),
         "newcomer_ready_after_start_s": round(ready["t"] - spawned, 2),
         "survivor_longest_pause_s": [round(p, 3) for p in pause],
+        "survivor_phases": phases,
+        "newcomer_first_step_after_formed_s": round(first["t"] - formed["t"], 3),
+        "first_steps_in_parts_s": parts,
         "origin": formed["origin"],
         "transfer_s": formed["transfer_seconds"],
         "bytes": formed["bytes"],

@@ -43,6 +43,12 @@ def test_survivors_keep_their_processes_and_state_through_a_kill_a_join_and_a_ha
         (False, "peer", True),
     ], joins
     assert [j["warmup_s"] is not None and j["warmup_s"] > 0 for j in joins] == [False, True, False]
+    for j in joins:  # the survivors' pause in its parts, and the new round's first steps in theirs
+        for part in j["survivor_phases"]:
+            assert part is not None, j
+            assert 0 < part["of_which_transfer_s"] <= part["forming_s"], part
+            assert part["first_step_s"] > 0, part
+        assert [len(j["first_steps_in_parts_s"][who]) for who in ("newcomer", "survivor")] == [3, 3], j
     # The stopped rank holds the others for the collectives' bound, not longer: the benchmark's own figure
     # allows 2 s past it; here 10 s, for a machine whose 2 cores build images beside (6.8-7.0 s seen at 5 s).
     stop = live["stop"]
