@@ -117,14 +117,19 @@ def _iters_after(cluster: RealCluster, since: float) -> list[tuple[float, int]]:
     return found
 
 
-def _world(cluster: RealCluster, since: float = 0.0) -> int | None:
-    """The number of Horovod workers the launcher's log last reported, if it did after ``since``."""
-    sizes = [
-        int(m[1] or m[2])
+def _worlds(cluster: RealCluster, since: float = 0.0) -> list[tuple[float, int]]:
+    """Each number of Horovod workers the launcher's log reported after ``since``, with its time."""
+    return [
+        (log_stamp(line.split(" ", 1)[0]), int(m[1] or m[2]))
         for line in cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines()
         if (m := _WORKERS.search(line)) and log_stamp(line.split(" ", 1)[0]) > since
     ]
-    return sizes[-1] if sizes else None
+
+
+def _world(cluster: RealCluster, since: float = 0.0) -> int | None:
+    """The number of Horovod workers the launcher's log last reported, if it did after ``since``."""
+    sizes = _worlds(cluster, since)
+    return sizes[-1][1] if sizes else None
 
 
 def _released(cluster: RealCluster, pod: str) -> None:
@@ -300,6 +305,12 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             cluster.kubectl("uncordon", crowded)
         wait_for("4 Horovod workers", lambda: _world(cluster, scaled_at) == 4, SCALE, every=3)
         _progress_after(cluster, "scale 3 -> 4", scaled_at, SCALE)
+        # Step 4's loss is one while the 4 train: their round formed (gloo connected all its pairs) and they
+        # stepped. A trainer lost while a round forms is another case, which no release reaches: a worker that
+        # waits in gloo's connect for the lost one to connect to it holds no connection of its own to shut
+        # down (docs/horovod.md); the scale's round is the one that forms here.
+        four = max(at for at, size in _worlds(cluster, scaled_at) if size == 4)
+        _progress_after(cluster, "the 4 workers' round formed", four, SCALE)
 
         # 4. A trainer force-deleted: a new pod replaces it, Horovod goes on and takes it back. The trainer is
         # one on the node that dies in step 5, so that the trainer on the other node carries Horovod's state.
