@@ -120,9 +120,9 @@ def _iters_after(cluster: RealCluster, since: float) -> list[tuple[float, int]]:
 def _worlds(cluster: RealCluster, since: float = 0.0) -> list[tuple[float, int]]:
     """Each number of Horovod workers the launcher's log reported after ``since``, with its time."""
     return [
-        (log_stamp(line.split(" ", 1)[0]), int(m[1] or m[2]))
+        (at, int(m[1] or m[2]))
         for line in cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines()
-        if (m := _WORKERS.search(line)) and log_stamp(line.split(" ", 1)[0]) > since
+        if (m := _WORKERS.search(line)) and (at := log_stamp(line.split(" ", 1)[0])) > since
     ]
 
 
