@@ -7,8 +7,9 @@ no pod ends and nothing is restarted. Each member of a round writes it down for 
 number: the status keeps the highest round recorded (``live_round``), and only rounds above it are new. Each
 new round becomes a ``reformed`` history entry (``Reformation``: the round, its size, the agreed step, where
 the state came from, what ended the previous round, how long it took) with a Normal ``LiveReformed`` Event.
-The pods' agents report at their own pace, so what pods report of the latest round after it was recorded
-fills in what its entry lacks (a newcomer's pod that says the state came from a peer, a cause).
+The pods' agents report at their own pace, so what pods report of a round after it was recorded fills in
+what its entry lacks (a newcomer's pod that says the state came from a peer, a cause), even once later rounds
+were recorded.
 Round 1 is the job's first formation, no re-formation: it is not recorded. Nothing is counted: the restart
 counts stay as they are.
 
@@ -46,11 +47,10 @@ def record_live_rounds(cycle: Cycle) -> None:
         if agent.live_unused and unused is None:
             unused = pod.name
         for live_round in agent.live_rounds:
-            if live_round.round >= recorded:
-                reports.setdefault(live_round.round, []).append(live_round)
-    latest = reports.pop(recorded, None)
-    if latest is not None and recorded > FIRST_ROUND:
-        _complete(cycle, _reformation(latest))
+            reports.setdefault(live_round.round, []).append(live_round)
+    heard = {number: reports.pop(number) for number in sorted(reports) if number <= recorded}
+    if heard:
+        _complete(cycle, [_reformation(rounds) for rounds in heard.values()])
     for number in sorted(reports):
         if number > FIRST_ROUND:
             _record(cycle, _reformation(reports[number]), _at(reports[number]))
@@ -91,30 +91,34 @@ def _first(values: Iterable[T | None]) -> T | None:
     return next((value for value in values if value is not None), None)
 
 
-def _complete(cycle: Cycle, heard: Reformation) -> None:
-    """What the pods reported of the latest recorded round since it was recorded fills in its entry: a
-    newcomer's pod may report after the survivors' (its ``peer``), a survivor's after a newcomer's (the cause).
-    Only what the entry lacks is filled in, so the entry never goes back on what it said."""
-    for position in range(len(cycle.history) - 1, -1, -1):
-        entry = cycle.history[position]
-        if entry.kind is not HistoryKind.REFORMED:
+def _complete(cycle: Cycle, heard: Sequence[Reformation]) -> None:
+    """What the pods reported of rounds already recorded fills in their entries: a newcomer's pod may report
+    after the survivors' (its ``peer``), a survivor's after a newcomer's (the cause), even once later rounds
+    were recorded (an agent that reports late on a busy machine). Only what an entry lacks is filled in, so an
+    entry never goes back on what it said; a round reported after a newer one was recorded, and so never
+    recorded itself, stays unrecorded."""
+    entries = {
+        entry.reformation.round: (position, entry, entry.reformation)
+        for position, entry in enumerate(cycle.history)
+        if entry.kind is HistoryKind.REFORMED and entry.reformation is not None
+    }
+    for reformation in heard:
+        if reformation.round not in entries:
             continue
-        known = entry.reformation
-        if known is not None and known.round == heard.round:
-            merged = known.model_copy(
-                update={
-                    "origin": max(known.origin, heard.origin, key=_ORIGIN_RANK.__getitem__),
-                    "world_size": _first([known.world_size, heard.world_size]),
-                    "step": _first([known.step, heard.step]),
-                    "cause": _first([known.cause, heard.cause]),
-                    "seconds": _first([known.seconds, heard.seconds]),
-                }
+        position, entry, known = entries[reformation.round]
+        merged = known.model_copy(
+            update={
+                "origin": max(known.origin, reformation.origin, key=_ORIGIN_RANK.__getitem__),
+                "world_size": _first([known.world_size, reformation.world_size]),
+                "step": _first([known.step, reformation.step]),
+                "cause": _first([known.cause, reformation.cause]),
+                "seconds": _first([known.seconds, reformation.seconds]),
+            }
+        )
+        if merged != known:
+            cycle.history[position] = entry.model_copy(
+                update={"reformation": merged, "reason": describe(merged)}
             )
-            if merged != known:
-                cycle.history[position] = entry.model_copy(
-                    update={"reformation": merged, "reason": describe(merged)}
-                )
-        return  # only the latest re-formation is completed
 
 
 #: Which origin an entry says when its reports differ: a state received from a peer says the most.

@@ -102,9 +102,9 @@ CASES = [
         ((2, 3, 40, LiveOrigin.PEER, CAUSE),),
     ),
     Case(
-        "only the latest round is completed",
+        "a newcomer's pod reports its round after the next round was recorded: that round's entry says peer",
         (((M0, (_round(2, 0),)),), ((M0, (_round(3, 0),)),), ((W1, (_round(2, 2, origin="peer"),)),)),
-        ((2, 3, 40, LiveOrigin.LIVE, CAUSE), (3, 3, 40, LiveOrigin.LIVE, CAUSE)),
+        ((2, 3, 40, LiveOrigin.PEER, CAUSE), (3, 3, 40, LiveOrigin.LIVE, CAUSE)),
     ),
     Case(
         "without rank 0's word: the first report that names a cause",
