@@ -33,8 +33,10 @@ FORCE_DELETED_LIMIT = 2 * 80.0
 #: Its node lost -> the next Iter line, NotReady after node-monitor-grace-period (20 s here) included: 15.4 s,
 #: 17.6 s and 25.7 s measured here with 3 of the 4 trainers on that node, 30.0 s with stress-ng on both cores
 #: (93.4 s and 187.3 s before the agent held the lost addresses: horovodrun's driver waited on a connect to its
-#: lost coordinator; 321 s without the release).
-NODE_LOST_LIMIT = 90.0
+#: lost coordinator; 321 s without the release). Beside the suite's other lane at its busiest (load 15 on the
+#: 2 cores) the three replacements were still starting 120 s after the loss once, the release and Horovod's
+#: reset done by 26 s: doubled, as for a forced deletion, which still tells a release from Gloo's 300 s.
+NODE_LOST_LIMIT = 2 * 90.0
 #: After a fault, the replacement Running (scheduling, image cached, sshd) and Horovod back at 4 workers (its
 #: next host update and reset).
 REPLACED = 2 * (20 + 30 + 30)
