@@ -71,6 +71,15 @@ class RealCluster(KubeCluster):
     def logs(self, pod: str, namespace: str = "default", container: str | None = None) -> str:
         return self.kubectl("logs", pod, "-n", namespace, *(["-c", container] if container else []))
 
+    def pod_log_files(self, pod: str, namespace: str = "default") -> list[Path]:
+        """The files in which the real nodes' kubelets keep the logs of the containers of pods named ``pod``
+        (each pod of that name, each container, each restart), oldest first: what ``kubectl logs`` reads, for
+        where it cannot (in one run it fetched nothing of a failed job's launcher on a node back from death).
+        The nodes' state is beside the cluster's kubeconfig in the cache (``scripts/k8s-testcluster``)."""
+        nodes = self.kubeconfig.parents[3] / "nodes" / self.name
+        files = nodes.glob(f"node-*/pod-logs/{namespace}_{pod}_*/*/*.log")
+        return sorted(files, key=lambda path: path.stat().st_mtime)
+
 
 def wait_for(
     what: str,

@@ -213,6 +213,17 @@ def _progress_after(cluster: RealCluster, what: str, since: float, seconds: floa
 _START_TIMED_OUT = "Timed out waiting for"
 
 
+def _launcher_lines(cluster: RealCluster, since: float) -> list[str]:
+    """The launcher's log, through kubectl or else from its node's files of the launcher's containers written
+    after ``since`` (once kubectl fetched nothing of the failed job's restarted launcher, on the node just back
+    from its death, so that what ended horovodrun could not be told)."""
+    lines = cluster.kubectl_result("logs", LAUNCHER).splitlines()
+    if lines:
+        return lines
+    files = [path for path in cluster.pod_log_files(LAUNCHER) if path.stat().st_mtime > since]
+    return [line for path in files for line in path.read_text(errors="replace").splitlines()]
+
+
 def _horovodrun_again(cluster: RealCluster, since: float) -> None:
     """After the launcher's restart, horovodrun starts over: Horovod's progress, or else horovodrun's own start
     timeout. That timeout (30 s, counted from before horovodrun imports torch to check Gloo) must cover reaching
@@ -230,11 +241,14 @@ def _horovodrun_again(cluster: RealCluster, since: float) -> None:
     if outcome is not True:
         print(f"\nfault-to-progress the launcher's exit 129: {outcome - since:.1f} s")
         return
-    said = [
-        line for line in cluster.kubectl_result("logs", LAUNCHER).splitlines() if _START_TIMED_OUT in line
-    ]
+    lines = _launcher_lines(cluster, since)
+    said = [line for line in lines if _START_TIMED_OUT in line]
     if not said:
-        pytest.fail(f"the job failed after the launcher's restart\n{_explain(cluster, since)}")
+        ending = " | ".join(line[:200] for line in lines[-12:])
+        pytest.fail(
+            f"the job failed after the launcher's restart\n{_explain(cluster, since)}\n"
+            f"the restarted launcher's log (kubectl's, or its node's files) ends: {ending}"
+        )
     last = _status(cluster)["history"][-1]
     assert (last["pod"], last["exitCode"], last["action"]) == (LAUNCHER, 1, "fail-job"), last
     print(

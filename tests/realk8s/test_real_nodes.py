@@ -60,6 +60,10 @@ def test_a_stock_pytorch_image_runs_in_a_real_container(real_cluster: RealCluste
         status = real_cluster.pod("stock-torch")["status"]["containerStatuses"][0]
         assert status["state"]["terminated"]["exitCode"] == 0
         assert status["imageID"], "a real container reports the digest of the image it ran"
+        # The same log, in the file its node's kubelet keeps (where a test reads it when kubectl cannot).
+        files = real_cluster.pod_log_files("stock-torch")
+        assert files, "no log file of stock-torch on its node"
+        assert "stdout F torch 2.13.0" in files[-1].read_text(), files
     finally:
         real_cluster.kubectl("delete", "pod", "stock-torch", "--wait=false")
 
