@@ -71,6 +71,7 @@ class FakePod:
     address: str | None = None
     agent: AgentReport | None = None
     agent_missing: str | None = None
+    ready: bool = True
 
 
 @dataclass
@@ -104,6 +105,8 @@ class FakeCluster:
     waiting: set[str] = field(default_factory=set)
     #: Pod names whose graceful removal never finishes (they stay terminating until removed by force).
     sticky: set[str] = field(default_factory=set)
+    #: Pod names whose next incarnations are not Ready until the test says so (a sshd that does not answer).
+    unready: set[str] = field(default_factory=set)
     _terminations: list[TerminatePod] = field(default_factory=list)
     _in_place: list[RestartInPlace] = field(default_factory=list)
 
@@ -140,6 +143,7 @@ class FakeCluster:
                 address=pod.address,
                 agent=pod.agent,
                 agent_missing=pod.agent_missing,
+                ready=pod.ready,
             )
             for pod in sorted(self.pods.values(), key=lambda p: p.name)
         )
@@ -171,8 +175,9 @@ class FakeCluster:
         if action.pod in self.pods:
             raise Refused(f"pod {action.pod} already exists")
         self.pods[action.pod] = FakePod(
-            action.pod, action.role, action.index, action.generation, action.avoid_nodes
-        )
+            action.pod, action.role, action.index, action.generation, action.avoid_nodes,
+            ready=action.pod not in self.unready,
+        )  # fmt: skip
 
     def _terminate(self, action: TerminatePod) -> None:
         pod = self.pods.get(action.pod)

@@ -21,14 +21,19 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 JOB, NS = "j", "ns"
 
 
-def _pod(role: str, index: int, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
+def _pod(
+    role: str, index: int, phase: str = "Running", deleting: bool = False, ready: str | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": f"{JOB}-{role}-{index}",
         "labels": {manifests.LABEL_JOB: JOB, manifests.LABEL_ROLE: role, manifests.LABEL_INDEX: str(index)},
     }
     if deleting:
         meta["deletionTimestamp"] = "2026-11-24T00:00:00Z"
-    return {"metadata": meta, "status": {"phase": phase}}
+    status: dict[str, Any] = {"phase": phase}
+    if ready is not None:
+        status["conditions"] = [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": ready}]
+    return {"metadata": meta, "status": status}
 
 
 def _all_resolve(name: str) -> bool:
@@ -51,6 +56,13 @@ def _all_resolve(name: str) -> bool:
             {"trainer": 1},
             {"j-trainer-0.j.ns.svc"},
             ["j-trainer-0: j-trainer-0.j.ns.svc does not resolve yet"],
+        ),
+        # Running is not enough where the pod is not Ready: a Horovod host whose sshd does not answer yet.
+        (
+            [_pod("trainer", 0, ready="True"), _pod("trainer", 1, ready="False")],
+            {"trainer": 2},
+            set(),
+            ["j-trainer-1: Running, not Ready yet"],
         ),
         # A pod on its way out is no pod to wait on.
         ([_pod("trainer", 0, deleting=True)], {"trainer": 1}, set(), ["j-trainer-0: not created yet"]),

@@ -50,6 +50,26 @@ def test_no_plugin_no_key_and_a_template_that_mounts_ssh_keeps_its_own() -> None
     assert "volumes" not in spec
 
 
+def test_a_trainer_is_ready_once_its_sshd_answers_and_the_launcher_is_not_probed() -> None:
+    """horovodrun blacklists a host it could not ssh to: the controller lists a host only once its pod is Ready,
+    which the trainers' sshd decides (port 22, horovodrun's default). A container's own probe is kept."""
+    job = _cce()
+    sizes = {"launcher": 1, "trainer": 3}
+    trainer = manifests.pod(AITRAININGJOB, job, launch(job, "trainer", 1, sizes), manifests.PodSettings())
+    assert trainer["spec"]["containers"][0]["readinessProbe"] == {
+        "tcpSocket": {"port": 22},
+        "periodSeconds": 2,
+    }
+    launcher = manifests.pod(AITRAININGJOB, job, launch(job, "launcher", 0, sizes), manifests.PodSettings())
+    assert "readinessProbe" not in launcher["spec"]["containers"][0]
+    container = {"readinessProbe": {"exec": {"command": ["true"]}}}
+    ssh.readiness_probe(container)
+    assert container == {"readinessProbe": {"exec": {"command": ["true"]}}}
+    without = _cce(plugin={"discovery": [""]})
+    pod = manifests.pod(AITRAININGJOB, without, launch(without, "trainer", 0, sizes), manifests.PodSettings())
+    assert "readinessProbe" not in pod["spec"]["containers"][0]
+
+
 def test_the_secret_holds_a_fresh_pair_that_authorizes_itself() -> None:
     job = _cce()
     first, second = ssh.secret(AITRAININGJOB, job), ssh.secret(AITRAININGJOB, job)

@@ -162,6 +162,16 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
             line for line in cluster.kubectl_result("logs", name).splitlines() if "[trainguard agent]" in line
         ]
         lines += [f"{name}: {line[:240]}" for line in said[-5:]]
+    # Which hosts horovodrun is told of, and each pod's address: a replaced pod is a new host to Horovod by its
+    # new address, and a host whose start failed (an ssh refused) is blacklisted for good.
+    script = cluster.kubectl_result(
+        "get", "configmap", f"{JOB}-discovery", "-o", "jsonpath={.data.discover_hosts\\.sh}"
+    )
+    lines.append("discovery: " + " | ".join(line for line in script.splitlines() if line.strip()))
+    lines += [
+        f"pod {name}: {pod['status'].get('phase')} {pod['status'].get('podIP')} on {pod['spec'].get('nodeName')}"
+        for name, pod in sorted(_pods(cluster).items())
+    ]
     history = _status(cluster).get("history", [])
     lines += [f"history: {entry}" for entry in history[-6:]]
     lines.append(
@@ -348,7 +358,13 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             every=3,
         )
         # The new pod has a new IP, a new host to Horovod (which blacklisted the old one for good).
-        wait_for("Horovod back at 4 workers", lambda: _world(cluster, deleted_at) == 4, BACK_AT_4, every=3)
+        wait_for(
+            "Horovod back at 4 workers",
+            lambda: _world(cluster, deleted_at) == 4,
+            BACK_AT_4,
+            every=3,
+            explain=lambda: _explain(cluster, deleted_at),
+        )
 
         # 5. The node of a trainer dies (kubelet stopped, its pods frozen, its link down): what ran there is
         # replaced on the other node (faultTolerantPolicy: nodeNotReady), and training goes on. (Once started
@@ -378,7 +394,13 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             assert all(faults.get(name) == "NodeNotReady" for name in lost), faults
             for name in lost:
                 _released(cluster, name)
-            wait_for("Horovod back at 4 workers", lambda: _world(cluster, died_at) == 4, BACK_AT_4, every=3)
+            wait_for(
+                "Horovod back at 4 workers",
+                lambda: _world(cluster, died_at) == 4,
+                BACK_AT_4,
+                every=3,
+                explain=lambda: _explain(cluster, died_at),
+            )
         finally:
             cluster.start_node(dead)
         wait_for(f"{dead} Ready again", lambda: cluster.node_ready(dead), 120)

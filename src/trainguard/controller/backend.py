@@ -201,6 +201,9 @@ class ObservedPod:
     agent: AgentReport | None = None
     #: The pod's network address (its IP on Kubernetes), if it has one of its own.
     address: str | None = None
+    #: The pod is ready for its peers to reach (Kubernetes: its Ready condition, which a Horovod host's sshd
+    #: decides, ``backends.k8s.ssh.readiness_probe``); a backend without readiness reports True.
+    ready: bool = True
     #: The agent cannot run in this pod's image (why, e.g. "the image has no python3"): its command runs as
     #: written, without hang detection or restart in place.
     agent_missing: str | None = None

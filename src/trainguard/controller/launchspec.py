@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainguard.api import TrainingJob, pod_name
+from trainguard.api import FrameworkType, TrainingJob, pod_name
 from trainguard.controller import torchrun_command
-from trainguard.policy.roles import role_order
+from trainguard.policy.roles import is_leader, role_order
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -59,6 +59,8 @@ class LaunchSpec:
     role_sizes: tuple[tuple[str, int], ...]
     #: The pod's agent joins the job's torchrun rendezvous (so it is nudged when a peer fails).
     in_rendezvous: bool = False
+    #: The pod is one of a Horovod job's hosts (a worker that horovodrun reaches, not its launcher).
+    horovod_host: bool = False
 
     @property
     def environment(self) -> dict[str, str]:
@@ -72,6 +74,7 @@ class LaunchSpec:
             "worldSize": self.world_size,
             "roleSizes": [list(pair) for pair in self.role_sizes],
             "inRendezvous": self.in_rendezvous,
+            "horovodHost": self.horovod_host,
         }
 
     @classmethod
@@ -83,6 +86,7 @@ class LaunchSpec:
             world_size=int(data["worldSize"]),
             role_sizes=tuple((str(role), int(size)) for role, size in data["roleSizes"]),
             in_rendezvous=bool(data.get("inRendezvous", False)),
+            horovod_host=bool(data.get("horovodHost", False)),
         )
 
 
@@ -93,6 +97,7 @@ class RoleLaunch:
     argv: tuple[str, ...]
     torchrun_env: tuple[tuple[str, str], ...]
     in_rendezvous: bool
+    horovod_host: bool = False
 
 
 def check_runnable(job: TrainingJob) -> None:
@@ -111,6 +116,7 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
         argv=tuple(argv),
         torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
         in_rendezvous=role in torchrun_command.torchrun_roles(job),
+        horovod_host=job.spec.framework_type is FrameworkType.HOROVOD and not is_leader(job, role),
     )
 
 
@@ -160,4 +166,5 @@ def launch_spec(
         world_size=sum(size for _, size in role_sizes),
         role_sizes=role_sizes,
         in_rendezvous=shared.in_rendezvous,
+        horovod_host=shared.horovod_host,
     )

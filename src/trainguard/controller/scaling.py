@@ -16,12 +16,11 @@ from trainguard.controller.faults import CAPACITY_FAULTS
 from trainguard.controller.phases import LIVE_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus, ScaleOperation
 from trainguard.policy import PodRef, pods_to_add, record_grown, resolve_role, validate_scale
+from trainguard.policy.roles import is_leader
 from trainguard.policy.types import Remedy
 
 #: Scale requests remembered as handled (the backend drops old ones long before this).
 MAX_HANDLED_REQUESTS = 500
-#: Role names and replica types that run the launcher, not a worker host.
-_LAUNCHERS = frozenset({"launcher", "master", "chief"})
 
 
 def take_scale_requests(cycle: Cycle) -> None:
@@ -199,15 +198,24 @@ def _free_slots(cycle: Cycle) -> int:
 
 
 def update_discovery(cycle: Cycle) -> None:
-    """Horovod jobs: one ``host:slots`` line per running worker pod, rewritten whenever that set changes."""
+    """Horovod jobs: one ``host:slots`` line per running worker pod, rewritten whenever that set changes.
+
+    A pod is listed once it is ready as well as running (on Kubernetes, once its sshd accepts connections:
+    ``backends.k8s.ssh.readiness_probe``): horovodrun starts a worker on a new host at once, by ssh, and
+    blacklists for good a host where that fails, so a replacement listed while its sshd still started would
+    never be taken back. Once listed, a pod stays listed while it runs, ready or not: dropping it from the
+    list would make Horovod stop a worker that trains."""
     if cycle.job.spec.framework_type is not FrameworkType.HOROVOD:
         return
     slots_per_host = cycle.job.spec.elastic.n_proc_per_node if cycle.job.spec.elastic else 1
     per_host = slots_per_host if isinstance(slots_per_host, int) else 1
+    listed = {host.rpartition(":")[0] for host in cycle.get("discovery")}
     hosts = tuple(
         f"{slot.name}:{per_host}"
         for slot in cycle.ordered_slots()
-        if slot.phase is PodPhase.RUNNING and not is_launcher(cycle, slot.role)
+        if slot.phase is PodPhase.RUNNING
+        and not is_launcher(cycle, slot.role)
+        and (slot.name in listed or _ready(cycle, slot))
     )
     if hosts == cycle.get("discovery"):
         return
@@ -216,7 +224,14 @@ def update_discovery(cycle: Cycle) -> None:
     cycle.issue(UpdateDiscovery(keys.discovery(cycle.job, version), version, hosts))
 
 
+def _ready(cycle: Cycle, slot: PodStatus) -> bool:
+    """The slot's current pod is ready (a backend that does not tell readiness reports every pod ready)."""
+    return any(
+        pod.generation == slot.generation and pod.ready and not pod.terminating
+        for pod in cycle.observed_pods(slot.name)
+    )
+
+
 def is_launcher(cycle: Cycle, role: str) -> bool:
     """A Horovod job's launcher role (it runs horovodrun; the other roles' pods are Horovod's hosts)."""
-    spec = cycle.job.spec.replica_specs[role]
-    return role.lower() in _LAUNCHERS or (spec.replica_type or "").lower() in _LAUNCHERS
+    return is_leader(cycle.job, role)

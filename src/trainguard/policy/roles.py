@@ -5,7 +5,8 @@ from __future__ import annotations
 from trainguard.api.model import ReplicaSpec, RestartScope, TrainingJob
 from trainguard.policy.types import PodRef
 
-#: Role names and replica types that make a role the job's "rank 0" for job-level Rank0 policies.
+#: Role names and replica types that make a role the job's "rank 0" for job-level Rank0 policies, and a
+#: Horovod job's launcher (the role that runs horovodrun; the others are its hosts).
 _LEADER_NAMES = frozenset({"master", "launcher", "chief"})
 
 
@@ -46,12 +47,18 @@ def role_order(job: TrainingJob) -> tuple[str, ...]:
     """Roles in rank order: a master, launcher or chief role (by name or replica type) first, as Kubeflow gives
     its Master rank 0; then the others, in the job's order."""
 
-    def leader(item: tuple[str, ReplicaSpec]) -> bool:
-        key, spec = item
-        return key.lower() in _LEADER_NAMES or (spec.replica_type or "").lower() in _LEADER_NAMES
-
     items = list(job.spec.replica_specs.items())
-    return tuple(key for key, _ in sorted(items, key=lambda item: not leader(item)))
+    return tuple(key for key, _ in sorted(items, key=lambda item: not _leader(*item)))
+
+
+def is_leader(job: TrainingJob, role: str) -> bool:
+    """A master, launcher or chief role (by name or replica type): first in rank order, and in a Horovod job
+    the launcher, whose pod runs horovodrun and is not one of its hosts."""
+    return _leader(role, job.spec.replica_specs[role])
+
+
+def _leader(role: str, spec: ReplicaSpec) -> bool:
+    return role.lower() in _LEADER_NAMES or (spec.replica_type or "").lower() in _LEADER_NAMES
 
 
 def rank0_role(job: TrainingJob) -> str:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from trainguard.sdk.heartbeat import heartbeat
+from trainguard.sdk.heartbeat import MIN_INTERVAL, heartbeat
 
 ATTEMPT = int(os.environ.get("TRAINGUARD_ATTEMPT", "0"))
 
@@ -36,6 +36,10 @@ def stuck(args: argparse.Namespace) -> None:
         heartbeat(step=step)
         print(f"step {step}")
         time.sleep(args.interval)
+    # Heartbeats are written at most every MIN_INTERVAL: the step it sticks at is written whatever the steps
+    # before it took, so that every attempt's highest step is the same (on a busy machine a slow step 1 was
+    # written by one attempt and not by the next, which then seemed to progress past the last hang).
+    time.sleep(MIN_INTERVAL)
     heartbeat(step=last)
     if args.exit_on_attempt == ATTEMPT:
         return

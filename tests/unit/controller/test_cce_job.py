@@ -146,3 +146,25 @@ def test_horovod_discovery_lists_the_running_trainers() -> None:
     h.step()
     assert TRAINER_1 + ":1" not in h.cluster.discovery
     h.run_until(lambda h: len(h.cluster.discovery) == 3)
+
+
+def test_a_trainer_is_listed_for_horovod_once_ready_and_stays_listed_while_it_runs() -> None:
+    """horovodrun blacklists for good a host it could not ssh to: a replacement is listed only once Ready (its
+    sshd answers); a listed trainer whose readiness drops stays listed (Horovod would stop its worker)."""
+    h = Harness.start()
+    h.running()
+    h.step()
+    listed = tuple(f"test-horovod-elastic-trainer-{i}:1" for i in range(3))
+    assert h.cluster.discovery == listed
+    h.cluster.pods["test-horovod-elastic-trainer-0"].ready = False
+    h.tick()
+    assert h.cluster.discovery == listed
+    h.cluster.unready.add(TRAINER_1)
+    h.cluster.force_delete(TRAINER_1)
+    h.run_until(lambda h: h.pod(TRAINER_1).phase is PodPhase.RUNNING and h.pod(TRAINER_1).generation > 0)
+    for _ in range(5):
+        h.tick()
+        assert h.cluster.discovery == (listed[0], listed[2])
+    h.cluster.pods[TRAINER_1].ready = True
+    h.step()
+    assert h.cluster.discovery == listed

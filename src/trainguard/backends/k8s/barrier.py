@@ -3,7 +3,8 @@
 CCE's launcher waits in an init container (``jobbarrier --barrier_roles=trainer --incluster --name=JOB
 --namespace=NS --dns_check_svc=kube-dns``) until the trainers it will ssh to are up; horovodrun would fail
 at once otherwise. This barrier takes the same flags and waits until every pod of the named roles is Running
-and its DNS name (``<pod>.<job>.<namespace>.svc``, behind the job's headless Service) resolves, then exits 0.
+and Ready (a Horovod host once its sshd answers, ``ssh.readiness_probe``) and its DNS name
+(``<pod>.<job>.<namespace>.svc``, behind the job's headless Service) resolves, then exits 0.
 How many pods a role should have comes from ``TRAINGUARD_ROLE_SIZES`` (``launcher=1,trainer=3``, which the
 operator gives the job's init containers); without it, every pod of the role that exists, and at least one.
 A deadline (``--timeout``) that passes exits 1, naming what it still waited for; a bad flag exits 2.
@@ -77,9 +78,18 @@ def waiting_for(
             phase = (found.get("status") or {}).get("phase") or "Pending"
             if phase != "Running":
                 waiting.append(f"{name}: {phase}")
+            elif not _ready(found):
+                waiting.append(f"{name}: Running, not Ready yet")
             elif not resolve(dns_name(name, job, namespace)):
                 waiting.append(f"{name}: {dns_name(name, job, namespace)} does not resolve yet")
     return waiting
+
+
+def _ready(pod: Obj) -> bool:
+    """The pod's Ready condition, where it has one (a Horovod host's says whether its sshd answers)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    return ready is None or ready.get("status") == "True"
 
 
 def wait(

@@ -167,6 +167,8 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
         discovery.mount(job, spec, first)
     if ssh.wants_ssh(job):
         ssh.mount(spec, first, job)
+        if launch.spec.horovod_host:
+            ssh.readiness_probe(first)
     if launch.avoid_nodes:
         _avoid(spec, launch.avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -7,7 +7,8 @@ deleted with it) holding a fresh Ed25519 key pair, the public key as ``authorize
 nothing to pin), logs in as the same user, and gives up on a host that stops answering (``ServerAliveInterval``):
 horovodrun learns that a worker failed only when its ssh ends, and an ssh to a dead node would otherwise wait
 for TCP keepalive, two hours. Every pod of the job gets it at ``/root/.ssh`` (mode 0600), in
-its first container, unless its template mounts something there already.
+its first container, unless its template mounts something there already. A Horovod host's pod is Ready once
+its sshd answers (``readiness_probe``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ FILES = {
 CONNECT_TIMEOUT = 10
 ALIVE_INTERVAL = 5
 ALIVE_COUNT = 3
+#: Where horovodrun reaches a host's sshd (its ``--ssh-port`` default).
+SSH_PORT = 22
+#: How often a Horovod host's kubelet tries its sshd (the job's rendezvous store is probed as often).
+READY_PERIOD = 2
 
 
 def wants_ssh(job: TrainingJob) -> bool:
@@ -95,6 +100,15 @@ def mount(spec: Obj, container: Obj, job: TrainingJob) -> None:
         *(container.get("volumeMounts") or []),
         {"name": VOLUME, "mountPath": MOUNT, "readOnly": True},
     ]
+
+
+def readiness_probe(container: Obj) -> None:
+    """A Horovod host's pod is Ready once its sshd accepts connections (a TCP probe of ``SSH_PORT``), unless
+    its container has a readiness probe of its own. The controller lists a host for horovodrun only once its
+    pod is Ready (``trainguard.controller.scaling.update_discovery``): horovodrun blacklists for good a host it
+    could not start a worker on, and a container counts as running as soon as its command started, before
+    ``/usr/sbin/sshd`` listens."""
+    container.setdefault("readinessProbe", {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": READY_PERIOD})
 
 
 def secret(kind: JobKind, job: TrainingJob) -> Obj:
