@@ -23,13 +23,12 @@ taken for a hang.
 
 from __future__ import annotations
 
-import importlib
+import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import runpy
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,6 +104,47 @@ def poll_rendezvous_every(poll: float) -> bool:
     return True
 
 
+class _TracebackAsText(logging.Filter):
+    """Writes a record's traceback as text before torch's formatter sees it, and leaves it no exception to
+    format: torch's formatter imports torch._dynamo (its config) for the first record that carries one."""
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = self._formatter.formatException(record.exc_info)
+            record.exc_info = None
+        return True
+
+
+def format_tracebacks_without_dynamo() -> int:
+    """torch's log handlers (those whose formatter is torch's) get ``_TracebackAsText``: the agent logs a
+    worker's failure with its traceback, and torch's formatter would import torch._dynamo for it, seconds of CPU
+    in the middle of every job's first recovery, in a process that compiles nothing. The same lines are
+    written. Returns how many handlers it filters."""
+    try:
+        import torch._logging._internal as torch_logging
+    except ImportError:  # another torch's layout: its formatter is left as it is
+        return 0
+    formatter = getattr(torch_logging, "TorchLogsFormatter", None)
+    filtered = 0
+    if not isinstance(formatter, type):
+        return filtered
+    loggers = [
+        logging.getLogger(),
+        *(logging.getLogger(name) for name in list(logging.root.manager.loggerDict)),
+    ]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler.formatter, formatter) and not any(
+                isinstance(f, _TracebackAsText) for f in handler.filters
+            ):
+                handler.addFilter(_TracebackAsText())
+                filtered += 1
+    return filtered
+
+
 def preload_modules(environ: dict[str, str] | os._Environ[str] = os.environ) -> list[str]:
     extra = [name.strip() for name in environ.get(ENV_PRELOAD, "").split(",") if name.strip()]
     return [*PRELOAD, *extra]
@@ -121,9 +161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     multiprocessing.forkserver.ensure_running()
     from torch.distributed import run as torchrun
 
-    # torch's log formatter imports torch._dynamo for the first record that carries an exception, and the agent
-    # logs one when a worker fails: seconds spent in the middle of every job's first recovery. Pay it now.
-    threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True).start()
+    format_tracebacks_without_dynamo()
     poll = os.environ.get(ENV_RDZV_POLL)
     if poll:
         poll_rendezvous_every(float(poll))
