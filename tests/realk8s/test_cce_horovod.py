@@ -219,6 +219,17 @@ def _progress_after(cluster: RealCluster, what: str, since: float, seconds: floa
     return float(at)
 
 
+def _back_at_4(cluster: RealCluster, since: float) -> None:
+    """Horovod reports 4 workers after ``since``: it took the replacement back as a new host."""
+    wait_for(
+        "Horovod back at 4 workers",
+        lambda: _world(cluster, since) == 4,
+        BACK_AT_4,
+        every=3,
+        explain=lambda: _explain(cluster, since),
+    )
+
+
 #: What horovodrun says when its start timeout runs out (``HOROVOD_START_TIMEOUT``, 30 s by default).
 _START_TIMED_OUT = "Timed out waiting for"
 
@@ -358,13 +369,7 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             every=3,
         )
         # The new pod has a new IP, a new host to Horovod (which blacklisted the old one for good).
-        wait_for(
-            "Horovod back at 4 workers",
-            lambda: _world(cluster, deleted_at) == 4,
-            BACK_AT_4,
-            every=3,
-            explain=lambda: _explain(cluster, deleted_at),
-        )
+        _back_at_4(cluster, deleted_at)
 
         # 5. The node of a trainer dies (kubelet stopped, its pods frozen, its link down): what ran there is
         # replaced on the other node (faultTolerantPolicy: nodeNotReady), and training goes on. (Once started
@@ -394,13 +399,7 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             assert all(faults.get(name) == "NodeNotReady" for name in lost), faults
             for name in lost:
                 _released(cluster, name)
-            wait_for(
-                "Horovod back at 4 workers",
-                lambda: _world(cluster, died_at) == 4,
-                BACK_AT_4,
-                every=3,
-                explain=lambda: _explain(cluster, died_at),
-            )
+            _back_at_4(cluster, died_at)
         finally:
             cluster.start_node(dead)
         wait_for(f"{dead} Ready again", lambda: cluster.node_ready(dead), 120)
