@@ -18,6 +18,13 @@ _venv_new() {
     "$1/bin/python" -m pip install -q --upgrade pip
 }
 
+# _venv_renamed DIR FROM TO: the scripts of the venv in DIR (pip, pytest, activate...) name their venv's
+# folder: FROM is rewritten as TO in them. sed -i writes each as a file of its own, so that a venv made of
+# hard links to another never writes through them.
+_venv_renamed() {
+    { grep -lIF "$2" "$1"/bin/* || true; } | xargs -r sed -i "s|$2|$3|g"
+}
+
 # _venv_deps: the cached venv of the project's dependencies (built once, under a lock, in a temporary
 # folder renamed into place, so that a build cut short is never taken for a finished one); prints its path.
 _venv_deps() {
@@ -34,8 +41,8 @@ _venv_deps() {
             # The project with its dependencies, then the project taken out again: what stays is theirs.
             "$building/bin/python" -m pip install -q -e "$root[$extras]" >&2
             "$building/bin/python" -m pip uninstall -q -y trainguard >&2
-            # The venv's own scripts name its folder: written for the folder it is renamed to.
-            { grep -lIF "$building" "$building"/bin/* || true; } | xargs -r sed -i "s|$building|$cache|g"
+            # Its scripts written for the folder it is renamed to, before the rename that marks it complete.
+            _venv_renamed "$building" "$building" "$cache"
             mv "$building" "$cache"
         fi
     ) 9>"$cache.lock"
@@ -47,9 +54,7 @@ if [[ ! -f "$stamp" ]]; then
     if [[ ! -x "$venv/bin/python" ]]; then
         deps="$(_venv_deps)"
         if cp -al "$deps" "$venv" 2>/dev/null; then
-            # Its scripts (pip, pytest, activate...) name the cached venv: rewritten, which replaces each of
-            # those files with one of its own (sed -i), so that the cached venv is never written through them.
-            { grep -lIF "$deps" "$venv"/bin/* || true; } | xargs -r sed -i "s|$deps|$venv|g"
+            _venv_renamed "$venv" "$deps" "$venv"
         else
             rm -rf "$venv"
             _venv_new "$venv"

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainguard.backends.k8s.manifests import ENV_ROLE_SIZES, LABEL_INDEX, LABEL_JOB, LABEL_ROLE
+from trainguard.backends.k8s.observe import pod_ready
 
 Obj = dict[str, Any]
 
@@ -78,18 +79,11 @@ def waiting_for(
             phase = (found.get("status") or {}).get("phase") or "Pending"
             if phase != "Running":
                 waiting.append(f"{name}: {phase}")
-            elif not _ready(found):
+            elif not pod_ready(found.get("status") or {}):
                 waiting.append(f"{name}: Running, not Ready yet")
             elif not resolve(dns_name(name, job, namespace)):
                 waiting.append(f"{name}: {dns_name(name, job, namespace)} does not resolve yet")
     return waiting
-
-
-def _ready(pod: Obj) -> bool:
-    """The pod's Ready condition, where it has one (a Horovod host's says whether its sshd answers)."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
-    return ready is None or ready.get("status") == "True"
 
 
 def wait(

@@ -74,12 +74,12 @@ def observed_pod(pod: Obj) -> ObservedPod:
         agent=agent,
         agent_missing=_agent_missing(status),
         address=status.get("podIP") or None,
-        ready=_pod_ready(status),
+        ready=pod_ready(status),
     )
 
 
-def _pod_ready(status: Obj) -> bool:
-    """The pod's Ready condition; a pod without one (not started yet, or a status that does not tell) counts
+def pod_ready(status: Obj) -> bool:
+    """The Ready condition of a pod's ``status``; a pod without one (not started yet, or a status that does not tell) counts
     as ready: only a Ready condition that says False holds anything back."""
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     return ready is None or ready.get("status") == "True"
