@@ -39,6 +39,9 @@ import time
 from typing import Any
 
 ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
+#: The process name (``/proc/PID/comm``) of the fork server that ``trainguard.torchrun`` forks from itself: its
+#: command line is torchrun's own, so the agent knows it by this name; its children are the workers.
+FORK_SERVER_NAME = "tg-forkserver"
 FORMING, STARTED, FAILED, REFORMED = "forming", "started", "failed", "reformed"
 LIVE_UNUSED = "live-unused"
 _READ = (FORMING, STARTED, FAILED, REFORMED, LIVE_UNUSED)

@@ -144,10 +144,10 @@ class Scenario:
     # ---- reading ----------------------------------------------------------------------------------
 
     def job(self, resource: str, name: str) -> Obj:
-        return json.loads(self.kubectl("get", f"{resource}/{name}", "-o", "json"))
+        return self.cluster.get_json("get", f"{resource}/{name}", "-n", self.namespace)
 
     def pods(self) -> list[Obj]:
-        return list(json.loads(self.kubectl("get", "pods", "-o", "json"))["items"])
+        return list(self.cluster.get_json("get", "pods", "-n", self.namespace)["items"])
 
     def wait(self, what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
         """``check()``'s first truthy result; fails naming ``what`` past the deadline."""

@@ -58,6 +58,14 @@ def test_a_pod_scheduled_to_a_kwok_node_runs(kube_cluster: KubeCluster) -> None:
         pod = json.loads(kube_cluster.kubectl("get", "-n", namespace, "pod/worker", "-o", "json"))
         assert pod["spec"]["nodeName"] == node
         assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+
+        # The tests' reads through the API client say what kubectl says.
+        assert kube_cluster.get_json("get", "-n", namespace, "pod/worker") == pod
+        listed = json.loads(kube_cluster.kubectl("get", "pods", "-n", namespace, "-l", "x!=y", "-o", "json"))
+        read = kube_cluster.get_json("get", "pods", "-n", namespace, "-l", "x!=y")
+        assert [item["metadata"]["name"] for item in read["items"]] == ["worker"]
+        assert read["items"] == listed["items"]
+        assert kube_cluster.get_json("get", "node", node)["metadata"]["name"] == node
     finally:
         kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false")
         kube_cluster.kubectl("delete", "node", node, "--wait=false")

@@ -34,7 +34,7 @@ class RealCluster(KubeCluster):
     node_bin: Path = Path()
 
     def json(self, *args: str) -> Any:
-        return json.loads(self.kubectl(*args, "-o", "json"))
+        return self.get_json(*args)
 
     def real_nodes(self) -> list[str]:
         nodes = self.json("get", "nodes", "-l", f"{REAL_NODE_LABEL}=true")["items"]

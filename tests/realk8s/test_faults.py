@@ -120,13 +120,15 @@ for pid in os.listdir('/proc'):
 KILL_WORKER = (
     PARENTS
     + """
-def cmdline(pid):
+def read(pid, what):
     try:
-        return open('/proc/%d/cmdline' % pid, 'rb').read()
+        return open('/proc/%d/%s' % (pid, what), 'rb').read()
     except OSError:
         return b''
+def fork_server(pid):
+    return b'forkserver' in read(pid, 'cmdline') or read(pid, 'comm').strip() == b'tg-forkserver'
 for pid, parent in parents.items():
-    if b'forkserver' in cmdline(parent) and b'resource_tracker' not in cmdline(pid):
+    if fork_server(parent) and b'resource_tracker' not in read(pid, 'cmdline'):
         os.kill(pid, signal.SIGKILL)
         print('killed', pid)
 """

@@ -25,13 +25,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+from trainguard import workerevents
 from trainguard.agent import proc
 
 ENV_NUDGE = "TRAINGUARD_NUDGE_FILE"
 #: The processes ``multiprocessing`` adds beside the workers (trainguard's warm torchrun starts its workers
-#: from a fork server): never workers themselves.
+#: from a fork server): never workers themselves. trainguard's torchrun forks its fork server from itself,
+#: with its own command line: that one is known by its name (``workerevents.FORK_SERVER_NAME``).
 _FORKSERVER = "multiprocessing.forkserver"
 _HELPERS = (_FORKSERVER, "multiprocessing.resource_tracker")
+
+
+def is_fork_server(pid: int, cmdline: str) -> bool:
+    """Whether the process is a fork server whose children are the workers: multiprocessing's own, or the
+    one trainguard's torchrun forks from itself."""
+    return _FORKSERVER in cmdline or proc.name(pid) == workerevents.FORK_SERVER_NAME
+
+
+def is_helper(cmdline: str) -> bool:
+    """Whether the process is one of multiprocessing's helpers (a fork server, the resource tracker)."""
+    return any(helper in cmdline for helper in _HELPERS)
+
+
 #: A token is a name, not a document.
 _MAX_TEXT = 4096
 
@@ -124,9 +139,9 @@ def workers(command: int) -> list[proc.Process]:
         if argv is None:  # gone meanwhile, or a zombie: not a worker to kill
             continue
         cmdline = " ".join(argv)
-        if _FORKSERVER in cmdline:
+        if is_fork_server(child.pid, cmdline):
             found.extend(proc.children(child.pid))
-        elif not any(helper in cmdline for helper in _HELPERS):
+        elif not is_helper(cmdline):
             found.append(child)
     return found
 

@@ -123,6 +123,16 @@ def children(pid: int, *, recursive: bool = False) -> list[Process]:
     return found
 
 
+def name(pid: int) -> str | None:
+    """The process's name (``/proc/PID/comm``: its program's, or the one it gave itself); None when it is
+    gone."""
+    try:
+        with open(f"{_PROC}/{pid}/comm", "rb") as file:
+            return file.read().rstrip(b"\n").decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
 def cmdline(pid: int) -> list[str] | None:
     """The arguments of ``pid`` ([] for a kernel thread); None when it is gone or a zombie (as psutil, which
     raises ZombieProcess)."""

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from trainguard.agent.nudge import format_nudge
-
-_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+from trainguard.agent.nudge import format_nudge, is_fork_server, is_helper
 
 
 def create(path: Path) -> None:
@@ -56,8 +54,8 @@ def workers(command: int) -> list[psutil.Process]:
     for child in children:
         with contextlib.suppress(psutil.Error):
             cmdline = " ".join(child.cmdline())
-            if "multiprocessing.forkserver" in cmdline:
+            if is_fork_server(child.pid, cmdline):
                 found.extend(child.children())
-            elif not any(helper in cmdline for helper in _HELPERS):
+            elif not is_helper(cmdline):
                 found.append(child)
     return found
