@@ -13,8 +13,8 @@ What differs from a fresh interpreter: the worker starts with the modules of ``P
 the agent. The fork server is multiprocessing's, forked from the agent once the agent has imported those
 modules (not a fresh interpreter that imports them again: one import of torch per pod start, not two, 2-3 s of
 CPU saved each time); its command line is the agent's, its name ``tg-forkserver``
-(``workerevents.FORK_SERVER_NAME``). Python options (``-O``, ``-W``...) cannot apply to a forked interpreter; trainguard starts plain
-torchrun for such commands, and for commands that choose ``--start-method``, ``--no-python`` or ``--run-path``.
+(``workerevents.FORK_SERVER_NAME``). Python options (``-O``, ``-W``...) cannot apply to a forked interpreter;
+trainguard starts plain torchrun for such commands, and for commands that choose ``--start-method``, ``--no-python`` or ``--run-path``.
 
 Under trainguard's agent (``TRAINGUARD_WORKER_EVENTS`` set) torch's agent also writes down for trainguard's
 (``trainguard.workerevents``) each restart of failed workers it carries out, so that the restart shows in the
@@ -238,6 +238,8 @@ def _serve_forked(code: str, passfds: Sequence[int]) -> NoReturn:
 
 
 def _process_name() -> str | None:
+    """This process's name (``/proc/self/comm``); ``trainguard.agent.proc.name`` reads the same, but importing
+    the agent's package here would load it into the fork server and every worker."""
     try:
         with open("/proc/self/comm", encoding="utf-8") as file:
             return file.read().strip()

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.realk8s.real import EXAMPLES, RealCluster, log_stamp, wait_for
+from trainguard.workerevents import FORK_SERVER_NAME
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -126,7 +127,9 @@ def read(pid, what):
     except OSError:
         return b''
 def fork_server(pid):
-    return b'forkserver' in read(pid, 'cmdline') or read(pid, 'comm').strip() == b'tg-forkserver'
+    return b'forkserver' in read(pid, 'cmdline') or read(pid, 'comm').strip() == b'"""
+    + FORK_SERVER_NAME
+    + """'
 for pid, parent in parents.items():
     if fork_server(parent) and b'resource_tracker' not in read(pid, 'cmdline'):
         os.kill(pid, signal.SIGKILL)
