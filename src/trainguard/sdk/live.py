@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.sdk import _rounds, _sockets, _transfer
-from trainguard.sdk._rounds import Arrival, Formed, Staleness
+from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness
 from trainguard.sdk._world import env_int
 
 #: ``host:port`` of the store live rounds form on; default: the job's rendezvous store, which trainguard names
@@ -388,6 +388,7 @@ class Live:
         previous = self._members_of(n - 1)
         minimum = self.size if n == 1 else self.minimum
         staleness = Staleness(self.stale_after)
+        lateness = Lateness(self.timeout)
         arrived_at = time.monotonic()
         deadline = arrived_at + self.join_timeout
         closed = self._key(f"r{n}/closed")
@@ -397,9 +398,9 @@ class Live:
                 return formed if self.member in formed.members else None
             arrivals = self._arrivals(n)
             now = time.monotonic()
-            # A member that beats but does not come within a collective's bound is stuck outside the group
-            # (in a device's kernel, a data loader...): the round forms without it too.
-            late = now - arrived_at > self.timeout
+            # A member that beats but does not come within a collective's bound of the survivors' arrival is
+            # stuck outside the group (in a device's kernel, a data loader...): the round forms without it too.
+            late = lateness.late(previous, arrivals, now)
             absent = {
                 m
                 for m in _rounds.awaited(previous, arrivals, set())

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainguard.sdk._rounds import Arrival, Formed, Staleness, awaited, close
+from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness, awaited, close
 
 A, B, C, D = "a:1", "b:2", "c:3", "d:4"
 
@@ -101,3 +101,19 @@ def test_a_member_is_stale_once_its_beat_stood_still_for_the_whole_window() -> N
     assert not staleness.stale(A, 5, now=12.0)  # it beat again: a new window
     assert not staleness.stale(B, None, now=12.0)  # never beat: counted from the first look too
     assert staleness.stale(B, None, now=13.6)
+
+
+def test_beating_members_are_late_only_a_bound_after_a_previous_member_arrived() -> None:
+    lateness = Lateness(bound=5.0)
+    newcomer = [Arrival(D, -1)]
+    # a newcomer alone waits for the survivors that beat, however long they take to reach a step's end
+    assert not lateness.late((A, B), newcomer, now=0.0)
+    assert not lateness.late((A, B), newcomer, now=60.0)
+    # once a survivor is there, the one still missing has the bound, counted from then
+    assert not lateness.late((A, B), [*newcomer, Arrival(A, 7)], now=61.0)
+    assert not lateness.late((A, B), [*newcomer, Arrival(A, 7)], now=66.0)
+    assert lateness.late((A, B), [*newcomer, Arrival(A, 7)], now=66.5)
+    # a survivor's own arrival starts its bound at once
+    survivor = Lateness(bound=5.0)
+    assert not survivor.late((A, B), [Arrival(B, 7)], now=100.0)
+    assert survivor.late((A, B), [Arrival(B, 7)], now=105.5)
