@@ -51,6 +51,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         Path(os.environ["TRAINGUARD_BUILD_SECONDS_FILE"]).write_text(f"{took}\n")
 
 
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Tells scripts/test that CCE's Horovod job is done (its file, TRAINGUARD_CCE_DONE_FILE): the other lane holds
+    its training tests until then, so that the job's recovery is timed beside unit tests, not beside a dozen
+    PyTorch workers (on a fresh machine the builds of this lane push the job that late)."""
+    if nodeid.startswith("tests/realk8s/test_cce_horovod.py::") and os.environ.get(
+        "TRAINGUARD_CCE_DONE_FILE"
+    ):
+        Path(os.environ["TRAINGUARD_CCE_DONE_FILE"]).touch()
+
+
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[RealCluster]:
     if k8s_skipped():
