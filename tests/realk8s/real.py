@@ -68,9 +68,6 @@ class RealCluster(KubeCluster):
         found = self.json("get", "pods", "-l", f"trainguard.io/job={job},trainguard.io/index")["items"]
         return list(found)
 
-    def logs(self, pod: str, namespace: str = "default", container: str | None = None) -> str:
-        return self.kubectl("logs", pod, "-n", namespace, *(["-c", container] if container else []))
-
     def pod_log_files(self, pod: str, namespace: str = "default") -> list[Path]:
         """The files in which the real nodes' kubelets keep the logs of the containers of pods named ``pod``
         (each pod of that name, each container, each restart), oldest first: what ``kubectl logs`` reads, for

@@ -112,7 +112,7 @@ def _node_to_kill(placed: dict[str, str]) -> str:
 
 def _iters_after(cluster: RealCluster, since: float) -> list[tuple[float, int]]:
     found = []
-    for line in cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines():
+    for line in cluster.logs(LAUNCHER, timestamps=True).splitlines():
         match = _ITER.match(line)
         if match and log_stamp(match[1]) > since:
             found.append((log_stamp(match[1]), int(match[2])))
@@ -123,7 +123,7 @@ def _worlds(cluster: RealCluster, since: float = 0.0) -> list[tuple[float, int]]
     """Each number of Horovod workers the launcher's log reported after ``since``, with its time."""
     return [
         (at, int(m[1] or m[2]))
-        for line in cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines()
+        for line in cluster.logs(LAUNCHER, timestamps=True).splitlines()
         if (m := _WORKERS.search(line)) and (at := log_stamp(line.split(" ", 1)[0])) > since
     ]
 
@@ -152,15 +152,13 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     """What a failed wait for progress shows: the launcher's telling lines since ``since``, each pod's agent's
     words, the history; last, in two lines (CI keeps a failure's last lines), the history's newest entries in
     short and where the launcher's log ends (horovodrun's own error, when it failed)."""
-    logs = cluster.kubectl_result("logs", "--timestamps", LAUNCHER).splitlines()
+    logs = cluster.logs(LAUNCHER, timestamps=True).splitlines()
     telling = [
         line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 5
     ]
     lines = [f"launcher: {line[:200]}" for line in telling[-80:]]
     for name in _pods(cluster):
-        said = [
-            line for line in cluster.kubectl_result("logs", name).splitlines() if "[trainguard agent]" in line
-        ]
+        said = [line for line in cluster.logs(name).splitlines() if "[trainguard agent]" in line]
         lines += [f"{name}: {line[:240]}" for line in said[-5:]]
     # Which hosts horovodrun is told of, and each pod's address: a replaced pod is a new host to Horovod by its
     # new address, and a host whose start failed (an ssh refused) is blacklisted for good.
@@ -238,7 +236,7 @@ def _launcher_lines(cluster: RealCluster, since: float) -> list[str]:
     """The launcher's log, through kubectl or else from its node's files of the launcher's containers written
     after ``since`` (once kubectl fetched nothing of the failed job's restarted launcher, on the node just back
     from its death, so that what ended horovodrun could not be told)."""
-    lines = cluster.kubectl_result("logs", LAUNCHER).splitlines()
+    lines = cluster.logs(LAUNCHER).splitlines()
     if lines:
         return lines
     files = [path for path in cluster.pod_log_files(LAUNCHER) if path.stat().st_mtime > since]

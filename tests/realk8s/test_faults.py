@@ -49,7 +49,7 @@ def _steps(cluster: RealCluster, name: str) -> list[tuple[float, int, int]]:
         if pod["status"].get("phase") not in ("Running", "Succeeded"):
             continue
         # A dead node's kubelet never answers: its pods' logs are skipped after 10 s (rank 0 there prints no step).
-        done = cluster.kubectl_result("logs", "--timestamps", pod["metadata"]["name"], timeout=10)
+        done = cluster.logs(pod["metadata"]["name"], timestamps=True, timeout=10)
         for line in done.splitlines():
             match = _STEP.match(line)
             if match:
@@ -76,7 +76,7 @@ def _explain(cluster: RealCluster, name: str, lines: int = 25) -> str:
         parts.append(f"--- pod {pod_name} on {pod['spec'].get('nodeName')}: {pod['status'].get('phase')}, "
                      f"{restarts} restarts, states {[c.get('state') for c in containers]}")  # fmt: skip
         for previous in ([True] if restarts else []) + [False]:
-            logs = cluster.kubectl_result("logs", pod_name, *(["--previous"] if previous else []))
+            logs = cluster.logs(pod_name, previous=previous)
             parts.append(
                 ("(previous container)\n" if previous else "") + "\n".join(logs.splitlines()[-lines:])
             )
@@ -226,7 +226,7 @@ def _goes_on(cluster: RealCluster, scenario: str, fault_at: float) -> float:
 
 
 def _hang_seen(cluster: RealCluster, pod: str, since: float) -> float | None:
-    for line in cluster.kubectl_result("logs", "--timestamps", pod).splitlines():
+    for line in cluster.logs(pod, timestamps=True).splitlines():
         said = _HANG_SAID.match(line)
         if said and log_stamp(said[1]) > since:
             return log_stamp(said[1])
@@ -368,7 +368,7 @@ def _resumes(cluster: RealCluster, since: float) -> dict[str, list[tuple[int, in
     ``since``, in order."""
     found = {}
     for pod in _workers(cluster, SNAPSHOT_JOB):
-        logs = cluster.kubectl_result("logs", "--timestamps", pod["metadata"]["name"])
+        logs = cluster.logs(pod["metadata"]["name"], timestamps=True)
         found[pod["metadata"]["name"]] = [
             (int(m[2]), int(m[3]), m[4]) for m in _RESUMED.finditer(logs) if log_stamp(m[1]) > since
         ]
@@ -438,7 +438,7 @@ _LIVE = re.compile(r"live rank (\d+) round (\d+) world (\d+) step (\d+) from (\w
 
 def _training_pid(cluster: RealCluster, pod: str) -> int:
     """The pid (in its container) of the pod's training process, as its own lines say."""
-    lines = [_LIVE.search(line) for line in cluster.kubectl_result("logs", pod).splitlines()]
+    lines = [_LIVE.search(line) for line in cluster.logs(pod).splitlines()]
     return int([match for match in lines if match][-1][6])
 
 

@@ -57,6 +57,12 @@ def test_a_stock_pytorch_image_runs_in_a_real_container(real_cluster: RealCluste
         assert words[0] == "torch", words
         assert words[1].startswith("2.13.0"), words
         assert words[2] == "2.0", words
+        # The tests read logs through the API (KubeCluster.logs): what kubectl prints, timestamps and all.
+        assert real_cluster.logs("stock-torch") == real_cluster.kubectl("logs", "stock-torch")
+        stamped = real_cluster.logs("stock-torch", timestamps=True)
+        assert stamped == real_cluster.kubectl("logs", "--timestamps", "stock-torch")
+        assert stamped.split()[1:] == words, stamped
+        assert real_cluster.logs("no-such-pod") == ""
         status = real_cluster.pod("stock-torch")["status"]["containerStatuses"][0]
         assert status["state"]["terminated"]["exitCode"] == 0
         assert status["imageID"], "a real container reports the digest of the image it ran"

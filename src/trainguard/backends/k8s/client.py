@@ -86,6 +86,8 @@ class Kube:
         response = self._send(method, path, query, body, content_type, timeout)
         try:
             data = bytes(response.read())
+        except urllib3.exceptions.HTTPError as error:  # the answer stopped coming (a read timeout, a reset)
+            raise ApiError(0, f"{method} {path}: {error}") from None
         finally:
             response.release_conn()
         if response.status >= 400:
@@ -95,9 +97,9 @@ class Kube:
     def get(self, path: str) -> Obj:
         return self.request("GET", path)
 
-    def text(self, path: str, **query: Any) -> str:
+    def text(self, path: str, read_timeout: float = 30, **query: Any) -> str:
         """A GET whose answer is text, not JSON (a pod's log)."""
-        return self._read("GET", path, query, None, "application/json", 30).decode(errors="replace")
+        return self._read("GET", path, query, None, "application/json", read_timeout).decode(errors="replace")
 
     def list(self, path: str, **query: Any) -> Obj:
         return self.request("GET", path, query=query, timeout=120)
