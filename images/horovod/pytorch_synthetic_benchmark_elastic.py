@@ -37,6 +37,7 @@ def parse_args():
 def main():
     args = parse_args()
     hvd.init()
+    torch.set_num_threads(1)  # as Horovod's own PyTorch examples on CPUs: the workers share the cores
     cuda = not args.no_cuda and torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(hvd.local_rank())

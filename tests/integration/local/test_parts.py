@@ -77,6 +77,20 @@ def test_a_pytorch_worker_gets_torchruns_elastic_defaults() -> None:
     assert (env["PET_RDZV_BACKEND"], env["PET_RDZV_ID"], env["PET_NNODES"]) == ("c10d", "uid-9", "1:4")
 
 
+def test_a_pod_gets_one_openmp_thread_unless_its_container_or_the_control_plane_says_otherwise() -> None:
+    spec = simple_job("threads", ["python", "train.py"], replicas=2)
+    spec["metadata"]["uid"] = "uid-3"
+    job = TrainingJob.model_validate(spec)
+    launch = _spec(job, "worker", 0, {"worker": 2}, port=43000)
+    assert pod_environment(job, "worker", launch, {})["OMP_NUM_THREADS"] == "1"
+    assert pod_environment(job, "worker", launch, {"OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"] == "4"
+    spec["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "OMP_NUM_THREADS", "value": "8"}
+    ]
+    job = TrainingJob.model_validate(spec)
+    assert pod_environment(job, "worker", launch, {"OMP_NUM_THREADS": "4"})["OMP_NUM_THREADS"] == "8"
+
+
 def test_command_and_working_dir_come_from_the_container(tmp_path: Path) -> None:
     spec = simple_job("wd", ["python", "-c", "print('$(TRAININGJOB_REPLICA_INDEX)')"])
     spec["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["workingDir"] = "sub"
