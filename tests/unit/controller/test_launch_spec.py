@@ -110,6 +110,8 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
         # Where memory snapshots go is each backend's own: the pod's memory here, the node's on the local runtime
         # (which its runtime adds, tests/integration/torch/test_torch_snapshots.py).
         assert on_kube.pop("TRAINGUARD_SNAPSHOT_DIR") == manifests.SNAPSHOT_DIR
+        # One OpenMP thread per pod is the local runtime's own too: its pods share one machine's cores.
+        assert on_local.pop("OMP_NUM_THREADS") == podenv.DEFAULTS["OMP_NUM_THREADS"] == "1"
         assert launch.spec.rank == kube[name].spec.rank == ranks[name.removeprefix(f"{job.name}-")], name
         assert int(on_local["RANK"]) == int(on_kube["RANK"]) == launch.spec.rank
         assert on_local.keys() == on_kube.keys(), name
