@@ -32,7 +32,10 @@ EVERY = 10  # steps between checkpoints
 
 
 def _job(session: Session, name: str, epochs: int = 8, **extra: object) -> dict[str, object]:
-    return digits_job(name, session.root, epochs=epochs, step_delay=0.05, checkpoint_every=EVERY, **extra)  # type: ignore[arg-type]
+    # 0.15 s of sleep a step: with one OpenMP thread a worker (the local runtime's default) steps in about 0.07 s
+    # on the loaded machine, and a 10-epoch job at 0.05 s had ended 23 s after a scale request, before its two
+    # new pods (cold torchruns) could join it. Sleep costs no CPU; each joiner's window is a fault's recovery.
+    return digits_job(name, session.root, epochs=epochs, step_delay=0.15, checkpoint_every=EVERY, **extra)  # type: ignore[arg-type]
 
 
 def test_a_killed_worker_and_a_lost_node_cost_at_most_a_checkpoint_interval(session: Session) -> None:
@@ -101,7 +104,7 @@ def _worker_restarts(session: Session, job: str, pod: str) -> list[dict[str, obj
 
 @pytest.mark.timeout(900)
 def test_scale_3_to_5_to_2_while_training(session: Session) -> None:
-    job = session.submit(_job(session, "digits-scale", epochs=10))
+    job = session.submit(_job(session, "digits-scale", epochs=14))
     wait_step(session, job, 20)
 
     asked = time.time()
