@@ -119,15 +119,11 @@ class KubeCluster:
         """What ``kubectl logs POD [-n NS] [-c C] [--timestamps] [--previous]`` prints, read through the API; ""
         where it cannot be read (a container not started yet, a pod just deleted, the logs of a pod whose node
         died: its kubelet never answers, and ``timeout`` ends the wait)."""
-        query = {
-            name: value
-            for name, value in (
-                ("container", container),
-                ("timestamps", "true" if timestamps else None),
-                ("previous", "true" if previous else None),
-            )
-            if value is not None
-        }
+        query = {"container": container} if container else {}
+        if timestamps:
+            query["timestamps"] = "true"
+        if previous:
+            query["previous"] = "true"
         try:
             return self.api().text(
                 f"/api/v1/namespaces/{namespace}/pods/{pod}/log", read_timeout=timeout, **query

@@ -51,7 +51,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         Path(os.environ["TRAINGUARD_BUILD_SECONDS_FILE"]).write_text(f"{took}\n")
 
 
-def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+def pytest_runtest_logfinish(nodeid: str) -> None:
     """Tells scripts/test that CCE's Horovod job is done (its file, TRAINGUARD_CCE_DONE_FILE): the other lane holds
     its training tests until then, so that the job's recovery is timed beside unit tests, not beside a dozen
     PyTorch workers (on a fresh machine the builds of this lane push the job that late)."""
