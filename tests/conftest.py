@@ -1,8 +1,31 @@
 """For every test: hypothesis checks properties, not speed (speed is measured in benchmarks/), so no example
 has a deadline; the unit tests also run beside the real-node tests (scripts/test), where one example's time
-says nothing."""
+says nothing.
 
+Where ``TRAINGUARD_FAILURES_FILE`` is set (scripts/test sets it), each failed test's report is appended there:
+the suite prints them last, so that a failure's explanation (a wait's ``explain``) is in the lines that CI
+keeps, not in the middle of the other lane's output."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile("trainguard", deadline=None)
 settings.load_profile("trainguard")
+
+#: The lines kept of each failure: its end, where the assertion and the wait's explanation are.
+FAILURE_LINES = 120
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    where = os.environ.get("TRAINGUARD_FAILURES_FILE")
+    if not where or not report.failed:
+        return
+    lines = report.longreprtext.splitlines()[-FAILURE_LINES:]
+    with Path(where).open("a", encoding="utf-8") as out:
+        out.write(f"== {report.nodeid} ({report.when}) failed; its report's last {len(lines)} lines:\n")
+        out.write("\n".join(lines) + "\n")

@@ -150,16 +150,19 @@ _TELLING = re.compile(
 
 def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     """What a failed wait for progress shows: the launcher's telling lines since ``since``, each pod's agent's
-    words, the history; last, in two lines (CI keeps a failure's last lines), the history's newest entries in
-    short and where the launcher's log ends (horovodrun's own error, when it failed)."""
+    words, the history; last, in three lines (CI keeps a failure's last lines), each agent's last words, the
+    history's newest entries in short and where the launcher's log ends (horovodrun's own error, when it
+    failed)."""
     logs = cluster.logs(LAUNCHER, timestamps=True).splitlines()
     telling = [
         line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 5
     ]
     lines = [f"launcher: {line[:200]}" for line in telling[-80:]]
+    last_said: list[str] = []
     for name in _pods(cluster):
         said = [line for line in cluster.logs(name).splitlines() if "[trainguard agent]" in line]
         lines += [f"{name}: {line[:240]}" for line in said[-5:]]
+        last_said.append(f"{name.removeprefix(JOB + '-')}: {said[-1][:200] if said else '(nothing)'}")
     # Which hosts horovodrun is told of, and each pod's address: a replaced pod is a new host to Horovod by its
     # new address, and a host whose start failed (an ssh refused) is blacklisted for good.
     script = cluster.kubectl_result(
@@ -172,6 +175,7 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     ]
     history = _status(cluster).get("history", [])
     lines += [f"history: {entry}" for entry in history[-6:]]
+    lines.append("each agent's last words: " + " | ".join(last_said))
     lines.append(
         "history in short: "
         + "; ".join(

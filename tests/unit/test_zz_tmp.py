@@ -1,0 +1,2 @@
+def test_fails():
+    assert 1 == 2, "one is not two"
