@@ -19,12 +19,27 @@ daemonize), and a seccomp profile that allows ``pidfd_getfd`` (Kubernetes' defau
 ``RuntimeDefault`` allows it with ``CAP_SYS_PTRACE``). Where it is refused the agent says so and nothing else
 changes: the survivors wait for their own timeout, as without trainguard.
 
-The surviving peers (the other hosts of the collective) may be named too. A peer whose own connection to the
-lost pod was reset starts the next round by itself, but Horovod 0.28.1 leaves the previous round's
-connections open, and a survivor still blocked on one of them would wait for it until the timeout as for the
-lost pod. So ``QUIET_SECONDS`` after the release, the connections to peers that carried no data either way
-for that long (``TCP_INFO``'s last data sent and received) are shut down too: the previous round's, blocked
-or leaked. The next round's, which train, are left alone, and so are ssh's (they carry horovodrun's workers).
+The surviving peers (the other hosts of the collective) may be named too, and then the survivors leave the
+lost pod's round together. A survivor that leaves it alone, while its peers are still in it, breaks them: its
+next operation asks them for data on the same Gloo slot (Horovod gives every collective the same tag) where a
+peer still in the previous operation has a send pending, the peer sends that, and the survivor's Gloo, finding
+more bytes than it asked for (``op.preamble.length <= op.nbytes``), ends the process (``std::terminate``):
+horovodrun counts that worker failed and blacklists its host for good. The release reaches the pods of a job
+a second or two apart, so the first survivor released would be that one. Hence, where this pod is still in
+the lost pod's round (a connection to it still open, ``ESTABLISHED``: nothing told this pod's processes of
+the loss; and no connection to a peer closed from the other end, ``CLOSE_WAIT``: no survivor has left that
+round yet, and no round can have formed since, as horovodrun's driver forms the next one only once every
+worker has left), the connections to the peers are shut down at once with the lost pod's: every survivor's
+connections to this pod end in the same instant, and their collectives fail together. A pod released later
+sees a peer's connection closed from the other end and leaves its peers' connections alone then: the next
+round, which may have formed meanwhile, is not touched.
+
+A peer whose own connection to the lost pod was reset starts the next round by itself, but Horovod 0.28.1
+leaves the previous round's connections open, and a survivor still blocked on one of them would wait for it
+until the timeout as for the lost pod. So ``QUIET_SECONDS`` after the release, the connections to peers that
+carried no data either way for that long (``TCP_INFO``'s last data sent and received) are shut down too: the
+previous round's, blocked or leaked. The next round's, which train, are left alone, and so are ssh's (they
+carry horovodrun's workers) and a pod's connections to its own address.
 
 A lost address stays held for ``HOLD_SECONDS`` after its release (``Held``): a connection attempt to it that
 is still unanswered after ``UNANSWERED_SECONDS`` is shut down too. A host that is there answers a SYN in
@@ -69,8 +84,9 @@ QUIET_SECONDS = 5.0
 HOLD_SECONDS = 120.0
 #: A connection attempt to a held address still unanswered this long is to a host that is not there.
 UNANSWERED_SECONDS = 1.0
-#: TCP states in /proc/net/tcp: a connection attempt (SYN sent, no answer yet).
-_SYN_SENT = "02"
+#: TCP states in /proc/net/tcp: a connection attempt (SYN sent, no answer yet); an open connection; one that
+#: its other end closed (its FIN received) and that this end's process keeps open.
+_SYN_SENT, _ESTABLISHED, _CLOSE_WAIT = "02", "01", "08"
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,9 @@ class Released:
 
     #: Sockets shut down, by pid.
     sockets: dict[int, int] = field(default_factory=dict)
+    #: Of those, the connections to surviving peers (``release_lost``: this pod left the lost pod's round with
+    #: its peers).
+    peer_sockets: int = 0
     #: Why some could not be (one line per kind of refusal), e.g. "pidfd_getfd: Operation not permitted".
     refused: list[str] = field(default_factory=list)
 
@@ -146,10 +165,15 @@ def _remote_hex(address: str) -> set[str]:
 
 
 def socket_inodes(
-    addresses: tuple[str, ...], proc: str = "/proc", states: frozenset[str] | None = None
+    addresses: tuple[str, ...],
+    proc: str = "/proc",
+    states: frozenset[str] | None = None,
+    *,
+    to_others: bool = False,
 ) -> set[int]:
     """The inodes of this network namespace's TCP sockets connected to any of ``addresses`` (those in one of
-    ``states`` only, as /proc/net/tcp writes them, where given)."""
+    ``states`` only, as /proc/net/tcp writes them, where given; ``to_others``: not those from the same address,
+    a pod's connections to itself)."""
     wanted: set[str] = set()
     for address in addresses:
         wanted |= _remote_hex(address)
@@ -165,6 +189,8 @@ def socket_inodes(
                     if states is not None and fields[3] not in states:
                         continue
                     remote = fields[2].rsplit(":", 1)[0]
+                    if to_others and fields[1].rsplit(":", 1)[0] == remote:
+                        continue
                     if remote in wanted and fields[9].isdigit() and fields[9] != "0":
                         found.add(int(fields[9]))
         except OSError:
@@ -219,13 +245,32 @@ def _syscall(number: int, *args: int) -> int:
     return result
 
 
+def release_lost(addresses: tuple[str, ...], peers: tuple[str, ...] = (), proc: str = "/proc") -> Released:
+    """Shut down every socket of this namespace's processes connected to ``addresses``, the lost pod's; and,
+    where this pod is still in the lost pod's round (``in_lost_round``), every one connected to ``peers`` (but
+    ssh's and the pod's to itself) with them, so that the survivors leave that round together (see the
+    docstring)."""
+    inodes = socket_inodes(addresses, proc)
+    together = bool(peers) and in_lost_round(addresses, peers, proc)
+    peer_inodes = socket_inodes(peers, proc, to_others=True) if together else set()
+    return _shut_down(inodes, peer_inodes, proc, lambda sock, inode: True)
+
+
+def in_lost_round(addresses: tuple[str, ...], peers: tuple[str, ...], proc: str = "/proc") -> bool:
+    """Whether this pod's processes are still in the round the lost pod (``addresses``) was in: a connection to
+    it still open, and none to a peer closed from the other end (no survivor has left that round yet)."""
+    lost_open = socket_inodes(addresses, proc, frozenset({_ESTABLISHED}))
+    return bool(lost_open) and not socket_inodes(peers, proc, frozenset({_CLOSE_WAIT}), to_others=True)
+
+
 def release_connections(
     addresses: tuple[str, ...], peers: tuple[str, ...] = (), proc: str = "/proc", quiet: float = 0.0
 ) -> Released:
     """Shut down every socket of this namespace's processes connected to ``addresses``; and those connected to
-    ``peers`` (but ssh's) that carried no data either way for ``quiet`` seconds (see the docstring)."""
+    ``peers`` (but ssh's and the pod's to itself) that carried no data either way for ``quiet`` seconds (see
+    the docstring)."""
     inodes = socket_inodes(addresses, proc)
-    peer_inodes = socket_inodes(peers, proc) if peers else set()
+    peer_inodes = socket_inodes(peers, proc, to_others=True) if peers else set()
 
     def wanted(sock: socket.socket, inode: int) -> bool:
         # A peer's connection in use is kept: the next round's, or one that is fine.
@@ -264,6 +309,7 @@ def _shut_down(
                         continue
                     sock.shutdown(socket.SHUT_RDWR)
                     done.sockets[pid] = done.sockets.get(pid, 0) + 1
+                    done.peer_sockets += inode not in inodes
                 except OSError as error:
                     if error.errno != errno.ENOTCONN:
                         refusals.add(f"shutdown: {error.strerror}")

@@ -37,6 +37,7 @@ from trainguard.agent.release import (
     Released,
     ReleaseWatch,
     release_connections,
+    release_lost,
 )
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
@@ -336,9 +337,10 @@ class Agent:
         self._say(f"nudge {nudge.token}: another pod of the job failed {age:.0f} s ago; {then}")
 
     def _release(self, reporter: Reporter, release: Release) -> None:
-        """The lost pod's connections now; the peers' quiet ones ``QUIET_SECONDS`` later, in a thread of
-        their own so that supervision goes on meanwhile."""
-        done = release_connections(release.addresses)
+        """The lost pod's connections now, with the peers' where this pod is still in the lost pod's round
+        (``release_lost``); the peers' quiet ones ``QUIET_SECONDS`` later, in a thread of their own so that
+        supervision goes on meanwhile."""
+        done = release_lost(release.addresses, release.peers)
         self._released(reporter, release.token, release.addresses, done)
         self._held.hold(release.addresses, self._clock())
         self._held_token = release.token
@@ -379,6 +381,7 @@ class Agent:
             token=token,
             addresses=list(to),
             sockets=done.count,
+            peer_sockets=done.peer_sockets,
             refused=done.refused,
             **({"attempts": True} if attempts else {}),
         )
@@ -386,7 +389,12 @@ class Agent:
         what = "unanswered connection attempt(s)" if attempts else "connection(s)"
         if done.count:
             pids = ", ".join(f"{pid} ({n})" for pid, n in sorted(done.sockets.items()))
-            self._say(f"release {token}: shut down {done.count} {what} to {where}, of {pids}")
+            together = (
+                f" ({done.peer_sockets} to the peers with them: this pod left the lost pod's round with them)"
+                if done.peer_sockets
+                else ""
+            )
+            self._say(f"release {token}: shut down {done.count} {what} to {where}, of {pids}{together}")
         else:
             self._say(f"release {token}: no connection to {where} to shut down")
         if done.refused:

@@ -20,8 +20,10 @@ from trainguard.agent.release import (
     UNANSWERED_SECONDS,
     Held,
     format_release,
+    in_lost_round,
     parse_release,
     release_connections,
+    release_lost,
     socket_inodes,
 )
 
@@ -156,6 +158,118 @@ def test_a_peers_connections_are_shut_down_too_but_not_sshs(tmp_path: Path) -> N
             if process.stdout is not None:
                 process.stdout.close()
         kept_listener.close()
+
+
+#: Holds a connection to each ``address,port,source`` of its arguments (from ``source`` where one is given),
+#: says "connected", then waits until its standard input ends.
+_HOLDER = """
+import socket, sys
+held = []
+for spec in sys.argv[1:]:
+    address, port, source = spec.split(",")
+    conn = socket.socket()
+    if source:
+        conn.bind((source, 0))
+    conn.connect((address, int(port)))
+    held.append(conn)
+print("connected", flush=True)
+sys.stdin.read()
+"""
+
+#: TCP states as /proc/net/tcp writes them.
+ESTABLISHED, CLOSE_WAIT = frozenset({"01"}), frozenset({"08"})
+
+
+@contextlib.contextmanager
+def _holder(
+    *targets: tuple[socket.socket, str],
+) -> Iterator[tuple[subprocess.Popen[str], list[socket.socket]]]:
+    """A process (a survivor's worker) connected to each listener of ``targets`` (from the source address given
+    with it, where not ""), and the listeners' ends of those connections, in that order."""
+    specs = [f"{server.getsockname()[0]},{server.getsockname()[1]},{source}" for server, source in targets]
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, *specs], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    ends: list[socket.socket] = []
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "connected"
+        ends = [server.accept()[0] for server, _ in targets]
+        for end in ends:
+            end.settimeout(10)
+        yield process, ends
+    finally:
+        process.kill()
+        process.wait(10)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        for end in ends:
+            end.close()
+
+
+def test_a_survivor_still_in_the_lost_pods_round_leaves_it_with_its_peers() -> None:
+    """Its connection to the lost pod still open and none of its peers' closed: its connections to the peers
+    are shut down with the lost pod's, at once, so that the peers' collectives fail in the same instant (not
+    its connection to its own address, nor anything else)."""
+    lost, kept, other = _listener(LOST), _listener(KEPT), _listener("127.0.0.4")
+    try:
+        with _holder((lost, ""), (kept, ""), (kept, KEPT), (other, "")) as (process, ends):
+            assert in_lost_round((LOST,), (KEPT,))
+            done = release_lost((LOST,), (KEPT,))
+            assert (done.sockets, done.peer_sockets, done.refused) == ({process.pid: 2}, 1, [])
+            lost_end, peer_end, own_end, other_end = ends
+            assert lost_end.recv(10) == b""  # its FIN, at once
+            assert peer_end.recv(10) == b""
+            # Its connection to its own address, and to an address neither lost nor a peer: open.
+            assert socket_inodes((KEPT,), states=ESTABLISHED)
+            assert socket_inodes(("127.0.0.4",), states=ESTABLISHED)
+            own_end.sendall(b"x")
+            other_end.sendall(b"x")
+    finally:
+        for server in (lost, kept, other):
+            server.close()
+
+
+def test_a_survivor_released_after_a_peer_left_the_round_leaves_its_peers_connections_alone() -> None:
+    """A peer already closed a connection of the round (it left it, or a next round may have formed since):
+    only the lost pod's connections are shut down; the peers' are the next round's to keep."""
+    lost, kept = _listener(LOST), _listener(KEPT)
+    try:
+        with _holder((lost, ""), (kept, ""), (kept, "")) as (process, ends):
+            lost_end, left_end, next_end = ends
+            left_end.close()  # the peer that left: this side's connection is half-closed (CLOSE_WAIT)
+            deadline = time.monotonic() + 10
+            while not socket_inodes((KEPT,), states=CLOSE_WAIT) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not in_lost_round((LOST,), (KEPT,))
+            done = release_lost((LOST,), (KEPT,))
+            assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
+            assert lost_end.recv(10) == b""
+            assert len(socket_inodes((KEPT,), states=ESTABLISHED)) == 1  # the next round's: open
+            next_end.sendall(b"x")
+    finally:
+        lost.close()
+        kept.close()
+
+
+def test_a_survivor_whose_connection_to_the_lost_pod_was_closed_leaves_its_peers_connections_alone() -> None:
+    """Its connection to the lost pod was closed from the other end (its processes know of the loss): it may
+    be in the next round already, whose connections to the peers are kept."""
+    lost, kept = _listener(LOST), _listener(KEPT)
+    try:
+        with _holder((lost, ""), (kept, "")) as (process, ends):
+            ends[0].close()
+            deadline = time.monotonic() + 10
+            while not socket_inodes((LOST,), states=CLOSE_WAIT) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not in_lost_round((LOST,), (KEPT,))
+            done = release_lost((LOST,), (KEPT,))
+            assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
+            assert socket_inodes((KEPT,), states=ESTABLISHED)
+    finally:
+        lost.close()
+        kept.close()
 
 
 def _agent(report: Path, release_file: Path) -> list[str]:
