@@ -1,2 +1,0 @@
-def test_fails():
-    assert 1 == 2, "one is not two"
