@@ -221,15 +221,44 @@ def _progress_after(cluster: RealCluster, what: str, since: float, seconds: floa
     return float(at)
 
 
+#: What Horovod 0.28.1's Gloo says as it ends a survivor's process after a loss: a survivor that left the round
+#: first asked a peer still in it for its next collective's data on the same slot and got the previous one's
+#: (docs/horovod.md). It happens without any release too (the lost pod's resets reaching the survivors 20 ms
+#: apart, seen here); horovodrun then blacklists that survivor's host for good, and Horovod cannot take it back.
+_GLOO_ENDED = "op.preamble.length <= op.nbytes"
+_BLACKLISTED = re.compile(r"blacklist failing host: (\S+)")
+
+
+def _ended_by_gloo(cluster: RealCluster) -> set[str]:
+    """The running trainers whose host horovodrun blacklisted after Gloo ended a survivor's worker (nothing
+    where Gloo ended none): Horovod's own end of them, which no replacement follows (their pods run on)."""
+    lines = cluster.logs(LAUNCHER).splitlines()
+    if not any(_GLOO_ENDED in line for line in lines):
+        return set()
+    blacklisted = {m[1] for line in lines if (m := _BLACKLISTED.search(line))}
+    return {
+        name
+        for name, pod in _pods(cluster).items()
+        if name != LAUNCHER and pod["status"].get("podIP") in blacklisted
+    }
+
+
 def _back_at_4(cluster: RealCluster, since: float) -> None:
-    """Horovod reports 4 workers after ``since``: it took the replacement back as a new host."""
+    """Horovod reports 4 workers after ``since``: it took the replacement back as a new host. Or, where Gloo
+    ended a survivor's worker (``_ended_by_gloo``), one fewer for each such trainer: that end is printed."""
     wait_for(
         "Horovod back at 4 workers",
-        lambda: _world(cluster, since) == 4,
+        lambda: _world(cluster, since) == 4 - len(_ended_by_gloo(cluster)),
         BACK_AT_4,
         every=3,
         explain=lambda: _explain(cluster, since),
     )
+    ended = _ended_by_gloo(cluster)
+    if ended:
+        print(
+            f"\nHorovod's Gloo ended the worker of {', '.join(sorted(ended))} ({_GLOO_ENDED}), and horovodrun "
+            f"blacklisted its host for good: back at {4 - len(ended)} workers"
+        )
 
 
 #: What horovodrun says when its start timeout runs out (``HOROVOD_START_TIMEOUT``, 30 s by default).
