@@ -349,7 +349,7 @@ class Agent:
             def later() -> None:
                 time.sleep(QUIET_SECONDS)
                 quiet = release_connections((), release.peers, quiet=QUIET_SECONDS)
-                self._released(reporter, release.token, release.peers, quiet)
+                self._released(reporter, release.token, release.peers, quiet, quiet_peers=True)
 
             threading.Thread(target=later, name="trainguard-release", daemon=True).start()
 
@@ -372,8 +372,10 @@ class Agent:
         done: Released,
         *,
         attempts: bool = False,
+        quiet_peers: bool = False,
     ) -> None:
-        """Report and say what a release did (``attempts``: to the held addresses' connection attempts)."""
+        """Report and say what a release did (``attempts``: to the held addresses' connection attempts;
+        ``quiet_peers``: to the peers' quiet connections, ``QUIET_SECONDS`` after)."""
         reporter.event(
             "released",
             pid=None,
@@ -381,7 +383,7 @@ class Agent:
             token=token,
             addresses=list(to),
             sockets=done.count,
-            peer_sockets=done.peer_sockets,
+            peer_sockets=0 if quiet_peers else done.peer_sockets,
             refused=done.refused,
             **({"attempts": True} if attempts else {}),
         )
@@ -391,7 +393,7 @@ class Agent:
             pids = ", ".join(f"{pid} ({n})" for pid, n in sorted(done.sockets.items()))
             together = (
                 f" ({done.peer_sockets} to the peers with them: this pod left the lost pod's round with them)"
-                if done.peer_sockets
+                if done.peer_sockets and not quiet_peers
                 else ""
             )
             self._say(f"release {token}: shut down {done.count} {what} to {where}, of {pids}{together}")
