@@ -367,8 +367,9 @@ class ReleaseSurvivors:
     addresses: tuple[str, ...]
     pods: tuple[str, ...]
     #: The other hosts that stay, and the addresses of theirs: in those pods, the connections to one another
-    #: but ssh's are closed too (the previous round's, which a peer that reset by itself leaves open and a
-    #: survivor may still wait on). Not in the launcher's: its connections to them are horovodrun's own.
+    #: but ssh's are closed too (the previous round's: at once where a pod is still in the lost host's round,
+    #: so that the hosts leave it together; those a peer that reset by itself leaves open, which a survivor
+    #: may still wait on, once quiet). Not in the launcher's: its connections to them are horovodrun's own.
     hosts: tuple[str, ...] = ()
     peers: tuple[str, ...] = ()
 

@@ -9,7 +9,10 @@ address is in the entry), it asks the backend to close the connections of every 
 to that address (``ReleaseSurvivors``): their collective fails at once and Horovod's elastic reset starts,
 as when a peer's kernel resets a connection. The launcher is among them: its ssh to the lost host ends too,
 so horovodrun counts that worker failed at once. In the other hosts' pods the connections among them (but
-ssh's) are closed as well: a host whose own connection to the lost one was reset starts the next round by
+ssh's) are closed as well: at once where that pod is still in the lost host's round, so that the hosts leave it
+together (one that left alone would ask its peers, still inside the previous collective, for its next one's
+data on Gloo's one slot, and Gloo would end it on the answer); and, in every host's pod, those that stayed
+quiet a few seconds later: a host whose own connection to the lost one was reset starts the next round by
 itself, but Horovod 0.28.1 keeps the previous round's connections open, and a host still blocked on one of
 them (in its shutdown's last collective) would wait for it until the timeout, as for the lost one.
 
