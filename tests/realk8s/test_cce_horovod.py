@@ -246,14 +246,14 @@ def _ended_by_gloo(cluster: RealCluster) -> set[str]:
 def _back_at_4(cluster: RealCluster, since: float) -> None:
     """Horovod reports 4 workers after ``since``: it took the replacement back as a new host. Or, where Gloo
     ended a survivor's worker (``_ended_by_gloo``), one fewer for each such trainer: that end is printed."""
-    wait_for(
-        "Horovod back at 4 workers",
-        lambda: _world(cluster, since) == 4 - len(_ended_by_gloo(cluster)),
-        BACK_AT_4,
-        every=3,
-        explain=lambda: _explain(cluster, since),
+
+    def back() -> tuple[set[str]] | None:
+        ended = _ended_by_gloo(cluster)
+        return (ended,) if _world(cluster, since) == 4 - len(ended) else None
+
+    (ended,) = wait_for(
+        "Horovod back at 4 workers", back, BACK_AT_4, every=3, explain=lambda: _explain(cluster, since)
     )
-    ended = _ended_by_gloo(cluster)
     if ended:
         print(
             f"\nHorovod's Gloo ended the worker of {', '.join(sorted(ended))} ({_GLOO_ENDED}), and horovodrun "
