@@ -331,6 +331,32 @@ def order(run: int, entries: Sequence[str]) -> list[str]:
     return [*entries[shift:], *entries[:shift]]
 
 
+def rounds_to_take(
+    first_run: int, runs: int, from_entry: int, entries: Sequence[str]
+) -> list[tuple[int, list[str], list[str]]]:
+    """What one invocation runs: for each of its ``runs`` rounds, numbered from ``first_run``, (the round's
+    number, its whole order, the entries to run here). The first round starts at its ``from_entry``-th entry
+    (1-based): an earlier invocation with the same ``--first-run`` took those before it, so that a round longer
+    than a session can be taken in parts. ValueError where ``from_entry`` is not an entry of the round."""
+    if first_run < 1:
+        raise ValueError(f"--first-run is {first_run}: 1 or more")
+    if not 1 <= from_entry <= max(len(entries), 1):
+        raise ValueError(
+            f"--from-entry is {from_entry}: a round here has {len(entries)} entries, 1 to {len(entries)}"
+        )
+    taken: list[tuple[int, list[str], list[str]]] = []
+    for index, number in enumerate(range(first_run, first_run + runs)):
+        whole = order(number - 1, entries)
+        taken.append((number, whole, whole[from_entry - 1 :] if index == 0 else whole))
+    return taken
+
+
+def entries_of(run: Mapping[str, Any]) -> list[str]:
+    """The entries a kept round holds: those its invocation ran (the whole order in files kept before rounds
+    could be taken in parts)."""
+    return list(run.get("entries", run.get("order", [])))
+
+
 def _key(value: Any) -> float:
     """None (not within the window) sorts after every number."""
     return math.inf if value is None else float(value)
@@ -401,13 +427,13 @@ SAME_IN_EVERY_KEPT_FILE = (
 
 def combine(kept: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[Obj, list[Obj]]:
     """Raw files kept by separate invocations (``(name, content)``), as one: the description they share and
-    every round of them, in round order. ValueError, naming the file and the field, where one is not a kept
-    run of this benchmark, differs from the first in its size, or repeats a round."""
+    every round of them, in round order; the parts of a round taken by separate invocations (``--from-entry``)
+    joined into one. ValueError, naming the file and the field, where one is not a kept run of this benchmark,
+    differs from the first in its size, or repeats a round or a part of one."""
     if not kept:
         raise ValueError("no kept runs to summarize")
     first_name, first = kept[0]
-    rounds: list[Obj] = []
-    seen: dict[int, str] = {}
+    rounds: dict[int, Obj] = {}
     for name, content in kept:
         if not isinstance(content.get("runs_raw"), list):
             raise ValueError(f"{name}: no runs_raw: not a file kept by benchmarks/k8s_peers.py")
@@ -419,12 +445,27 @@ def combine(kept: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[Obj, list[Ob
                 )
         for run in content["runs_raw"]:
             number = int(run["run"])
-            if number in seen:
+            figures = {peer: dict(modes) for peer, modes in run.get("figures", {}).items()}
+            held = rounds.get(number)
+            if held is None:
+                rounds[number] = {**run, "figures": figures, "entries": entries_of(run), "kept_in": name}
+                continue
+            # The same round taken in parts (--from-entry): the parts must share its order and not overlap.
+            if run.get("order") is None or list(run["order"]) != list(held.get("order") or []):
                 raise ValueError(
-                    f"{name}: round {number} is also in {seen[number]}: give each invocation its own "
-                    "--first-run"
+                    f"{name}: round {number} is also in {held['kept_in']}: give each invocation its own "
+                    "--first-run, or the same one with --from-entry to take the rest of a round"
                 )
-            seen[number] = name
-            rounds.append({**run, "kept_in": name})
+            both = sorted(set(entries_of(run)) & set(held["entries"]))
+            if both:
+                raise ValueError(
+                    f"{name}: round {number}'s {', '.join(both)} is also in {held['kept_in']}: each part of a "
+                    "round starts where the one before it ended (--from-entry)"
+                )
+            for peer, modes in figures.items():
+                held["figures"].setdefault(peer, {}).update(modes)
+            ran = set(held["entries"]) | set(entries_of(run))
+            held["entries"] = [entry for entry in held["order"] if entry in ran]
+            held["kept_in"] = f"{held['kept_in']} + {name}"
     described = {field: first.get(field) for field in SAME_IN_EVERY_KEPT_FILE}
-    return described, sorted(rounds, key=lambda run: int(run["run"]))
+    return described, [rounds[number] for number in sorted(rounds)]

@@ -4,7 +4,7 @@ between the runs.
 
     python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--runs 3]
                                    [--toleration 300] [--window S] [--only trainguard,kubeflow,volcano]
-                                   [--first-run N]
+                                   [--first-run N] [--from-entry K]
     python benchmarks/k8s_peers.py --summarize benchmarks/results/k8s_peers-1000n-*.json
 
 For each operator, with the cluster's nodes fresh and no job on it:
@@ -30,8 +30,11 @@ stand under both. ``--runs N`` repeats the whole round, each repetition starting
 raw figures of every run are kept under benchmarks/results/ with the commit, the machine and its load.
 At full size a round takes hours on a small machine (the peers wait out Kubernetes' eviction of 100 nodes),
 so rounds may be taken by separate invocations: ``--first-run N`` numbers this invocation's first round N (the
-order goes on rotating), and ``--summarize KEPT...`` runs nothing and prints the summary of the rounds in
-those kept files, which must be of the same size.
+order goes on rotating), ``--from-entry K`` starts that first round at its K-th entry (an earlier invocation
+with the same ``--first-run`` took the ones before: a round longer than a session is taken in parts; the file
+is rewritten after each entry, so a stopped invocation loses only the entry it was in), and ``--summarize
+KEPT...`` runs nothing and prints the summary of the rounds in those kept files, which must be of the same
+size, the parts of a round joined.
 
 Kubeflow's operator is built from its Go module (scripts/build-kubeflow; cached), Volcano's scheduler and
 controller manager by scripts/k8s-testcluster (as for real nodes; cached). What a kwok cluster cannot do is
@@ -87,11 +90,11 @@ from _peers import (
     job_names,
     kubeflow_flags,
     missing,
-    order,
     pytorchjob,
     pytorchjob_scaled,
     ratios,
     role_pods,
+    rounds_to_take,
     settings,
     summarize,
     targets,
@@ -832,6 +835,24 @@ def summary_of(raw: list[Obj], described: Obj) -> Obj:
     return summary
 
 
+def keep_rounds(
+    kept: Path | None, raw: list[Obj], at_start: Obj, described: Obj, args: argparse.Namespace
+) -> Path:
+    """The rounds run so far (an entry being run left out), in this invocation's one raw file: written the first
+    time, rewritten after."""
+    content = {
+        "machine": at_start,
+        **described,
+        "runs_raw": [record for record in raw if record["entries"]],
+        "machine_at_end": machine(),
+    }
+    if kept is None:
+        name = "k8s_peers-quick" if args.quick else f"k8s_peers-{described['nodes']}n"
+        return keep(name, content, args.results)
+    kept.write_text(json.dumps(content) + "\n")
+    return kept
+
+
 def summarize_kept(files: list[str]) -> int:
     """``--summarize``: the summary of rounds kept by separate invocations, as the last line."""
     kept: list[tuple[str, Obj]] = []
@@ -894,6 +915,13 @@ def main() -> int:
         "per day at full size, go on rotating which operator goes first",
     )
     parser.add_argument(
+        "--from-entry",
+        type=int,
+        default=1,
+        help="start the first round at its Nth entry (1): an earlier invocation with the same --first-run took "
+        "the entries before it, so that a round longer than a session is taken in parts",
+    )
+    parser.add_argument(
         "--summarize",
         nargs="+",
         metavar="KEPT",
@@ -904,8 +932,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.summarize:
         return summarize_kept(args.summarize)
-    if args.first_run < 1:
-        parser.error("--first-run: 1 or more")
     defaults = (20, 10, 4, 1, 10) if args.quick else (1000, 500, 8, 3, None)
     size = Size(
         nodes=args.nodes or defaults[0],
@@ -921,6 +947,12 @@ def main() -> int:
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
     if size.pods < 3:
         parser.error("--pods: at least 3 (a Master and two Workers)")
+    try:
+        taken = rounds_to_take(
+            args.first_run, runs, args.from_entry, [f"{peer}/{mode}" for peer, mode in entries(only)]
+        )
+    except ValueError as error:
+        parser.error(str(error))
 
     # Stopped (SIGTERM, or SIGINT where a shell started it in the background), it still stops the operators,
     # keeps the runs done and takes the cluster down.
@@ -972,37 +1004,33 @@ def main() -> int:
             "kubeflow": lambda mode: kubeflow_operator(kubeconfig, kubeflow_built, mode),
             "volcano": lambda mode: volcano_operator(kubeconfig, volcano_built, logs, mode),
         }
-        for run in range(args.first_run - 1, args.first_run - 1 + runs):
-            round_ = order(run, [f"{peer}/{mode}" for peer, mode in entries(only)])
-            say(f"round {run + 1} ({run + 2 - args.first_run} of {runs} here): {', '.join(round_)}")
-            figures: Obj = {}
-            for entry in round_:
-                peer, mode = entry.split("/")
-                figures.setdefault(peer, {})[mode] = run_one(kube, makers[peer](mode), size, logs)
-            if "trainguard" in figures:
-                # Its settings are the same in both modes: one run stands under both.
-                figures["trainguard"]["equal"] = figures["trainguard"]["as_shipped"]
-            raw.append(
-                {
-                    "run": run + 1,
-                    "order": round_,
-                    "figures": figures,
-                    "load_average": machine()["load_average"],
-                }
+        for number, whole, here in taken:
+            say(
+                f"round {number}: {', '.join(whole)}"
+                + (f" (entries {len(whole) - len(here) + 1} to {len(whole)} here)" if here != whole else "")
             )
+            # Kept after each entry, so that a stopped invocation (a session's end) loses only the entry it was in.
+            record: Obj = {"run": number, "order": whole, "entries": [], "figures": {}, "load_average": None}
+            raw.append(record)
+            for entry in here:
+                peer, mode = entry.split("/")
+                record["figures"].setdefault(peer, {})[mode] = run_one(kube, makers[peer](mode), size, logs)
+                if peer == "trainguard":
+                    # Its settings are the same in both modes: one run stands under both.
+                    record["figures"]["trainguard"]["equal"] = record["figures"]["trainguard"]["as_shipped"]
+                record["entries"].append(entry)
+                record["load_average"] = machine()["load_average"]
+                kept = keep_rounds(kept, raw, at_start, described, args)
+                say(f"raw figures so far: {kept}")
     finally:
         kube.close()
         if not args.keep:
             cluster_down()
         say(f"operators' logs: {logs}")
-        if raw:
-            name = "k8s_peers-quick" if args.quick else f"k8s_peers-{size.nodes}n"
-            kept = keep(
-                name,
-                {"machine": at_start, **described, "runs_raw": raw, "machine_at_end": machine()},
-                args.results,
-            )
+        if any(record["entries"] for record in raw):
+            kept = keep_rounds(kept, raw, at_start, described, args)
             say(f"raw figures: {kept}")
+    raw = [record for record in raw if record["entries"]]
     summary = summary_of(raw, described)
     summary.update(
         results=None if kept is None else str(kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept),

@@ -25,6 +25,7 @@ from benchmarks._peers import (
     ratios,
     role_pod,
     role_pods,
+    rounds_to_take,
     settings,
     spread,
     summarize,
@@ -359,3 +360,79 @@ def test_combine_joins_the_rounds_of_separate_invocations_in_round_order() -> No
 def test_combine_refuses_runs_that_do_not_belong_together(kept: list[Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         combine(kept)
+
+
+# ---- a round taken in parts ----------------------------------------------------------------------------
+
+ENTRIES = [
+    "trainguard/as_shipped",
+    "kubeflow/as_shipped",
+    "volcano/as_shipped",
+    "kubeflow/equal",
+    "volcano/equal",
+]
+
+
+def test_a_round_is_taken_from_its_kth_entry_and_the_next_rounds_whole() -> None:
+    taken = rounds_to_take(2, 2, 3, ENTRIES)
+    assert [number for number, _, _ in taken] == [2, 3]
+    _, whole, here = taken[0]
+    assert whole == order(1, ENTRIES)
+    assert here == whole[2:]
+    assert taken[1][1] == taken[1][2] == order(2, ENTRIES)
+    assert rounds_to_take(1, 1, 1, ENTRIES) == [(1, ENTRIES, ENTRIES)]
+
+
+@pytest.mark.parametrize(
+    ("first_run", "from_entry", "message"),
+    [(0, 1, "--first-run is 0"), (1, 0, "--from-entry is 0: .* 1 to 5"), (1, 6, "--from-entry is 6")],
+)
+def test_a_part_outside_the_round_is_refused(first_run: int, from_entry: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        rounds_to_take(first_run, 1, from_entry, ENTRIES)
+
+
+@given(st.integers(1, 20), st.integers(1, 5))
+def test_the_parts_of_a_round_are_the_round(first_run: int, cut: int) -> None:
+    ((_, whole, first_part),) = rounds_to_take(first_run, 1, 1, ENTRIES)
+    ((_, same, rest),) = rounds_to_take(first_run, 1, cut, ENTRIES)
+    assert same == whole == first_part
+    assert whole[: cut - 1] + rest == whole
+
+
+def _part(number: int, entries: list[str], **figures: float) -> dict[str, Any]:
+    """A kept file holding the given entries of round ``number``, each peer's figure the same in its modes."""
+    taken: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        peer, mode = entry.split("/")
+        taken.setdefault(peer, {})[mode] = {"cpu_s": figures[peer]}
+    round_ = {"run": number, "order": order(number - 1, ENTRIES), "entries": entries, "figures": taken}
+    return {**_kept([]), "runs_raw": [round_]}
+
+
+def test_combine_joins_the_parts_of_one_round() -> None:
+    whole = order(0, ENTRIES)
+    first = _part(1, whole[:2], trainguard=1.0, kubeflow=9.0)
+    rest = _part(1, whole[2:], volcano=5.0, kubeflow=8.0)
+    _, rounds = combine([("b.json", rest), ("a.json", first)])
+    assert len(rounds) == 1
+    joined = rounds[0]
+    assert joined["entries"] == whole
+    assert joined["kept_in"] == "b.json + a.json"
+    assert joined["figures"]["kubeflow"] == {"as_shipped": {"cpu_s": 9.0}, "equal": {"cpu_s": 8.0}}
+    assert joined["figures"]["volcano"] == {"as_shipped": {"cpu_s": 5.0}, "equal": {"cpu_s": 5.0}}
+    # The files' own rounds are left as they were.
+    assert set(first["runs_raw"][0]["figures"]) == {"trainguard", "kubeflow"}
+
+
+def test_combine_refuses_parts_that_overlap_or_differ_in_order() -> None:
+    whole = order(0, ENTRIES)
+    first = _part(1, whole[:3], trainguard=1.0, kubeflow=9.0, volcano=5.0)
+    with pytest.raises(
+        ValueError, match=r"b\.json: round 1's kubeflow/as_shipped, volcano/as_shipped is also in a\.json"
+    ):
+        combine([("a.json", first), ("b.json", _part(1, whole[1:], kubeflow=8.0, volcano=4.0))])
+    other = _part(1, whole[3:], kubeflow=8.0, volcano=4.0)
+    other["runs_raw"][0]["order"] = order(1, ENTRIES)
+    with pytest.raises(ValueError, match=r"b\.json: round 1 is also in a\.json"):
+        combine([("a.json", first), ("b.json", other)])
