@@ -28,7 +28,13 @@ from trainguard.controller.live import record_live_rounds
 from trainguard.controller.nudges import nudge_survivors
 from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.release import release_survivors
-from trainguard.controller.scaling import grow_back, reach_desired, take_scale_requests, update_discovery
+from trainguard.controller.scaling import (
+    discovery_held_until,
+    grow_back,
+    reach_desired,
+    take_scale_requests,
+    update_discovery,
+)
 from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
 from trainguard.policy import Outcome, check_deadline, outcome
@@ -119,6 +125,9 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
+    held_until = discovery_held_until(cycle)
+    if held_until is not None:
+        times.append(held_until)
     started, limit = cycle.get("started_at"), cycle.job.spec.time_limit
     if started is not None and limit is not None:
         times.append(started + limit)

@@ -197,6 +197,12 @@ def _free_slots(cycle: Cycle) -> int:
     )
 
 
+#: How long a ready worker of a Horovod job waits to be listed for the other workers starting with it.
+JOIN_TOGETHER_S = 60.0
+#: A worker relaunched this soon (its backoff about to end) counts as starting already.
+_ABOUT_TO_START_S = 5.0
+
+
 def update_discovery(cycle: Cycle) -> None:
     """Horovod jobs: one ``host:slots`` line per running worker pod, rewritten whenever that set changes.
 
@@ -204,24 +210,63 @@ def update_discovery(cycle: Cycle) -> None:
     ``backends.k8s.ssh.readiness_probe``): horovodrun starts a worker on a new host at once, by ssh, and
     blacklists for good a host where that fails, so a replacement listed while its sshd still started would
     never be taken back. Once listed, a pod stays listed while it runs, ready or not: dropping it from the
-    list would make Horovod stop a worker that trains."""
+    list would make Horovod stop a worker that trains.
+
+    Workers that start together are listed together (``discovery_held_until``): Horovod 0.28.1's workers drop
+    a host update that reaches them during a reset (``State.on_reset`` empties its queue) and horovodrun
+    sends each update once, so a replacement listed while Horovod resets for the one listed before it was
+    never taken in (seen with both cores busy: three replacements after a node's loss, Horovod back at 3 of
+    4 for good). A lost pod leaves the list at once."""
     if cycle.job.spec.framework_type is not FrameworkType.HOROVOD:
         return
     slots_per_host = cycle.job.spec.elastic.n_proc_per_node if cycle.job.spec.elastic else 1
     per_host = slots_per_host if isinstance(slots_per_host, int) else 1
     listed = {host.rpartition(":")[0] for host in cycle.get("discovery")}
+    held = discovery_held_until(cycle, listed) is not None
     hosts = tuple(
         f"{slot.name}:{per_host}"
         for slot in cycle.ordered_slots()
         if slot.phase is PodPhase.RUNNING
         and not is_launcher(cycle, slot.role)
-        and (slot.name in listed or _ready(cycle, slot))
+        and (slot.name in listed or (not held and _ready(cycle, slot)))
     )
     if hosts == cycle.get("discovery"):
         return
     version = cycle.get("discovery_version") + 1
     cycle.updates.update(discovery=hosts, discovery_version=version)
     cycle.issue(UpdateDiscovery(keys.discovery(cycle.job, version), version, hosts))
+
+
+def discovery_held_until(cycle: Cycle, listed: set[str] | None = None) -> float | None:
+    """Until when a Horovod job's ready, unlisted workers wait for its other starting workers (None: they
+    do not wait). A worker is starting when it is due within seconds, launched, or running but not ready;
+    each holds the others for ``JOIN_TOGETHER_S`` from its launch at most, so that a pod that cannot be
+    placed delays no one for long."""
+    if cycle.job.spec.framework_type is not FrameworkType.HOROVOD:
+        return None
+    if listed is None:
+        listed = {host.rpartition(":")[0] for host in cycle.get("discovery")}
+    ready_unlisted = False
+    until: float | None = None
+    for slot in cycle.slots.values():
+        if slot.name in listed or is_launcher(cycle, slot.role):
+            continue
+        if slot.phase is PodPhase.RUNNING and _ready(cycle, slot):
+            ready_unlisted = True
+            continue
+        if slot.phase is PodPhase.WAITING:
+            since = (
+                slot.due_at
+                if slot.due_at is not None and slot.due_at <= cycle.now + _ABOUT_TO_START_S
+                else None
+            )
+        elif slot.phase in (PodPhase.PENDING, PodPhase.CREATING, PodPhase.RUNNING):
+            since = slot.launched_at if slot.launched_at is not None else cycle.now
+        else:
+            since = None
+        if since is not None and cycle.now < since + JOIN_TOGETHER_S:
+            until = max(until or 0.0, since + JOIN_TOGETHER_S)
+    return until if ready_unlisted else None
 
 
 def _ready(cycle: Cycle, slot: PodStatus) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.unit.controller.harness import Harness, cce_spec, make_job
 from trainguard.controller import JobPhase, LaunchPod, PodPhase, TerminatePod
 from trainguard.controller.backend import ObservedPhase
+from trainguard.controller.scaling import JOIN_TOGETHER_S
 
 LAUNCHER = "test-horovod-elastic-launcher-0"
 TRAINER_1 = "test-horovod-elastic-trainer-1"
@@ -168,3 +169,54 @@ def test_a_trainer_is_listed_for_horovod_once_ready_and_stays_listed_while_it_ru
     h.cluster.pods[TRAINER_1].ready = True
     h.step()
     assert h.cluster.discovery == listed
+
+
+TRAINER_2 = "test-horovod-elastic-trainer-2"
+
+
+def _replaced_unready(h: Harness, *names: str) -> tuple[str, ...]:
+    """Force-deletes ``names``, whose replacements start unready; returns the list once they left it."""
+    h.running()
+    h.step()
+    for name in names:
+        h.cluster.unready.add(name)
+        h.cluster.force_delete(name)
+    h.run_until(lambda h: all(h.pod(n).phase is PodPhase.RUNNING and h.pod(n).generation > 1 for n in names))
+    remaining = tuple(
+        f"test-horovod-elastic-trainer-{i}:1"
+        for i in range(3)
+        if f"test-horovod-elastic-trainer-{i}" not in names
+    )
+    assert h.cluster.discovery == remaining
+    return remaining
+
+
+def test_trainers_that_start_together_are_listed_for_horovod_together() -> None:
+    """Horovod 0.28.1 drops a host update that reaches its workers during a reset: a replacement ready first
+    waits for the others starting with it, and they are listed in one update."""
+    h = Harness.start()
+    remaining = _replaced_unready(h, TRAINER_1, TRAINER_2)
+    version = h.cluster.discovery_version
+    h.cluster.pods[TRAINER_1].ready = True
+    for _ in range(10):
+        h.tick()
+        assert h.cluster.discovery == remaining, "listed before the trainer starting with it was ready"
+    h.cluster.pods[TRAINER_2].ready = True
+    h.step()
+    assert h.cluster.discovery == tuple(f"test-horovod-elastic-trainer-{i}:1" for i in range(3))
+    assert h.cluster.discovery_version == version + 1
+
+
+def test_a_ready_trainer_waits_for_the_others_a_bounded_time() -> None:
+    """A trainer that never gets ready holds the others back for JOIN_TOGETHER_S from its launch, no longer, and
+    the controller asks to be called again when that time is up."""
+    h = Harness.start()
+    _replaced_unready(h, TRAINER_1, TRAINER_2)
+    launched = h.pod(TRAINER_2).launched_at
+    h.cluster.pods[TRAINER_1].ready = True
+    result = h.step()
+    assert result.wake_at is not None
+    assert result.wake_at <= launched + JOIN_TOGETHER_S
+    h.run_until(lambda h: TRAINER_1 + ":1" in h.cluster.discovery, limit=int(JOIN_TOGETHER_S) + 5)
+    assert h.cluster.now >= launched + JOIN_TOGETHER_S
+    assert TRAINER_2 + ":1" not in h.cluster.discovery
