@@ -245,15 +245,44 @@ def _syscall(number: int, *args: int) -> int:
     return result
 
 
+#: A peer's connection leaves the lost round with the lost pod's only where it carried no data for at least as
+#: long as they did, less this: one that carried data since is the next round's (see ``release_lost``).
+ROUND_SLACK_SECONDS = 0.05
+
+
 def release_lost(addresses: tuple[str, ...], peers: tuple[str, ...] = (), proc: str = "/proc") -> Released:
     """Shut down every socket of this namespace's processes connected to ``addresses``, the lost pod's; and,
     where this pod is still in the lost pod's round (``in_lost_round``), every one connected to ``peers`` (but
     ssh's and the pod's to itself) with them, so that the survivors leave that round together (see the
-    docstring)."""
+    docstring).
+
+    A peer's connection is taken for the lost round's only where it has carried no data since the lost pod's
+    connections last did (``ROUND_SLACK_SECONDS`` aside): the survivors may have left that round by
+    themselves and formed the next one before the release reaches them (seen with both cores busy: 0.6 s
+    after a forced deletion, before the release), and every connection of the next round carried its
+    handshake after the lost pod's last data. Where the kernel does not tell how long a connection was idle,
+    the peers' connections are left alone."""
     inodes = socket_inodes(addresses, proc)
     together = bool(peers) and in_lost_round(addresses, peers, proc)
-    peer_inodes = socket_inodes(peers, proc, to_others=True) if together else set()
-    return _shut_down(inodes, peer_inodes, proc, lambda sock, inode: True)
+    lost_idle: list[float] = []
+
+    def lost(sock: socket.socket, inode: int) -> bool:
+        if inode in inodes:
+            lost_idle.append(_idle_seconds(sock))
+        return True
+
+    done = _shut_down(inodes, set(), proc, lost)
+    quiet_since = min(lost_idle, default=0.0)
+    if not together or quiet_since <= 0.0:
+        return done
+    at_least = quiet_since - min(ROUND_SLACK_SECONDS, quiet_since / 2)
+    peer_inodes = socket_inodes(peers, proc, to_others=True) - inodes
+    with_them = _shut_down(set(), peer_inodes, proc, lambda sock, inode: _idle_seconds(sock) >= at_least)
+    for pid, count in with_them.sockets.items():
+        done.sockets[pid] = done.sockets.get(pid, 0) + count
+    done.peer_sockets += with_them.peer_sockets
+    done.refused = sorted(set(done.refused) | set(with_them.refused))
+    return done
 
 
 def in_lost_round(addresses: tuple[str, ...], peers: tuple[str, ...], proc: str = "/proc") -> bool:

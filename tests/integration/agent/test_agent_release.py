@@ -215,6 +215,7 @@ def test_a_survivor_still_in_the_lost_pods_round_leaves_it_with_its_peers() -> N
     lost, kept, other = _listener(LOST), _listener(KEPT), _listener("127.0.0.4")
     try:
         with _holder((lost, ""), (kept, ""), (kept, KEPT), (other, "")) as (process, ends):
+            time.sleep(0.2)  # the round stalled a moment before the release
             assert in_lost_round((LOST,), (KEPT,))
             done = release_lost((LOST,), (KEPT,))
             assert (done.sockets, done.peer_sockets, done.refused) == ({process.pid: 2}, 1, [])
@@ -229,6 +230,28 @@ def test_a_survivor_still_in_the_lost_pods_round_leaves_it_with_its_peers() -> N
     finally:
         for server in (lost, kept, other):
             server.close()
+
+
+def test_a_survivor_already_in_the_next_round_keeps_its_connections_of_that_round() -> None:
+    """The survivors left the lost round by themselves and formed the next one before the release came (its
+    connections carried data after the lost pod's last did): only the lost round's connections are shut down,
+    the lost pod's and a peer's that has been idle as long."""
+    lost, kept = _listener(LOST), _listener(KEPT)
+    try:
+        with _holder((lost, ""), (kept, ""), (kept, "")) as (process, ends):
+            lost_end, old_end, next_end = ends
+            time.sleep(0.5)  # the lost pod went silent; the next round's handshake comes after
+            next_end.sendall(b"hello")
+            assert in_lost_round((LOST,), (KEPT,))
+            done = release_lost((LOST,), (KEPT,))
+            assert (done.sockets, done.peer_sockets) == ({process.pid: 2}, 1)
+            assert lost_end.recv(10) == b""
+            assert old_end.recv(10) == b""
+            assert len(socket_inodes((KEPT,), states=ESTABLISHED)) == 1  # the next round's: open
+            next_end.sendall(b"x")
+    finally:
+        lost.close()
+        kept.close()
 
 
 def test_a_survivor_released_after_a_peer_left_the_round_leaves_its_peers_connections_alone() -> None:
