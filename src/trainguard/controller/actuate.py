@@ -29,10 +29,24 @@ _STILL_RUNS = (ObservedPhase.PENDING, ObservedPhase.RUNNING, ObservedPhase.UNKNO
 _WHY_LAUNCHED = {"restart": "restart", "scale": "scale out", "grow": "grow back", "resume": "resume"}
 
 
+#: A launched pod never listed this long after its launch went before anyone saw it (deleted at once, or by
+#: a node's loss before the watch showed it): it is launched again as a new incarnation.
+UNSEEN_LAUNCH_S = 60.0
+
+
 def actuate(cycle: Cycle) -> None:
     launches = _Launches(cycle)
     for slot in cycle.ordered_slots():
         if slot.phase is PodPhase.PENDING and not slot.seen and not cycle.observed_pods(slot.name):
+            relaunch_at = unseen_until(cycle, slot)
+            if relaunch_at is not None and cycle.now >= relaunch_at:
+                slot = cycle.put(slot, generation=slot.generation + 1, launched_at=cycle.now)
+                cycle.emit(
+                    EventType.WARNING,
+                    "PodNotListed",
+                    f"pod {slot.name} was launched {UNSEEN_LAUNCH_S:.0f} s ago and never listed: launched again",
+                    slot.name,
+                )
             _launch(cycle, slot, launches)
         if slot.in_place_restarts and slot.phase in LAUNCHED_PHASES:
             pods = cycle.observed_pods(slot.name)
@@ -54,6 +68,16 @@ def actuate(cycle: Cycle) -> None:
         if why is not None:
             node = cycle.node(pod.node)
             cycle.terminate(pod.name, pod.generation, why, force=node is not None and not node.ready)
+
+
+def unseen_until(cycle: Cycle, slot: PodStatus) -> float | None:
+    """When a launched slot whose pod was never listed is launched again (None: not such a slot, or its
+    launch not issued yet)."""
+    if slot.phase is not PodPhase.PENDING or slot.seen or slot.launched_at is None:
+        return None
+    if keys.launch(cycle.job, slot.name, slot.generation) not in cycle.issued:
+        return None
+    return slot.launched_at + UNSEEN_LAUNCH_S
 
 
 class _Launches:

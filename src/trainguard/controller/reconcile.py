@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from trainguard.api import TrainingJob
 from trainguard.controller import keys
-from trainguard.controller.actuate import actuate
+from trainguard.controller.actuate import actuate, unseen_until
 from trainguard.controller.agentless import warn_pods_without_agent
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
@@ -125,6 +125,10 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
+    for slot in cycle.slots.values():
+        relaunch_at = unseen_until(cycle, slot) if slot.phase is PodPhase.PENDING else None
+        if relaunch_at is not None and relaunch_at > cycle.now:
+            times.append(relaunch_at)
     held_until = discovery_held_until(cycle)
     if held_until is not None:
         times.append(held_until)

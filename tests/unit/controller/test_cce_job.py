@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.unit.controller.harness import Harness, cce_spec, make_job
 from trainguard.controller import JobPhase, LaunchPod, PodPhase, TerminatePod
+from trainguard.controller.actuate import UNSEEN_LAUNCH_S
 from trainguard.controller.backend import ObservedPhase
 from trainguard.controller.scaling import JOIN_TOGETHER_S
 
@@ -220,3 +221,29 @@ def test_a_ready_trainer_waits_for_the_others_a_bounded_time() -> None:
     h.run_until(lambda h: TRAINER_1 + ":1" in h.cluster.discovery, limit=int(JOIN_TOGETHER_S) + 5)
     assert h.cluster.now >= launched + JOIN_TOGETHER_S
     assert TRAINER_2 + ":1" not in h.cluster.discovery
+
+
+def test_a_pod_deleted_before_it_was_ever_listed_is_launched_again() -> None:
+    """A scaled-out trainer's pod went before the controller saw it (force-deleted at once): the slot does not
+    wait for it for ever (a restart's start has restartTimeLimit; a scale-out's or a grow-back's had nothing);
+    UNSEEN_LAUNCH_S after its launch it is launched again as a new incarnation, with a Warning, and the job is
+    Running again (found by the property test: a node's loss, a grow-back, then a force-deletion)."""
+    h = Harness.start()
+    h.running()
+    h.cluster.scale("trainer", 4)
+    new = "test-horovod-elastic-trainer-3"
+    h.run_until(lambda h: new in h.cluster.pods)
+    launched = h.pod(new)
+    del h.cluster.pods[new]  # gone before any reconcile listed it
+    result = h.step()
+    assert (h.pod(new).generation, h.pod(new).seen) == (launched.generation, False)
+    assert result.wake_at is not None
+    assert launched.launched_at is not None
+    assert result.wake_at <= launched.launched_at + UNSEEN_LAUNCH_S
+    h.run_until(
+        lambda h: h.status.phase is JobPhase.RUNNING and new in h.cluster.running(),
+        limit=int(UNSEEN_LAUNCH_S) + 30,
+    )
+    assert h.pod(new).generation == launched.generation + 1
+    assert h.cluster.now >= launched.launched_at + UNSEEN_LAUNCH_S
+    assert [e.pod for e in h.cluster.events() if e.reason == "PodNotListed"] == [new]
