@@ -120,15 +120,16 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
         if phase is PodPhase.WAITING:
             if slot.due_at is not None and slot.due_at > cycle.now:
                 times.append(slot.due_at)
-        elif slot.cause == "restart" and phase in (PodPhase.PENDING, PodPhase.CREATING):
+            continue
+        if phase is PodPhase.PENDING and not slot.seen:
+            relaunch_at = unseen_until(cycle, slot)  # a launch never listed is launched again then
+            if relaunch_at is not None and relaunch_at > cycle.now:
+                times.append(relaunch_at)
+        if slot.cause == "restart" and phase in (PodPhase.PENDING, PodPhase.CREATING):
             spec = specs.get(slot.role)
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
-    for slot in cycle.slots.values():
-        relaunch_at = unseen_until(cycle, slot) if slot.phase is PodPhase.PENDING else None
-        if relaunch_at is not None and relaunch_at > cycle.now:
-            times.append(relaunch_at)
     held_until = discovery_held_until(cycle)
     if held_until is not None:
         times.append(held_until)
