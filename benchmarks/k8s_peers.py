@@ -314,9 +314,9 @@ def volcano_build() -> Path:
     version = volcano_version()
     found = sorted((cache / "bin").glob(f"volcano-{version}-*/.complete"))
     if not found:
-        say("building Volcano (scripts/k8s-testcluster build --real-nodes; cached after the first time)")
+        say("building Volcano (scripts/k8s-testcluster build --volcano; cached after the first time)")
         subprocess.run(
-            [str(SCRIPTS / "k8s-testcluster"), "build", "--real-nodes"], stdout=subprocess.DEVNULL, check=True
+            [str(SCRIPTS / "k8s-testcluster"), "build", "--volcano"], stdout=subprocess.DEVNULL, check=True
         )
         found = sorted((cache / "bin").glob(f"volcano-{version}-*/.complete"))
     if not found:
