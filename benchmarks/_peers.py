@@ -411,6 +411,26 @@ def ratios(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> Obj:
     return {name: ratio(ours.get(name), theirs.get(name)) for name in COMPARED}
 
 
+def summary_of(raw: Sequence[Mapping[str, Any]], described: Mapping[str, Any]) -> Obj:
+    """The medians of the rounds' figures, trainguard's ratios to each peer's, their ranges, and what was run. A
+    round not yet taken whole (a peer in one mode missing) gives the ratios of the modes it has."""
+    medians, ranges = summarize([r["figures"] for r in raw])
+    summary: Obj = dict(medians)
+    ours = medians.get("trainguard", {})
+    summary["ratio"] = {
+        peer: {
+            mode: ratios(ours[mode], medians[peer][mode])
+            for mode in MODES
+            if mode in ours and mode in medians[peer]
+        }
+        for peer in medians
+        if peer != "trainguard" and ours
+    }
+    summary["range"] = ranges
+    summary.update(described)
+    return summary
+
+
 #: What a kept run must share with the others to be summarized with them: the size and the fault's shape.
 SAME_IN_EVERY_KEPT_FILE = (
     "nodes",

@@ -92,11 +92,10 @@ from _peers import (
     missing,
     pytorchjob,
     pytorchjob_scaled,
-    ratios,
     role_pods,
     rounds_to_take,
     settings,
-    summarize,
+    summary_of,
     targets,
     terminating,
     volcano_flags,
@@ -819,20 +818,6 @@ def settings_table(only: list[str]) -> Obj:
         for peer in PEERS
         if peer in only
     }
-
-
-def summary_of(raw: list[Obj], described: Obj) -> Obj:
-    """The medians of the rounds' figures, trainguard's ratios to each peer's, their ranges, and what was run."""
-    medians, ranges = summarize([r["figures"] for r in raw])
-    summary: Obj = dict(medians)
-    summary["ratio"] = {
-        peer: {mode: ratios(medians["trainguard"][mode], medians[peer][mode]) for mode in MODES}
-        for peer in PEERS
-        if peer != "trainguard" and peer in medians and "trainguard" in medians
-    }
-    summary["range"] = ranges
-    summary.update(described)
-    return summary
 
 
 def keep_rounds(

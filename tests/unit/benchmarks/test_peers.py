@@ -29,6 +29,7 @@ from benchmarks._peers import (
     settings,
     spread,
     summarize,
+    summary_of,
     targets,
     terminating,
     tolerations,
@@ -436,3 +437,16 @@ def test_combine_refuses_parts_that_overlap_or_differ_in_order() -> None:
     other["runs_raw"][0]["order"] = order(1, ENTRIES)
     with pytest.raises(ValueError, match=r"b\.json: round 1 is also in a\.json"):
         combine([("a.json", first), ("b.json", other)])
+
+
+def test_a_round_taken_in_part_is_summarized_with_the_modes_it_has() -> None:
+    figures = {
+        "trainguard": {"as_shipped": {"all_running_s": 2.0}, "equal": {"all_running_s": 2.0}},
+        "kubeflow": {"as_shipped": {"all_running_s": 8.0}, "equal": {"all_running_s": 1.0}},
+        "volcano": {"as_shipped": {"all_running_s": 4.0}},  # its "equal" entry not taken yet
+    }
+    summary = summary_of([{"run": 1, "figures": figures}], {"runs": 1})
+    assert summary["ratio"]["kubeflow"]["equal"]["all_running_s"] == 2.0
+    assert summary["ratio"]["volcano"]["as_shipped"]["all_running_s"] == 0.5
+    assert "equal" not in summary["ratio"]["volcano"]
+    assert summary["runs"] == 1
