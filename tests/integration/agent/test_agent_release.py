@@ -181,6 +181,17 @@ ESTABLISHED, CLOSE_WAIT = frozenset({"01"}), frozenset({"08"})
 
 
 @contextlib.contextmanager
+def _listeners(*addresses: str) -> Iterator[list[socket.socket]]:
+    """A listener on each address (``_listener``), all closed on the way out."""
+    servers = [_listener(address) for address in addresses]
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.close()
+
+
+@contextlib.contextmanager
 def _holder(
     *targets: tuple[socket.socket, str],
 ) -> Iterator[tuple[subprocess.Popen[str], list[socket.socket]]]:
@@ -236,63 +247,54 @@ def test_a_survivor_already_in_the_next_round_keeps_its_connections_of_that_roun
     """The survivors left the lost round by themselves and formed the next one before the release came (its
     connections carried data after the lost pod's last did): only the lost round's connections are shut down,
     the lost pod's and a peer's that has been idle as long."""
-    lost, kept = _listener(LOST), _listener(KEPT)
-    try:
-        with _holder((lost, ""), (kept, ""), (kept, "")) as (process, ends):
-            lost_end, old_end, next_end = ends
-            time.sleep(0.5)  # the lost pod went silent; the next round's handshake comes after
-            next_end.sendall(b"hello")
-            assert in_lost_round((LOST,), (KEPT,))
-            done = release_lost((LOST,), (KEPT,))
-            assert (done.sockets, done.peer_sockets) == ({process.pid: 2}, 1)
-            assert lost_end.recv(10) == b""
-            assert old_end.recv(10) == b""
-            assert len(socket_inodes((KEPT,), states=ESTABLISHED)) == 1  # the next round's: open
-            next_end.sendall(b"x")
-    finally:
-        lost.close()
-        kept.close()
+    with (
+        _listeners(LOST, KEPT) as (lost, kept),
+        _holder((lost, ""), (kept, ""), (kept, "")) as (process, ends),
+    ):
+        lost_end, old_end, next_end = ends
+        time.sleep(0.5)  # the lost pod went silent; the next round's handshake comes after
+        next_end.sendall(b"hello")
+        assert in_lost_round((LOST,), (KEPT,))
+        done = release_lost((LOST,), (KEPT,))
+        assert (done.sockets, done.peer_sockets) == ({process.pid: 2}, 1)
+        assert lost_end.recv(10) == b""
+        assert old_end.recv(10) == b""
+        assert len(socket_inodes((KEPT,), states=ESTABLISHED)) == 1  # the next round's: open
+        next_end.sendall(b"x")
 
 
 def test_a_survivor_released_after_a_peer_left_the_round_leaves_its_peers_connections_alone() -> None:
     """A peer already closed a connection of the round (it left it, or a next round may have formed since):
     only the lost pod's connections are shut down; the peers' are the next round's to keep."""
-    lost, kept = _listener(LOST), _listener(KEPT)
-    try:
-        with _holder((lost, ""), (kept, ""), (kept, "")) as (process, ends):
-            lost_end, left_end, next_end = ends
-            left_end.close()  # the peer that left: this side's connection is half-closed (CLOSE_WAIT)
-            deadline = time.monotonic() + 10
-            while not socket_inodes((KEPT,), states=CLOSE_WAIT) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not in_lost_round((LOST,), (KEPT,))
-            done = release_lost((LOST,), (KEPT,))
-            assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
-            assert lost_end.recv(10) == b""
-            assert len(socket_inodes((KEPT,), states=ESTABLISHED)) == 1  # the next round's: open
-            next_end.sendall(b"x")
-    finally:
-        lost.close()
-        kept.close()
+    with (
+        _listeners(LOST, KEPT) as (lost, kept),
+        _holder((lost, ""), (kept, ""), (kept, "")) as (process, ends),
+    ):
+        lost_end, left_end, next_end = ends
+        left_end.close()  # the peer that left: this side's connection is half-closed (CLOSE_WAIT)
+        deadline = time.monotonic() + 10
+        while not socket_inodes((KEPT,), states=CLOSE_WAIT) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not in_lost_round((LOST,), (KEPT,))
+        done = release_lost((LOST,), (KEPT,))
+        assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
+        assert lost_end.recv(10) == b""
+        assert len(socket_inodes((KEPT,), states=ESTABLISHED)) == 1  # the next round's: open
+        next_end.sendall(b"x")
 
 
 def test_a_survivor_whose_connection_to_the_lost_pod_was_closed_leaves_its_peers_connections_alone() -> None:
     """Its connection to the lost pod was closed from the other end (its processes know of the loss): it may
     be in the next round already, whose connections to the peers are kept."""
-    lost, kept = _listener(LOST), _listener(KEPT)
-    try:
-        with _holder((lost, ""), (kept, "")) as (process, ends):
-            ends[0].close()
-            deadline = time.monotonic() + 10
-            while not socket_inodes((LOST,), states=CLOSE_WAIT) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not in_lost_round((LOST,), (KEPT,))
-            done = release_lost((LOST,), (KEPT,))
-            assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
-            assert socket_inodes((KEPT,), states=ESTABLISHED)
-    finally:
-        lost.close()
-        kept.close()
+    with _listeners(LOST, KEPT) as (lost, kept), _holder((lost, ""), (kept, "")) as (process, ends):
+        ends[0].close()
+        deadline = time.monotonic() + 10
+        while not socket_inodes((LOST,), states=CLOSE_WAIT) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not in_lost_round((LOST,), (KEPT,))
+        done = release_lost((LOST,), (KEPT,))
+        assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
+        assert socket_inodes((KEPT,), states=ESTABLISHED)
 
 
 def _agent(report: Path, release_file: Path) -> list[str]:
