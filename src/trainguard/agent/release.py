@@ -264,25 +264,37 @@ def release_lost(addresses: tuple[str, ...], peers: tuple[str, ...] = (), proc: 
     the peers' connections are left alone."""
     inodes = socket_inodes(addresses, proc)
     together = bool(peers) and in_lost_round(addresses, peers, proc)
+    peer_inodes = socket_inodes(peers, proc, to_others=True) - inodes if together else set()
+    if not inodes and not peer_inodes:
+        return Released()
+    # One read of the processes' descriptors serves both passes: the lost pod's sockets first (their idle time
+    # is read as they are shut down), then the peers', judged by it.
+    found = _descriptors(inodes, peer_inodes, os.getpid(), proc)
     lost_idle: list[float] = []
 
     def lost(sock: socket.socket, inode: int) -> bool:
-        if inode in inodes:
-            lost_idle.append(_idle_seconds(sock))
+        lost_idle.append(_idle_seconds(sock))
         return True
 
-    done = _shut_down(inodes, set(), proc, lost)
+    done = _shut_down_found(_only(found, inodes), inodes, lost)
     quiet_since = min(lost_idle, default=0.0)
     if not together or quiet_since <= 0.0:
         return done
     at_least = quiet_since - min(ROUND_SLACK_SECONDS, quiet_since / 2)
-    peer_inodes = socket_inodes(peers, proc, to_others=True) - inodes
-    with_them = _shut_down(set(), peer_inodes, proc, lambda sock, inode: _idle_seconds(sock) >= at_least)
+    with_them = _shut_down_found(
+        _only(found, peer_inodes), inodes, lambda sock, inode: _idle_seconds(sock) >= at_least
+    )
     for pid, count in with_them.sockets.items():
         done.sockets[pid] = done.sockets.get(pid, 0) + count
     done.peer_sockets += with_them.peer_sockets
     done.refused = sorted(set(done.refused) | set(with_them.refused))
     return done
+
+
+def _only(found: dict[int, list[tuple[int, int]]], inodes: set[int]) -> dict[int, list[tuple[int, int]]]:
+    """The descriptors of ``found`` (pid -> (descriptor, inode)) that are one of ``inodes``."""
+    kept = {pid: [(fd, inode) for fd, inode in fds if inode in inodes] for pid, fds in found.items()}
+    return {pid: fds for pid, fds in kept.items() if fds}
 
 
 def in_lost_round(addresses: tuple[str, ...], peers: tuple[str, ...], proc: str = "/proc") -> bool:
@@ -313,11 +325,19 @@ def _shut_down(
 ) -> Released:
     """Shut down the sockets ``inodes`` of this namespace's processes, and ``peer_inodes`` (but ssh's), each
     that ``wanted`` (given the socket and its inode) says."""
-    done = Released()
     if not inodes and not peer_inodes:
-        return done
+        return Released()
+    return _shut_down_found(_descriptors(inodes, peer_inodes, os.getpid(), proc), inodes, wanted)
+
+
+def _shut_down_found(
+    found: dict[int, list[tuple[int, int]]], inodes: set[int], wanted: Callable[[socket.socket, int], bool]
+) -> Released:
+    """Shut down the descriptors ``found`` (pid -> (descriptor, socket inode)) that ``wanted`` says; those not
+    of ``inodes`` are counted as connections to peers."""
+    done = Released()
     refusals: set[str] = set()
-    for pid, fds in _descriptors(inodes, peer_inodes, os.getpid(), proc).items():
+    for pid, fds in found.items():
         try:
             pidfd = _syscall(_SYS_PIDFD_OPEN, pid, 0)
         except OSError as error:
