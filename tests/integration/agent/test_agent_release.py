@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agent_harness import wait_for
 
 from trainguard.agent.release import (
     UNANSWERED_SECONDS,
@@ -272,9 +273,7 @@ def test_a_survivor_released_after_a_peer_left_the_round_leaves_its_peers_connec
     ):
         lost_end, left_end, next_end = ends
         left_end.close()  # the peer that left: this side's connection is half-closed (CLOSE_WAIT)
-        deadline = time.monotonic() + 10
-        while not socket_inodes((KEPT,), states=CLOSE_WAIT) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: socket_inodes((KEPT,), states=CLOSE_WAIT), 10, "the peer's connection half-closed")
         assert not in_lost_round((LOST,), (KEPT,))
         done = release_lost((LOST,), (KEPT,))
         assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
@@ -288,9 +287,9 @@ def test_a_survivor_whose_connection_to_the_lost_pod_was_closed_leaves_its_peers
     be in the next round already, whose connections to the peers are kept."""
     with _listeners(LOST, KEPT) as (lost, kept), _holder((lost, ""), (kept, "")) as (process, ends):
         ends[0].close()
-        deadline = time.monotonic() + 10
-        while not socket_inodes((LOST,), states=CLOSE_WAIT) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(
+            lambda: socket_inodes((LOST,), states=CLOSE_WAIT), 10, "the lost pod's connection half-closed"
+        )
         assert not in_lost_round((LOST,), (KEPT,))
         done = release_lost((LOST,), (KEPT,))
         assert (done.sockets, done.peer_sockets) == ({process.pid: 1}, 0)
@@ -374,9 +373,7 @@ def test_an_unanswered_attempt_to_a_held_address_is_shut_down_and_nothing_else(
             for address, port in ((LOST, lost_port), (KEPT, kept_port))
         ]
         try:
-            deadline = time.monotonic() + 10
-            while not (_syn_sent(LOST) and _syn_sent(KEPT)) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: _syn_sent(LOST) and _syn_sent(KEPT), 10, "both connection attempts")
             held = Held()
             held.hold((LOST,), 0.0)
             assert held.release(0.0).count == 0  # just seen: it may be answered yet
@@ -415,12 +412,11 @@ def test_the_agent_shuts_down_the_attempts_made_after_a_release(tmp_path: Path) 
             assert agent.stdout is not None
             assert agent.stdout.readline().strip() == "ready"  # the agent read the file before it started it
             release_file.write_text(format_release("trainer-1#3", (LOST,)))
-            deadline = time.monotonic() + 10
-            while (
-                "released" not in (report.read_text() if report.exists() else "")
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
+            wait_for(
+                lambda: "released" in (report.read_text() if report.exists() else ""),
+                10,
+                "the release reported",
+            )
             go.touch()  # the connect starts after the release, which found nothing to shut down
             line = agent.stdout.readline().strip()
             assert line.startswith("ConnectionResetError after "), line
