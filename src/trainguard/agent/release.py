@@ -66,6 +66,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from trainguard.agent.nudge import TokenWatch
 
@@ -164,20 +165,20 @@ def _remote_hex(address: str) -> set[str]:
     return forms
 
 
-def socket_inodes(
-    addresses: tuple[str, ...],
-    proc: str = "/proc",
-    states: frozenset[str] | None = None,
-    *,
-    to_others: bool = False,
-) -> set[int]:
-    """The inodes of this network namespace's TCP sockets connected to any of ``addresses`` (those in one of
-    ``states`` only, as /proc/net/tcp writes them, where given; ``to_others``: not those from the same address,
-    a pod's connections to itself)."""
-    wanted: set[str] = set()
-    for address in addresses:
-        wanted |= _remote_hex(address)
-    found: set[int] = set()
+class Connection(NamedTuple):
+    """One row of ``/proc/net/tcp{,6}``: the local and remote addresses (hex, as the table writes them, without
+    the port), the TCP state ("01" established, "02" SYN sent...) and the socket's inode."""
+
+    local: str
+    remote: str
+    state: str
+    inode: int
+
+
+def read_connections(proc: str = "/proc") -> tuple[Connection, ...]:
+    """This network namespace's TCP sockets connected to somebody (not listening, not closed), as
+    ``/proc/net/tcp{,6}`` list them now: one read serves every question a release asks of them."""
+    rows: list[Connection] = []
     for table in ("tcp", "tcp6"):
         try:
             with open(f"{proc}/net/{table}", encoding="ascii") as file:
@@ -186,16 +187,38 @@ def socket_inodes(
                     fields = line.split()
                     if len(fields) < 10 or fields[3] in _NOT_CONNECTED:
                         continue
-                    if states is not None and fields[3] not in states:
+                    if not fields[9].isdigit() or fields[9] == "0":
                         continue
-                    remote = fields[2].rsplit(":", 1)[0]
-                    if to_others and fields[1].rsplit(":", 1)[0] == remote:
-                        continue
-                    if remote in wanted and fields[9].isdigit() and fields[9] != "0":
-                        found.add(int(fields[9]))
+                    local, remote = (field.rsplit(":", 1)[0] for field in fields[1:3])
+                    rows.append(Connection(local, remote, fields[3], int(fields[9])))
         except OSError:
             continue
-    return found
+    return tuple(rows)
+
+
+def socket_inodes(
+    addresses: tuple[str, ...],
+    proc: str = "/proc",
+    states: frozenset[str] | None = None,
+    *,
+    to_others: bool = False,
+    connections: tuple[Connection, ...] | None = None,
+) -> set[int]:
+    """The inodes of this network namespace's TCP sockets connected to any of ``addresses`` (those in one of
+    ``states`` only, as /proc/net/tcp writes them, where given; ``to_others``: not those from the same address,
+    a pod's connections to itself). ``connections``: a read of the tables to use (``read_connections``),
+    instead of reading them again."""
+    wanted: set[str] = set()
+    for address in addresses:
+        wanted |= _remote_hex(address)
+    rows = read_connections(proc) if connections is None else connections
+    return {
+        row.inode
+        for row in rows
+        if row.remote in wanted
+        and (states is None or row.state in states)
+        and not (to_others and row.local == row.remote)
+    }
 
 
 #: Processes whose connections to surviving peers are kept: ssh carries horovodrun's workers themselves.
@@ -262,9 +285,11 @@ def release_lost(addresses: tuple[str, ...], peers: tuple[str, ...] = (), proc: 
     after a forced deletion, before the release), and every connection of the next round carried its
     handshake after the lost pod's last data. Where the kernel does not tell how long a connection was idle,
     the peers' connections are left alone."""
-    inodes = socket_inodes(addresses, proc)
-    together = bool(peers) and in_lost_round(addresses, peers, proc)
-    peer_inodes = socket_inodes(peers, proc, to_others=True) - inodes if together else set()
+    # One read of the TCP tables serves the lost pod's sockets, the round's check and the peers'.
+    rows = read_connections(proc)
+    inodes = socket_inodes(addresses, connections=rows)
+    together = bool(peers) and in_lost_round(addresses, peers, connections=rows)
+    peer_inodes = socket_inodes(peers, to_others=True, connections=rows) - inodes if together else set()
     if not inodes and not peer_inodes:
         return Released()
     # One read of the processes' descriptors serves both passes: the lost pod's sockets first (their idle time
@@ -297,11 +322,21 @@ def _only(found: dict[int, list[tuple[int, int]]], inodes: set[int]) -> dict[int
     return {pid: fds for pid, fds in kept.items() if fds}
 
 
-def in_lost_round(addresses: tuple[str, ...], peers: tuple[str, ...], proc: str = "/proc") -> bool:
+def in_lost_round(
+    addresses: tuple[str, ...],
+    peers: tuple[str, ...],
+    proc: str = "/proc",
+    *,
+    connections: tuple[Connection, ...] | None = None,
+) -> bool:
     """Whether this pod's processes are still in the round the lost pod (``addresses``) was in: a connection to
-    it still open, and none to a peer closed from the other end (no survivor has left that round yet)."""
-    lost_open = socket_inodes(addresses, proc, frozenset({_ESTABLISHED}))
-    return bool(lost_open) and not socket_inodes(peers, proc, frozenset({_CLOSE_WAIT}), to_others=True)
+    it still open, and none to a peer closed from the other end (no survivor has left that round yet).
+    ``connections``: a read of the TCP tables to use (``read_connections``)."""
+    rows = read_connections(proc) if connections is None else connections
+    lost_open = socket_inodes(addresses, states=frozenset({_ESTABLISHED}), connections=rows)
+    return bool(lost_open) and not socket_inodes(
+        peers, states=frozenset({_CLOSE_WAIT}), to_others=True, connections=rows
+    )
 
 
 def release_connections(
@@ -310,8 +345,9 @@ def release_connections(
     """Shut down every socket of this namespace's processes connected to ``addresses``; and those connected to
     ``peers`` (but ssh's and the pod's to itself) that carried no data either way for ``quiet`` seconds (see
     the docstring)."""
-    inodes = socket_inodes(addresses, proc)
-    peer_inodes = socket_inodes(peers, proc, to_others=True) if peers else set()
+    rows = read_connections(proc)
+    inodes = socket_inodes(addresses, connections=rows)
+    peer_inodes = socket_inodes(peers, to_others=True, connections=rows) if peers else set()
 
     def wanted(sock: socket.socket, inode: int) -> bool:
         # A peer's connection in use is kept: the next round's, or one that is fine.
