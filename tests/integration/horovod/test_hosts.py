@@ -3,6 +3,7 @@ script that lists a pod only once its host process is there."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -100,6 +102,31 @@ def ssh(hosts_dir: Path, *argv: str, timeout: float = DEADLINE_S) -> subprocess.
     )
 
 
+@contextlib.contextmanager
+def background_ssh(hosts_dir: Path, command: str, **popen: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """``ssh POD command`` running beside the test; killed and reaped at the end whatever happened (a client
+    left running would be reported by its ``Popen`` in a later test)."""
+    env = {**os.environ, HOSTS_DIR_ENV: str(hosts_dir)}
+    argv = [sys.executable, "-m", "trainguard.backends.local.hosts", "ssh", POD, command]
+    client = subprocess.Popen(argv, env=env, **popen)
+    try:
+        yield client
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait(timeout=DEADLINE_S)
+
+
+def _sleeping(host: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    """The host's descendants that run ``sleep`` now (a process may end while it is asked)."""
+    found = []
+    for process in psutil.Process(host.pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.name() == "sleep":
+                found.append(process)
+    return found
+
+
 def _ended(process: psutil.Process) -> bool:
     """The process is gone or a zombie (it may end between two questions about it)."""
     try:
@@ -140,26 +167,17 @@ def test_a_command_killed_by_a_signal_reads_as_128_plus_the_signal(
 
 
 def test_the_command_is_stopped_when_its_ssh_goes_away(
-    host: subprocess.Popen[bytes], hosts_dir: Path, tmp_path: Path
+    host: subprocess.Popen[bytes], hosts_dir: Path
 ) -> None:
-    marker = tmp_path / "started"
-    env = {**os.environ, HOSTS_DIR_ENV: str(hosts_dir)}
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainguard.backends.local.hosts",
-            "ssh",
-            POD,
-            f"touch {marker}; exec sleep 300",
-        ],
-        env=env,
-    )
-    wait_for(marker.exists, "the command to start")
-    [command] = [p for p in psutil.Process(host.pid).children(recursive=True) if p.name() == "sleep"]
-    assert os.getpgid(command.pid) == os.getpgid(host.pid)  # in the pod's process group: a pod kill takes it
-    client.kill()
-    client.wait()
+    with background_ssh(hosts_dir, "exec sleep 300") as client:
+        # The shell becomes sleep (exec): found once it has, among the host's children.
+        wait_for(lambda: _sleeping(host), "the command to start")
+        [command] = _sleeping(host)
+        assert os.getpgid(command.pid) == os.getpgid(
+            host.pid
+        )  # in the pod's process group: a pod kill takes it
+        client.kill()
+        client.wait()
     wait_for(lambda: _ended(command), "the command to stop")
 
 
@@ -191,28 +209,15 @@ def test_ssh_waits_for_a_pod_that_is_still_starting(hosts_dir: Path) -> None:
 
 
 def test_sigterm_stops_the_host_its_commands_and_withdraws_its_file(
-    host: subprocess.Popen[bytes], hosts_dir: Path, tmp_path: Path
+    host: subprocess.Popen[bytes], hosts_dir: Path
 ) -> None:
-    marker = tmp_path / "started"
-    env = {**os.environ, HOSTS_DIR_ENV: str(hosts_dir)}
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainguard.backends.local.hosts",
-            "ssh",
-            POD,
-            f"touch {marker}; exec sleep 300",
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for(marker.exists, "the command to start")
-    host.terminate()
+    with background_ssh(hosts_dir, "exec sleep 300", stderr=subprocess.DEVNULL) as client:
+        wait_for(lambda: _sleeping(host), "the command to start")
+        host.terminate()
 
-    assert host.wait(timeout=DEADLINE_S) == -signal.SIGTERM
-    # The command's SIGTERM reaches the client as 128 + 15, as OpenSSH reports a command killed by a signal.
-    assert client.wait(timeout=DEADLINE_S) == 128 + signal.SIGTERM
+        assert host.wait(timeout=DEADLINE_S) == -signal.SIGTERM
+        # The command's SIGTERM reaches the client as 128 + 15, as OpenSSH reports a command killed by a signal.
+        assert client.wait(timeout=DEADLINE_S) == 128 + signal.SIGTERM
     assert not host_file(hosts_dir, POD).exists()
 
 

@@ -164,7 +164,14 @@ def test_a_newcomer_warms_up_before_it_arrives_and_its_warm_up_changes_no_state(
         got = wait_for(f"the {mode} newcomer's state", lambda n=new: next(iter(n.formed()), None), START)
         warmed = [e for e in new.events if e["event"] == "warmup"]
         assert [e["t"] < got["t"] for e in warmed] == [True]  # once, before it arrived
-        assert (got["origin"], got["world_size"]) == ("peer", 3)
+        assert got["origin"] == "peer"
+        # Both survivors are in its first round as a rule; on a loaded machine one whose beats stalled for
+        # stale_after (or that came later than a collective's bound) is left out, and comes back in the next.
+        wait_for(
+            f"the {mode} newcomer in a round of 3",
+            lambda n=new: any(f["world_size"] == 3 for f in n.formed()),
+            ROUND,
+        )
         step = got["step"]
         check = wait_for(
             f"a step of a and the {mode} newcomer", lambda n=new, s=step: _common_step(a, n, s), ROUND
