@@ -74,8 +74,31 @@ def since(session: Session, job: str, after: float) -> str:
 
 def wait_done(session: Session, job: str, timeout: float = RECOVERY_TIMEOUT * 2) -> Event:
     done = session.wait(f"{job} to finish training", lambda: session.run(job).done(), timeout, poll=0.3)
-    session.wait(f"{job} to succeed", lambda: session.phase(job) == "Succeeded", 60)
+    try:
+        session.wait(f"{job} to succeed", lambda: session.phase(job) == "Succeeded", 60)
+    except Timeout as timeout_error:  # the workers trained to the end: where do their processes wait?
+        raise Timeout(f"{timeout_error}; {brief(session, job)}; {processes(session, job)}") from None
     return done
+
+
+def processes(session: Session, job: str) -> str:
+    """Each pod's processes under its agent: pid, name, state, threads, and where in the kernel it waits."""
+    pods = []
+    for name, pod in session.pods(job).items():
+        if not pod.get("pid"):
+            continue
+        described = []
+        with contextlib.suppress(psutil.Error):
+            agent = psutil.Process(pod["pid"])
+            for process in (agent, *agent.children(recursive=True)):
+                with contextlib.suppress(psutil.Error, OSError):
+                    wchan = Path(f"/proc/{process.pid}/wchan").read_text().strip() or "-"
+                    described.append(
+                        f"{process.pid} {process.name()} {process.status()} "
+                        f"{process.num_threads()} threads, in {wchan}"
+                    )
+        pods.append(f"{name}: {'; '.join(described) or 'gone'}")
+    return "processes: " + " | ".join(pods)
 
 
 def brief(session: Session, job: str) -> str:
