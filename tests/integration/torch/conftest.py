@@ -16,7 +16,9 @@ from trainguard.demo.session import Session
 
 
 @pytest.fixture
-def session(tmp_path: Path) -> Iterator[Session]:
+def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Session]:
+    # Every process of the job can be asked for its Python stacks (SIGABRT: see torch_harness.stacks).
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")
     with Session(tmp_path) as opened:
         yield opened
     left = leftovers(opened)
