@@ -173,9 +173,8 @@ def test_the_command_is_stopped_when_its_ssh_goes_away(
         # The shell becomes sleep (exec): found once it has, among the host's children.
         wait_for(lambda: _sleeping(host), "the command to start")
         [command] = _sleeping(host)
-        assert os.getpgid(command.pid) == os.getpgid(
-            host.pid
-        )  # in the pod's process group: a pod kill takes it
+        # In the pod's process group: a pod kill takes it.
+        assert os.getpgid(command.pid) == os.getpgid(host.pid)
         client.kill()
         client.wait()
     wait_for(lambda: _ended(command), "the command to stop")

@@ -59,7 +59,7 @@ def test_the_cce_shape_trains_through_a_force_delete_and_a_kill_by_its_rules(ses
     # error by the rules: it is not restarted (docs/pytorch.md, "The end of a job").
     for pod, fault, rule, action in faults[2:]:
         assert (fault, rule, action) == ("Exited", "restartPolicy", "shrink"), faults
-        assert "RendezvousClosedError" in (session.home.logs_dir / name / f"{pod}.log").read_text(), pod
+        assert "RendezvousClosedError" in session.home.pod_log(name, pod).read_text(), pod
     logs = "".join(path.read_text() for path in (session.home.logs_dir / name).glob("*.log"))
     assert "[synthetic] done: 240 iterations" in logs
     resumed = [line for line in logs.splitlines() if "resuming at iteration" in line]

@@ -83,22 +83,19 @@ def wait_done(session: Session, job: str, timeout: float = RECOVERY_TIMEOUT * 2)
 
 
 def stacks(session: Session, job: str) -> str:
-    """The Python stacks of the workers still there: each is sent SIGABRT, and its faulthandler (the tests
+    """The Python stacks of the workers still there: each is sent SIGABRT, and its faulthandler (the tests'
     pods run with ``PYTHONFAULTHANDLER=1``, see conftest.py) writes every thread's stack into the pod's log."""
-    from trainguard.backends.local.nudge import workers
-
     dumped = []
     for name, pod in session.pods(job).items():
         if not pod.get("pid"):
             continue
-        with contextlib.suppress(psutil.Error, ValueError):
-            stuck = [w for command in psutil.Process(pod["pid"]).children() for w in workers(command.pid)]
+        with contextlib.suppress(psutil.Error, ValueError):  # ValueError: no single command under the agent
+            stuck = workers_of(session, job, name)
             for worker in stuck:
                 worker.send_signal(signal.SIGABRT)
             psutil.wait_procs(stuck, timeout=10)
             if stuck:
-                log = session.home.logs_dir / job / f"{name}.log"
-                tail = log.read_text(errors="replace").splitlines()[-40:]
+                tail = session.home.pod_log(job, name).read_text(errors="replace").splitlines()[-40:]
                 dumped.append(
                     f"{name} ({len(stuck)} worker(s) sent SIGABRT), its log's end:\n" + "\n".join(tail)
                 )
