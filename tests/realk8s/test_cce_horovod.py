@@ -148,6 +148,51 @@ _TELLING = re.compile(
 )
 
 
+#: In-container Python: each python process's threads by where they wait (``wchan``) and its TCP sockets by state
+#: and peer, one line each: where a worker that never reports back to horovodrun is held (a connect to a lost
+#: address, an accept, a read of a live peer...).
+WAITS = r"""
+import collections, os
+states = {'01': 'EST', '02': 'SYN_SENT', '06': 'TIME_WAIT', '07': 'CLOSE', '08': 'CLOSE_WAIT', '0A': 'LISTEN'}
+def addr(text):
+    ip, port = text.split(':')
+    return '%s:%d' % ('.'.join(str(int(ip[i:i + 2], 16)) for i in (6, 4, 2, 0)), int(port, 16))
+sockets = {}
+for line in open('/proc/net/tcp').readlines()[1:]:
+    f = line.split()
+    sockets[f[9]] = '%s %s' % (states.get(f[3], f[3]), addr(f[2]) if f[3] != '0A' else ':' + addr(f[1]).split(':')[1])
+def read(path):
+    try:
+        return open(path).read().strip()
+    except OSError:
+        return ''
+for pid in sorted((p for p in os.listdir('/proc') if p.isdigit()), key=int):
+    if int(pid) == os.getpid() or 'python' not in read('/proc/%s/comm' % pid):
+        continue
+    waits = collections.Counter(read('/proc/%s/task/%s/wchan' % (pid, t)) or '-' for t in os.listdir('/proc/%s/task' % pid))
+    tcp = collections.Counter()
+    try:
+        for fd in os.listdir('/proc/%s/fd' % pid):
+            link = os.readlink('/proc/%s/fd/%s' % (pid, fd))
+            if link.startswith('socket:[') and link[8:-1] in sockets:
+                tcp[sockets[link[8:-1]]] += 1
+    except OSError:
+        pass
+    print('pid %s %s: waits %s; tcp %s' % (pid, read('/proc/%s/cmdline' % pid).replace('\0', ' ')[:60], dict(waits), dict(tcp)))
+"""
+
+
+def _waits(cluster: RealCluster) -> list[str]:
+    """``WAITS`` in each trainer, as lines (nothing from a pod that does not answer within seconds)."""
+    lines = []
+    for name in sorted(_pods(cluster)):
+        if name == LAUNCHER:
+            continue
+        said = cluster.kubectl_result("exec", name, "-c", "aitj-0", "--", "python3", "-c", WAITS, timeout=20)
+        lines += [f"waits in {name}: {line[:400]}" for line in said.splitlines() if line.strip()]
+    return lines
+
+
 def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     """What a failed wait for progress shows: the launcher's telling lines since ``since``, each pod's agent's
     words, the history; last, in three lines (CI keeps a failure's last lines), each agent's last words, the
@@ -173,6 +218,7 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
         f"pod {name}: {pod['status'].get('phase')} {pod['status'].get('podIP')} on {pod['spec'].get('nodeName')}"
         for name, pod in sorted(_pods(cluster).items())
     ]
+    lines += _waits(cluster)
     history = _status(cluster).get("history", [])
     lines += [f"history: {entry}" for entry in history[-6:]]
     lines.append("each agent's last words: " + " | ".join(last_said))
