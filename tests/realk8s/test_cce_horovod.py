@@ -149,8 +149,8 @@ _TELLING = re.compile(
 
 
 #: In-container Python: each python process's threads by where they wait (``wchan``) and its TCP sockets by state
-#: and peer, one line each: where a worker that never reports back to horovodrun is held (a connect to a lost
-#: address, an accept, a read of a live peer...).
+#: and peer address (a listening one by its port), one line each: where a worker that never reports back to
+#: horovodrun is held (a connect to a lost address, an accept, a read of a live peer...).
 WAITS = r"""
 import collections, os
 states = {'01': 'EST', '02': 'SYN_SENT', '06': 'TIME_WAIT', '07': 'CLOSE', '08': 'CLOSE_WAIT', '0A': 'LISTEN'}
@@ -160,7 +160,7 @@ def addr(text):
 sockets = {}
 for line in open('/proc/net/tcp').readlines()[1:]:
     f = line.split()
-    sockets[f[9]] = '%s %s' % (states.get(f[3], f[3]), addr(f[2]) if f[3] != '0A' else ':' + addr(f[1]).split(':')[1])
+    sockets[f[9]] = '%s %s' % (states.get(f[3], f[3]), addr(f[2]).split(':')[0] if f[3] != '0A' else ':' + addr(f[1]).split(':')[1])
 def read(path):
     try:
         return open(path).read().strip()
