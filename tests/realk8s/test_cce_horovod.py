@@ -194,13 +194,13 @@ def _waits(cluster: RealCluster) -> list[str]:
 
 
 def _explain(cluster: RealCluster, since: float = 0.0) -> str:
-    """What a failed wait for progress shows: the launcher's telling lines since ``since``, each pod's agent's
-    words, the history; last, in three lines (CI keeps a failure's last lines), each agent's last words, the
-    history's newest entries in short and where the launcher's log ends (horovodrun's own error, when it
-    failed)."""
+    """What a failed wait for progress shows: the launcher's telling lines from 30 s before ``since`` (whether a
+    reset was under way when the fault came), each pod's agent's words, where each trainer's processes wait, the
+    history; last, in three lines (CI keeps a failure's last lines), each agent's last words, the history's
+    newest entries in short and where the launcher's log ends (horovodrun's own error, when it failed)."""
     logs = cluster.logs(LAUNCHER, timestamps=True).splitlines()
     telling = [
-        line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 5
+        line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 30
     ]
     lines = [f"launcher: {line[:200]}" for line in telling[-80:]]
     last_said: list[str] = []
