@@ -22,8 +22,7 @@ of ``trainguard.torchrun.PRELOAD``) once, when the pod started, so that a worker
 not import torch again before it can rejoin. The fork server is forked from this launcher
 (``trainguard.torchrun.start_fork_server``), takes the name ``tg-forkserver`` and ends with it. A worker runs
 its script as ``python -u SCRIPT`` would: ``__main__``, ``sys.argv``, its environment, unbuffered output, and
-the ``atexit`` handlers at its end; its standard input is ``/dev/null`` (multiprocessing's, as in torchrun's
-warm workers). ``--cold`` right after ``--live`` (trainguard passes it for
+the ``atexit`` handlers at its end. ``--cold`` right after ``--live`` (trainguard passes it for
 ``trainguard.io/warm-start: "false"`` or a command with ``--start-method``), ``--no-python`` and ``--run-path``
 start each worker as a fresh interpreter instead.
 
