@@ -16,19 +16,14 @@ Set-ups, each ``--trials`` times:
 - ``torchrun_fixed``: the same with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, the fix trainguard applies;
 - ``trainguard``: the job on the local runtime, N pods of one worker each, the worker of pod 1 killed;
 - ``trainguard_live``: the same job in live mode (``--live``, ``trainguard.io/live: "true"``): the survivors
-  keep their processes (checked: their pids before and after) and re-form without the killed worker. Its
-  launcher starts the killed worker again alone, forked from its fork server (torch imported once);
-  ``rejoined_s``: from the kill to the first step of a world back at full size (the replacement in it);
-- ``trainguard_live_cold``: the same with ``trainguard.io/warm-start: "false"``: the replacement is a fresh
-  interpreter, as the live launcher started it before it forked its workers.
+  keep their processes (checked: their pids before and after) and re-form without the killed worker.
 
 The last line of the output is one JSON object with every figure, per number of workers; ``ratio`` is
 trainguard's median recovery time over plain torchrun's, over the trials where torchrun recovered (null when
 it never did), ``ratio_fixed`` the same against ``torchrun_fixed``. ``target_met``: trainguard recovered in
 every trial, and ``ratio`` (where there is one) is at most 0.5. ``ratio_live_fixed`` is live mode's median over
 ``torchrun_fixed``'s; ``target_live_met``: live mode recovered in every trial with the survivors' pids kept,
-0 steps lost, and ``ratio_live_fixed`` at most 0.1. ``ratio_rejoined_warm_cold``: the median ``rejoined_s``
-warm over cold.
+0 steps lost, and ``ratio_live_fixed`` at most 0.1.
 """
 
 from __future__ import annotations
@@ -45,10 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import psutil
 from _results import keep, machine
@@ -56,7 +49,6 @@ from _results import keep, machine
 from trainguard.backends.local.nudge import workers
 from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
 
-T = TypeVar("T")
 EVERY = 10
 STEP_DELAY = 0.05
 EPOCHS = 6
@@ -69,8 +61,6 @@ class Trial:
     steps_lost: int | None
     #: Live mode: the survivors' training processes are those of before the kill.
     pids_kept: bool | None = None
-    #: Live mode: seconds from the kill to the first step of a world at full size again (None: not seen).
-    rejoined: float | None = None
 
 
 def main() -> int:
@@ -96,15 +86,13 @@ def main() -> int:
                 "torchrun_fixed": [],
                 "trainguard": [],
                 "trainguard_live": [],
-                "trainguard_live_cold": [],
             }
             for trial in range(args.trials):
                 for setup in results:
                     directory = root / f"{size}-{setup}-{trial}"
                     if setup.startswith("trainguard"):
-                        live = setup.startswith("trainguard_live")
-                        outcome = trainguard_trial(directory, size, args.kill_at, args.timeout, live=live,
-                                                   cold=setup == "trainguard_live_cold")  # fmt: skip
+                        live = setup == "trainguard_live"
+                        outcome = trainguard_trial(directory, size, args.kill_at, args.timeout, live=live)
                     else:
                         fixed = setup == "torchrun_fixed"
                         outcome = torchrun_trial(directory, size, args.kill_at, args.timeout, fixed=fixed)
@@ -129,8 +117,7 @@ def main() -> int:
 def describe(trial: Trial) -> str:
     if not trial.recovered:
         return "did not recover"
-    rejoined = "" if trial.rejoined is None else f", the world whole again after {trial.rejoined:.2f} s"
-    return f"recovered in {trial.seconds:.2f} s, {trial.steps_lost} steps lost{rejoined}"
+    return f"recovered in {trial.seconds:.2f} s, {trial.steps_lost} steps lost"
 
 
 def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
@@ -142,15 +129,7 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
             "recovery_s": [None if t.seconds is None else round(t.seconds, 2) for t in trials],
             "median_recovery_s": round(statistics.median(times), 2) if times else None,
             "steps_lost": [t.steps_lost for t in trials],
-            **(
-                {
-                    "pids_kept": [t.pids_kept for t in trials],
-                    "rejoined_s": [None if t.rejoined is None else round(t.rejoined, 2) for t in trials],
-                    "median_rejoined_s": _median([t.rejoined for t in trials]),
-                }
-                if setup.startswith("trainguard_live")
-                else {}
-            ),
+            **({"pids_kept": [t.pids_kept for t in trials]} if setup == "trainguard_live" else {}),
         }
     ratio = _ratio(results["trainguard"], results["torchrun"])
     figures["ratio"] = ratio
@@ -165,15 +144,7 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
         and figures["ratio_live_fixed"] is not None
         and figures["ratio_live_fixed"] <= 0.1
     )
-    warm = _median([t.rejoined for t in live])
-    cold = _median([t.rejoined for t in results["trainguard_live_cold"]])
-    figures["ratio_rejoined_warm_cold"] = round(warm / cold, 2) if warm and cold else None
     return figures
-
-
-def _median(values: list[float | None]) -> float | None:
-    seen = [value for value in values if value is not None]
-    return round(statistics.median(seen), 2) if seen else None
 
 
 def _ratio(ours: list[Trial], theirs: list[Trial]) -> float | None:
@@ -226,7 +197,7 @@ def _is_worker(process: psutil.Process) -> bool:
 
 
 def trainguard_trial(
-    directory: Path, size: int, kill_at: int, timeout: float, *, live: bool = False, cold: bool = False
+    directory: Path, size: int, kill_at: int, timeout: float, *, live: bool = False
 ) -> Trial:
     with Session(directory) as session:
         spec = digits_job(
@@ -238,8 +209,6 @@ def trainguard_trial(
             checkpoint_every=EVERY,
             live=live,
         )
-        if cold:
-            spec["metadata"].setdefault("annotations", {})["trainguard.io/warm-start"] = "false"
         job = session.submit(spec)
         run = session.run(job)
         _wait(lambda: (last := run.last_step()) is not None and last.step >= kill_at, 300)
@@ -247,15 +216,12 @@ def trainguard_trial(
         [torchrun] = psutil.Process(agent).children()
         [victim] = workers(torchrun.pid)
         before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != f"{job}-worker-1"}
-        killed_at = time.time()
         trial = _measure(run, victim, timeout)
         if not live:
             return trial
-        whole = _wait_for(lambda: recovery(run.events(), killed_at, world=size), timeout)
         after = session.worker_pids(job)
         kept = all(after.get(pod) == pids for pod, pids in before.items())
-        rejoined = None if whole is None else whole.next_step_at - killed_at
-        return Trial(trial.recovered, trial.seconds, trial.steps_lost, pids_kept=kept, rejoined=rejoined)
+        return Trial(trial.recovered, trial.seconds, trial.steps_lost, pids_kept=kept)
 
 
 # ---- both ---------------------------------------------------------------------------------------------------
@@ -275,17 +241,6 @@ def _measure(
             break  # torchrun gave up
         time.sleep(0.05)
     return Trial(False, None, None)
-
-
-def _wait_for(found: Callable[[], T | None], timeout: float) -> T | None:
-    """What ``found`` gives once it gives something, or None after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = found()
-        if value is not None:
-            return value
-        time.sleep(0.05)
-    return None
 
 
 def _wait(condition: object, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:

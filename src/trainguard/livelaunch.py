@@ -17,25 +17,13 @@ rendezvous store), and this launcher only:
   ``live-unused`` down for the agent (the job gets a Warning event) and runs the pod as without live mode:
   torchrun's elastic agent (``trainguard.torchrun``) in its place, with the same options.
 
-Workers start warm, as ``trainguard.torchrun``'s do: forked from a fork server that imported torch (and the rest
-of ``trainguard.torchrun.PRELOAD``) once, when the pod started, so that a worker restarted after a failure does
-not import torch again before it can rejoin. The fork server is forked from this launcher
-(``trainguard.torchrun.start_fork_server``), takes the name ``tg-forkserver`` and ends with it. A worker runs
-its script as ``python -u SCRIPT`` would: ``__main__``, ``sys.argv``, its environment, unbuffered output, and
-the ``atexit`` handlers at its end. ``--cold`` right after ``--live`` (trainguard passes it for
-``trainguard.io/warm-start: "false"`` or a command with ``--start-method``), ``--no-python`` and ``--run-path``
-start each worker as a fresh interpreter instead.
-
 Standard library at import (it runs in users' images from the bundle); torch's argument parser and its
 store client are imported when it starts.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import io
-import multiprocessing
 import os
 import shutil
 import signal
@@ -47,9 +35,9 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from trainguard import torchrun, workerevents
+from trainguard import workerevents
 
 ENV_SIZE = "TRAINGUARD_LIVE_SIZE"
 ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
@@ -94,94 +82,9 @@ def worker_env(
     }
 
 
-class Worker(Protocol):
-    """What the launcher needs of a worker process: ``subprocess.Popen``'s, which ``Forked`` gives too."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def send_signal(self, signum: int) -> None: ...
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-class Forked:
-    """A worker forked from the fork server (a ``multiprocessing`` process), seen as a ``subprocess.Popen``:
-    its exit status is the process's (``-N`` for signal N), sent by the server that reaped it."""
-
-    def __init__(self, process: Any) -> None:
-        self.process = process
-
-    @property
-    def pid(self) -> int:
-        return int(self.process.pid)
-
-    def poll(self) -> int | None:
-        code = self.process.exitcode
-        return None if code is None else int(code)
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:  # not to a pid the server reaped (it could be another's by now)
-            os.kill(self.pid, signum)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> int:
-        self.process.join(timeout)
-        code = self.poll()
-        if code is None:
-            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
-        return code
-
-
-def run_worker(env: dict[str, str], module: bool, target: str, args: list[str]) -> None:
-    """A warm worker, in the process forked for it: the script runs as ``python -u`` would run it, with
-    ``env`` as its environment. Its ``atexit`` handlers (and those torch's import registered, as in a fresh
-    interpreter) run at its end, which a ``multiprocessing`` process would skip."""
-    os.environ.clear()
-    os.environ.update(env)
-    _unbuffered()
-    try:
-        torchrun.run_target(module, target, *args)
-    finally:
-        atexit._run_exitfuncs()
-
-
-def _unbuffered() -> None:
-    """``sys.stdout`` and ``sys.stderr`` as ``python -u`` makes them: every write goes to the file at once (the
-    pod's log), not when a buffer fills."""
-    os.environ["PYTHONUNBUFFERED"] = "1"  # and the script's own python children
-    for name, fd in (("stdout", 1), ("stderr", 2)):
-        stream = getattr(sys, name)
-        with contextlib.suppress(OSError, ValueError):
-            raw = io.FileIO(fd, "w", closefd=False)
-            setattr(
-                sys,
-                name,
-                io.TextIOWrapper(
-                    raw,
-                    encoding=getattr(stream, "encoding", None),
-                    errors=getattr(stream, "errors", None),
-                    write_through=True,
-                ),
-            )
-
-
 class Launcher:
-    def __init__(self, options: Any, environ: dict[str, str], *, cold: bool = False) -> None:
+    def __init__(self, options: Any, environ: dict[str, str]) -> None:
         self.options = options
-        #: Workers forked from the fork server (warm), or each a fresh interpreter.
-        self.warm = not (cold or options.no_python or options.run_path)
         self.nproc = int(options.nproc_per_node) if str(options.nproc_per_node).isdigit() else 1
         self.restarts_left = int(options.max_restarts)
         self.max_restarts = int(options.max_restarts)
@@ -192,7 +95,7 @@ class Launcher:
         self.minimum = int(environ.get(ENV_MINIMUM) or max(low, 1) * self.nproc)
         self.environ = environ
         self.events = environ.get(workerevents.ENV_WORKER_EVENTS)
-        self.workers: dict[int, Worker] = {}
+        self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self.finished: set[int] = set()
         self._store: Any = None
         self._stopping = False
@@ -210,17 +113,7 @@ class Launcher:
             self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
         )
         env[ENV_MARK] = str(self.marks)
-        if not self.warm:
-            self.workers[local_rank] = subprocess.Popen(self.command(), env=env)
-            return
-        options = self.options
-        process = multiprocessing.get_context("forkserver").Process(
-            target=run_worker,
-            args=(env, bool(options.module), options.training_script, list(options.training_script_args)),
-            name=f"worker-{local_rank}",
-        )
-        process.start()
-        self.workers[local_rank] = Forked(process)
+        self.workers[local_rank] = subprocess.Popen(self.command(), env=env)
 
     def gone(self, pid: int) -> None:
         """What no round must wait for: this pod's worker ``pid`` ended."""
@@ -242,9 +135,6 @@ class Launcher:
                 process.send_signal(signum)
 
     def run(self) -> int:
-        if self.warm:
-            # Before this launcher's own signal handlers: the server and its workers must not inherit them.
-            torchrun.start_fork_server(torchrun.preload_modules(self.environ))
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
         if self.events:
@@ -299,17 +189,11 @@ class Launcher:
         return 128 - code if code < 0 else code
 
 
-#: Right after ``--live``: every worker a fresh interpreter (no fork server).
-COLD = "--cold"
-
-
 def main(argv: Sequence[str]) -> int:
-    from torch.distributed import run as torch_run
+    from torch.distributed import run as torchrun
 
-    cold = list(argv[:1]) == [COLD]
-    argv = list(argv[1:] if cold else argv)
-    options = torch_run.parse_args(argv)  # type: ignore[no-untyped-call]
-    launcher = Launcher(options, dict(os.environ), cold=cold)
+    options = torchrun.parse_args(list(argv))  # type: ignore[no-untyped-call]
+    launcher = Launcher(options, dict(os.environ))
     try:
         return launcher.run()
     except NotLive as error:
@@ -321,5 +205,4 @@ def main(argv: Sequence[str]) -> int:
         )
     finally:
         shutil.rmtree(launcher.marks, ignore_errors=True)
-    agent = "torch.distributed.run" if cold else "trainguard.torchrun"
-    os.execv(sys.executable, [sys.executable, "-m", agent, *argv])
+    os.execv(sys.executable, [sys.executable, "-m", "trainguard.torchrun", *argv])

@@ -116,8 +116,8 @@ for pid in os.listdir('/proc'):
         parents[int(pid)] = int(stat.rsplit(')', 1)[1].split()[1])
 """
 
-#: SIGKILL to the training process alone: the children of the fork server that trainguard's torchrun (and its
-#: live launcher) forks its workers from (torchrun's agent, or the launcher, and the fork server go on).
+#: SIGKILL to the training process alone: the children of the fork server that trainguard's torchrun forks
+#: its workers from (torchrun's agent and the fork server go on).
 KILL_WORKER = (
     PARENTS
     + """
@@ -442,6 +442,21 @@ def _training_pid(cluster: RealCluster, pod: str) -> int:
     return int([match for match in lines if match][-1][6])
 
 
+#: SIGKILL to the training process alone (not the live launcher, whose command line names the script too).
+KILL_TRAINING = """
+import os, signal
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        try:
+            cmdline = open('/proc/%s/cmdline' % pid, 'rb').read()
+        except OSError:
+            continue
+        if b'train_elastic.py' in cmdline and b'trainguard.torchrun' not in cmdline:
+            os.kill(int(pid), signal.SIGKILL)
+            print('killed', pid)
+"""
+
+
 def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(trainer: RealCluster) -> None:
     """The example with ``--live`` and ``trainguard.io/live: "true"`` on the stock image (the operator delivers
     the SDK and the live launcher): a training process killed is restarted alone and rejoins, and a scale
@@ -467,8 +482,7 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         # 1. The training process of worker-2 killed: the launcher restarts it alone; it rejoins from a peer.
         killed_at = time.time()
         reached = max(step for at, step, _ in _steps(trainer, LIVE_JOB) if at <= killed_at)
-        # The live launcher forks its workers from a fork server too: the same kill.
-        killed = trainer.kubectl("exec", pods[2], "--", "python", "-c", KILL_WORKER)
+        killed = trainer.kubectl("exec", pods[2], "--", "python", "-c", KILL_TRAINING)
         assert killed.split() == ["killed", str(before[pods[2]])], (killed, before)
         step_at = wait_for(
             "the survivors' next step",

@@ -41,8 +41,6 @@ TORCHRUN_ANNOTATION = "trainguard.io/torchrun"
 #: restarts only a worker that failed; the survivors re-form their group themselves.
 LIVE_ANNOTATION = "trainguard.io/live"
 WARM_START_ANNOTATION = "trainguard.io/warm-start"
-#: After ``--live``: the live launcher starts each worker as a fresh interpreter (``trainguard.livelaunch.COLD``).
-LIVE_COLD_FLAG = "--cold"
 #: The module that runs torchrun's agent with warm worker restarts.
 WARM_LAUNCHER = "trainguard.torchrun"
 PLAIN_LAUNCHER = "torch.distributed.run"
@@ -245,9 +243,7 @@ def render(job: TrainingJob, role: str, endpoint: str, argv: Sequence[str] | Non
         kept = [token for token in kept if token not in ("-m", "--module")] + ["--no-python"]
         target = [command.python, *command.python_flags, *(["-m"] if module else []), *target]
     launcher = WARM_LAUNCHER if warm or is_live(job) else PLAIN_LAUNCHER
-    # A live job's workers start warm too unless the job or its command says otherwise (``--cold``).
-    live = ["--live", *([] if warm else [LIVE_COLD_FLAG])] if is_live(job) else []
-    rendered = [command.python, "-m", launcher, *live]
+    rendered = [command.python, "-m", launcher, *(["--live"] if is_live(job) else [])]
     for name, value in ours:
         rendered += [name, value]
     return [*rendered, *kept, *target]
