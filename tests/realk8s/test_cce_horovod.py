@@ -182,10 +182,10 @@ for pid in sorted((p for p in os.listdir('/proc') if p.isdigit()), key=int):
 """
 
 
-def _waits(cluster: RealCluster) -> list[str]:
-    """``WAITS`` in each trainer, as lines (nothing from a pod that does not answer within seconds)."""
+def _waits(cluster: RealCluster, pods: list[str]) -> list[str]:
+    """``WAITS`` in each trainer of ``pods``, as lines (nothing from a pod that does not answer within seconds)."""
     lines = []
-    for name in sorted(_pods(cluster)):
+    for name in pods:
         if name == LAUNCHER:
             continue
         said = cluster.kubectl_result("exec", name, "-c", "aitj-0", "--", "python3", "-c", WAITS, timeout=20)
@@ -203,8 +203,9 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
         line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 30
     ]
     lines = [f"launcher: {line[:200]}" for line in telling[-80:]]
+    pods = _pods(cluster)
     last_said: list[str] = []
-    for name in _pods(cluster):
+    for name in pods:
         said = [line for line in cluster.logs(name).splitlines() if "[trainguard agent]" in line]
         lines += [f"{name}: {line[:240]}" for line in said[-5:]]
         last_said.append(f"{name.removeprefix(JOB + '-')}: {said[-1][:200] if said else '(nothing)'}")
@@ -216,9 +217,9 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     lines.append("discovery: " + " | ".join(line for line in script.splitlines() if line.strip()))
     lines += [
         f"pod {name}: {pod['status'].get('phase')} {pod['status'].get('podIP')} on {pod['spec'].get('nodeName')}"
-        for name, pod in sorted(_pods(cluster).items())
+        for name, pod in sorted(pods.items())
     ]
-    lines += _waits(cluster)
+    lines += _waits(cluster, sorted(pods))
     history = _status(cluster).get("history", [])
     lines += [f"history: {entry}" for entry in history[-6:]]
     lines.append("each agent's last words: " + " | ".join(last_said))
