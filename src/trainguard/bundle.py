@@ -4,7 +4,7 @@ The Kubernetes operator delivers its in-pod agent into users' own images (a PyTo
 nothing of trainguard, pydantic, psutil or PyYAML): an init container copies a directory of these files into
 the pod, and the container runs ``python3 -m trainguard.agent [options] -- CMD`` with that directory on
 ``PYTHONPATH``. So the bundle holds exactly the import closure of its entry modules (``ENTRIES``: the agent,
-``trainguard.torchrun`` and ``trainguard.rendezvous_store``, which import torch from the image, lazily), with
+``trainguard.pod.torchrun`` and ``trainguard.pod.rendezvous_store``, which import torch from the image, lazily), with
 the packages above them, and that closure may import nothing but the standard library of Python 3.8.
 
 The closure is found by reading the sources (``ast``), not by importing them: every ``import`` of a
@@ -34,11 +34,16 @@ from trainguard._version import __version__
 
 #: What pods run from the bundle: ``python -m`` each of these; and the SDK, which training scripts import (the
 #: bundle is first on their ``PYTHONPATH``, so ``import trainguard`` finds it even where the image has its own).
-RUNNABLE = ("trainguard.agent.__main__", "trainguard.torchrun", "trainguard.rendezvous_store")
+RUNNABLE = ("trainguard.agent.__main__", "trainguard.pod.torchrun", "trainguard.pod.rendezvous_store")
 ENTRIES = (*RUNNABLE, "trainguard.sdk")
 #: Modules (and, for a package, its modules) that may import torch (the image's), and only inside functions.
 LAZY_TORCH = frozenset(
-    {"trainguard.torchrun", "trainguard.livelaunch", "trainguard.rendezvous_store", "trainguard.sdk"}
+    {
+        "trainguard.pod.torchrun",
+        "trainguard.pod.livelaunch",
+        "trainguard.pod.rendezvous_store",
+        "trainguard.sdk",
+    }
 )
 #: The oldest Python the bundle runs on.
 MIN_PYTHON = (3, 8)

@@ -13,6 +13,7 @@ import pytest
 
 from trainguard.backends.k8s import access, barrier, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
+from trainguard.pod import contract
 
 from .launches import cce_job as _cce
 from .launches import launch
@@ -154,7 +155,7 @@ def test_the_launcher_runs_its_barrier_with_the_jobs_variables_and_read_access_t
     env = {item["name"]: item["value"] for item in barrier_container["env"]}
     assert env["TRAININGJOB_NAME"] == job.name
     assert env["TRAININGJOB_NAMESPACE"] == "default"
-    assert env[manifests.ENV_ROLE_SIZES] == "launcher=1,trainer=3"
+    assert env[contract.ENV_ROLE_SIZES] == "launcher=1,trainer=3"
     assert launcher["spec"]["serviceAccountName"] == f"{job.name}-barrier"
     # The trainers run no barrier: their service account is left alone.
     trainer = manifests.pod(AITRAININGJOB, job, launch(job, "trainer", 0, sizes), manifests.PodSettings())

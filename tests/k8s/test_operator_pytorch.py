@@ -134,7 +134,7 @@ def test_pytorchjob_workers_run_torchrun_against_the_operators_rendezvous_store(
             command = pods[name]["spec"]["containers"][0]["command"]
             assert command[:2] == ["/trainguard/bin/trainguard-entry", "run"]
             torchrun = command[command.index("--") + 1 :]
-            assert torchrun[:3] == ["python", "-m", "trainguard.torchrun"]
+            assert torchrun[:3] == ["python", "-m", "trainguard.pod.torchrun"]
             assert _value(torchrun, "--rdzv-backend") == "c10d"
             assert _value(torchrun, "--rdzv-endpoint") == f"{SERVICE}.{namespace}.svc:29400"
             assert _value(torchrun, "--rdzv-id") == uid
@@ -150,7 +150,7 @@ def test_pytorchjob_workers_run_torchrun_against_the_operators_rendezvous_store(
             "/trainguard/bin/trainguard-entry",
             "python",
             "-m",
-            "trainguard.rendezvous_store",
+            "trainguard.pod.rendezvous_store",
         ]
         service = json.loads(s.kubectl("get", "service", SERVICE, "-o", "json"))
         assert _owner_uid(service) == uid

@@ -139,7 +139,7 @@ def test_a_worker_pod_runs_the_agent_around_torchrun_in_the_jobs_rendezvous() ->
     command = container["command"]
     assert command[:2] == ["/trainguard/bin/trainguard-entry", "run"]
     torchrun = command[command.index("--") + 1 :]
-    assert torchrun[:3] == ["python", "-m", "trainguard.torchrun"]
+    assert torchrun[:3] == ["python", "-m", "trainguard.pod.torchrun"]
     expected = {
         "--rdzv-backend": "c10d",
         "--rdzv-endpoint": "elastic-rdzv.team-a.svc:29400",
@@ -202,7 +202,7 @@ def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replic
         manifests.ENTRY,
         "python",
         "-m",
-        "trainguard.rendezvous_store",
+        "trainguard.pod.rendezvous_store",
         "--port",
         "29400",
     ]

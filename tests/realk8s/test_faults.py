@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.realk8s.real import EXAMPLES, RealCluster, log_stamp, wait_for
-from trainguard.workerevents import FORK_SERVER_NAME
+from trainguard.pod.workerevents import FORK_SERVER_NAME
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -97,7 +97,7 @@ for pid in os.listdir('/proc'):
         cmdline = open('/proc/%s/cmdline' % pid, 'rb').read()
     except OSError:
         continue
-    if b'trainguard.torchrun' in cmdline or b'train_elastic.py' in cmdline:
+    if b'trainguard.pod.torchrun' in cmdline or b'train_elastic.py' in cmdline:
         os.kill(int(pid), signal.SIGKILL)
         print('killed', pid)
 """
@@ -451,7 +451,7 @@ for pid in os.listdir('/proc'):
             cmdline = open('/proc/%s/cmdline' % pid, 'rb').read()
         except OSError:
             continue
-        if b'train_elastic.py' in cmdline and b'trainguard.torchrun' not in cmdline:
+        if b'train_elastic.py' in cmdline and b'trainguard.pod.torchrun' not in cmdline:
             os.kill(int(pid), signal.SIGKILL)
             print('killed', pid)
 """

@@ -36,9 +36,9 @@ def test_the_closure_holds_the_entries_and_imports_nothing_but_the_standard_libr
         "trainguard.agent",
         "trainguard.agent.__main__",
         "trainguard.agent.proc",
-        "trainguard.hangsignal",
-        "trainguard.torchrun",
-        "trainguard.rendezvous_store",
+        "trainguard.pod.hangsignal",
+        "trainguard.pod.torchrun",
+        "trainguard.pod.rendezvous_store",
         # Training scripts import the SDK from the bundle (first on their PYTHONPATH).
         "trainguard.sdk",
         "trainguard.sdk.heartbeat",
@@ -80,8 +80,8 @@ REFUSED = [
      ["trainguard.api (imported by trainguard.agent", "import pydantic.main"]),
     ({"agent/__init__.py": "def run():\n    import torch\n"},
      ["trainguard.agent", "import torch", "not in the standard library"]),
-    ({"agent/__init__.py": "import trainguard.torchrun\n", "torchrun.py": "import torch.distributed\n"},
-     ["trainguard.torchrun", "import torch.distributed", "only inside functions"]),
+    ({"agent/__init__.py": "import trainguard.pod.torchrun\n", "pod/__init__.py": "", "pod/torchrun.py": "import torch.distributed\n"},
+     ["trainguard.pod.torchrun", "import torch.distributed", "only inside functions"]),
     ({"agent/__init__.py": "import tomllib\n"},
      ["trainguard.agent", "import tomllib", "Python 3.8"]),
     ({"agent/__init__.py": "from trainguard.agent import nowhere\nimport trainguard.nope\n"},
@@ -118,9 +118,10 @@ def test_what_the_closure_may_import(tmp_path: Path) -> None:
                 "else:\n"
                 "    import json\n"
             ),
-            "agent/helper.py": "def later():\n    from trainguard import torchrun\n",
+            "agent/helper.py": "def later():\n    from trainguard.pod import torchrun\n",
             "agent/sub/__init__.py": "thing = 1\n",
-            "torchrun.py": "import sys\n\ndef main():\n    from torch.distributed import run\n",
+            "pod/__init__.py": "",
+            "pod/torchrun.py": "import sys\n\ndef main():\n    from torch.distributed import run\n",
         },
     )
     found = bundle.closure(["trainguard.agent.__main__"], source)
@@ -130,7 +131,8 @@ def test_what_the_closure_may_import(tmp_path: Path) -> None:
         "trainguard.agent.__main__",
         "trainguard.agent.helper",
         "trainguard.agent.sub",
-        "trainguard.torchrun",
+        "trainguard.pod",
+        "trainguard.pod.torchrun",
     ]
     assert found["trainguard.agent.sub"] == source / "agent" / "sub" / "__init__.py"
 

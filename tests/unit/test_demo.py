@@ -29,7 +29,7 @@ def test_the_demo_job_is_example_1_with_its_files_under_the_demo_directory(tmp_p
     assert f"--events={tmp_path / 'demo-run' / 'events.jsonl'}" in worker.argv
     assert {"--epochs=4", "--step-delay=0.1", "--checkpoint-every=7"} <= set(worker.argv)
     # a PyTorchJob in the native form: every worker runs torchrun's agent in trainguard's rendezvous
-    assert render(job, "worker", "127.0.0.1:1")[1:3] == ["-m", "trainguard.torchrun"]
+    assert render(job, "worker", "127.0.0.1:1")[1:3] == ["-m", "trainguard.pod.torchrun"]
 
 
 def test_the_progress_log_is_read_line_by_line_and_a_line_being_written_is_skipped(tmp_path: Path) -> None:

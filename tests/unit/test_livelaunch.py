@@ -1,8 +1,8 @@
-"""``trainguard.torchrun --live``'s pure parts: each worker's environment and the job's prefix in the store."""
+"""``trainguard.pod.torchrun --live``'s pure parts: each worker's environment and the job's prefix in the store."""
 
 from __future__ import annotations
 
-from trainguard import livelaunch
+from trainguard.pod import livelaunch
 
 
 def test_each_worker_gets_its_local_rank_the_first_size_and_the_jobs_store() -> None:
@@ -23,8 +23,8 @@ def test_each_worker_gets_its_local_rank_the_first_size_and_the_jobs_store() -> 
 
 
 def test_the_prefix_is_the_one_the_sdk_reads_by_default(monkeypatch) -> None:
-    import trainguard.sdk.live as live
+    from trainguard.pod import contract
 
-    monkeypatch.delenv(live.ENV_PREFIX, raising=False)
+    monkeypatch.delenv(contract.ENV_LIVE_PREFIX, raising=False)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "uid-7")
-    assert livelaunch.prefix_of("uid-7") == "trainguard/live/uid-7/"
+    assert contract.live_prefix("uid-7") == "trainguard/live/uid-7/"

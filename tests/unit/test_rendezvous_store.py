@@ -1,4 +1,4 @@
-"""``python -m trainguard.rendezvous_store``: serves a TCPStore that torchrun's agents use as clients, and
+"""``python -m trainguard.pod.rendezvous_store``: serves a TCPStore that torchrun's agents use as clients, and
 ends cleanly on SIGTERM."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_the_store_serves_clients_and_stops_on_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "store.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "trainguard.rendezvous_store", "--port", "0"],
+            [sys.executable, "-m", "trainguard.pod.rendezvous_store", "--port", "0"],
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
@@ -58,10 +58,12 @@ def test_the_store_serves_clients_and_stops_on_sigterm(tmp_path: Path) -> None:
 
 def test_the_store_module_imports_nothing_of_trainguards_but_its_package() -> None:
     code = (
-        "import sys, trainguard.rendezvous_store as m; "
+        "import sys, trainguard.pod.rendezvous_store as m; "
         "print(sorted(n for n in sys.modules if n.startswith(('trainguard', 'kubernetes'))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.strip() == str(["trainguard", "trainguard._version", "trainguard.rendezvous_store"])
+    assert done.stdout.strip() == str(
+        ["trainguard", "trainguard._version", "trainguard.pod", "trainguard.pod.rendezvous_store"]
+    )

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from trainguard import workerevents
+from trainguard.pod import workerevents
 
-TORCHRUN = (sys.executable, "-m", "trainguard.torchrun", "--nproc-per-node", "2", "--nnodes", "1")
+TORCHRUN = (sys.executable, "-m", "trainguard.pod.torchrun", "--nproc-per-node", "2", "--nnodes", "1")
 WORKER = """
 import json, os
 from trainguard.agent import nudge, proc
@@ -38,7 +38,7 @@ print(json.dumps({
 
 FALLBACK = """
 import threading, multiprocessing.forkserver as forkserver
-from trainguard.torchrun import start_fork_server
+from trainguard.pod.torchrun import start_fork_server
 stop = threading.Event()
 threading.Thread(target=stop.wait).start()
 try:
@@ -68,7 +68,7 @@ def test_the_workers_are_children_of_a_fork_server_forked_from_torchrun(tmp_path
         assert worker["my_name"] != workerevents.FORK_SERVER_NAME  # a worker takes the usual name back
         # Forked, not a fresh interpreter: torchrun's command line.
         assert worker["server_cmdline"] == worker["agent_cmdline"]
-        assert worker["server_cmdline"][1:3] == ["-m", "trainguard.torchrun"]
+        assert worker["server_cmdline"][1:3] == ["-m", "trainguard.pod.torchrun"]
         # The agent's nudge finds both workers, and nothing else, under torchrun.
         assert worker["agents_workers"] == workers
     # The server ended with torchrun (its end of the "alive" pipe closed when torchrun exited).

@@ -10,7 +10,7 @@ import sys
 SCRIPT = """
 import logging, sys
 import torch.distributed.run
-from trainguard.torchrun import format_tracebacks_without_dynamo
+from trainguard.pod.torchrun import format_tracebacks_without_dynamo
 assert format_tracebacks_without_dynamo() > 0
 assert format_tracebacks_without_dynamo() == 0  # once per handler
 log = logging.getLogger("torch.distributed.elastic.agent.server.api")

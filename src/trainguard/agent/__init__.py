@@ -18,7 +18,7 @@ Channels, the contract with the runtimes and the controller (see docs/agent.md):
 - **Exit status**: CMD's, unchanged; ``EXIT_HANG`` (137) after giving up on a hang; 127/126 when CMD
   cannot be found/run.
 
-The agent imports only the standard library and ``trainguard.hangsignal`` (it runs from a stdlib-only bundle in
+The agent imports only the standard library and ``trainguard.pod.hangsignal`` (it runs from a stdlib-only bundle in
 users' own images, see ``trainguard.bundle``); detection logic is pure (``trainguard.agent.detector``).
 """
 

@@ -17,12 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trainguard.agent import tree
-from trainguard.agent.config import ENV_ATTEMPT, ENV_HEARTBEAT_DIR
 from trainguard.agent.inbox import FORWARDED, STOPPING, SignalInbox
 from trainguard.agent.relay import Relay
-from trainguard.workerevents import ENV_WORKER_EVENTS
+from trainguard.pod import contract
 
-#: Where ``trainguard.torchrun`` writes down its worker restarts, in the command's heartbeat directory.
+#: Where ``trainguard.pod.torchrun`` writes down its worker restarts, in the command's heartbeat directory.
 WORKER_EVENTS_FILE = "workers.jsonl"
 
 #: After SIGKILL, how long to wait for the tree to be gone before giving up on stragglers (stuck in the kernel).
@@ -67,9 +66,9 @@ class Command:
     def start(self, heartbeat_dir: Path, attempt: int) -> int:
         """Run the command (again); raises OSError when it cannot be run."""
         env = dict(os.environ)
-        env[ENV_HEARTBEAT_DIR] = str(heartbeat_dir)
-        env[ENV_ATTEMPT] = str(attempt)
-        env[ENV_WORKER_EVENTS] = str(heartbeat_dir / WORKER_EVENTS_FILE)
+        env[contract.ENV_HEARTBEAT_DIR] = str(heartbeat_dir)
+        env[contract.ENV_ATTEMPT] = str(attempt)
+        env[contract.ENV_WORKER_EVENTS] = str(heartbeat_dir / WORKER_EVENTS_FILE)
         # Through a pipe Python would buffer whole blocks of output; the log signal needs it as it is printed.
         env.setdefault("PYTHONUNBUFFERED", "1")
         process = subprocess.Popen(

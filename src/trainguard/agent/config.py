@@ -25,22 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainguard.agent.control import ENV_CONTROL
-from trainguard.agent.nudge import ENV_NUDGE
-from trainguard.agent.release import ENV_RELEASE
 from trainguard.agent.report import default_termination_log
-from trainguard.agent.upstream import ENV_REPORT_TOKEN, ENV_REPORT_URL
-from trainguard.hangsignal import HangSignal
-
-ENV_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"
-ENV_MAX_CONSECUTIVE = "TRAINGUARD_HANG_MAX_CONSECUTIVE"
-ENV_SIGNALS = "TRAINGUARD_HANG_SIGNALS"
-ENV_GRACE = "TRAINGUARD_HANG_GRACE"
-ENV_REPORT = "TRAINGUARD_REPORT_FILE"
-ENV_TERMINATION_LOG = "TRAINGUARD_TERMINATION_LOG"
-#: Set by the agent for the command: where the SDK writes heartbeats, and which attempt this is (1, 2, ...).
-ENV_HEARTBEAT_DIR = "TRAINGUARD_HEARTBEAT_DIR"
-ENV_ATTEMPT = "TRAINGUARD_ATTEMPT"
+from trainguard.pod import contract
+from trainguard.pod.hangsignal import HangSignal
 
 ALL_SIGNALS = frozenset(HangSignal)
 
@@ -89,21 +76,25 @@ class AgentConfig:
             raise ValueError(
                 "no command to run: write it after '--', e.g. trainguard agent -- python train.py"
             )
-        timeout_text, timeout_name = _pick(hang_timeout, "--hang-timeout", env, ENV_TIMEOUT)
-        count_text, count_name = _pick(max_consecutive, "--max-consecutive", env, ENV_MAX_CONSECUTIVE)
-        signals_text, signals_name = _pick(signals, "--signals", env, ENV_SIGNALS)
-        grace_text, grace_name = _pick(grace, "--grace", env, ENV_GRACE)
-        report_text, _ = _pick(report, "--report", env, ENV_REPORT)
-        log_text, _ = _pick(termination_log, "--termination-log", env, ENV_TERMINATION_LOG)
-        control_text, _ = _pick(control, "--control", env, ENV_CONTROL)
-        nudge_text, _ = _pick(nudge_file, "--nudge-file", env, ENV_NUDGE)
-        release_text, _ = _pick(release_file, "--release-file", env, ENV_RELEASE)
-        url_text, url_name = _pick(report_url, "--report-url", env, ENV_REPORT_URL)
-        token_text, _ = _pick(report_token, "--report-token", env, ENV_REPORT_TOKEN)
+        timeout_text, timeout_name = _pick(hang_timeout, "--hang-timeout", env, contract.ENV_HANG_TIMEOUT)
+        count_text, count_name = _pick(
+            max_consecutive, "--max-consecutive", env, contract.ENV_HANG_MAX_CONSECUTIVE
+        )
+        signals_text, signals_name = _pick(signals, "--signals", env, contract.ENV_HANG_SIGNALS)
+        grace_text, grace_name = _pick(grace, "--grace", env, contract.ENV_HANG_GRACE)
+        report_text, _ = _pick(report, "--report", env, contract.ENV_REPORT_FILE)
+        log_text, _ = _pick(termination_log, "--termination-log", env, contract.ENV_TERMINATION_LOG)
+        control_text, _ = _pick(control, "--control", env, contract.ENV_CONTROL_FILE)
+        nudge_text, _ = _pick(nudge_file, "--nudge-file", env, contract.ENV_NUDGE_FILE)
+        release_text, _ = _pick(release_file, "--release-file", env, contract.ENV_RELEASE_FILE)
+        url_text, url_name = _pick(report_url, "--report-url", env, contract.ENV_REPORT_URL)
+        token_text, _ = _pick(report_token, "--report-token", env, contract.ENV_REPORT_TOKEN)
         if url_text is not None and not url_text.startswith(("http://", "https://")):
             raise ValueError(f"{url_name}: expected an http:// or https:// URL, got {url_text!r}")
         if url_text is not None and token_text is None:
-            raise ValueError(f"{url_name} needs a token: give --report-token FILE (or {ENV_REPORT_TOKEN})")
+            raise ValueError(
+                f"{url_name} needs a token: give --report-token FILE (or {contract.ENV_REPORT_TOKEN})"
+            )
         return cls(
             command=tuple(command),
             hang_timeout=None

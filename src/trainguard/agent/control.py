@@ -13,8 +13,6 @@ import contextlib
 import json
 from pathlib import Path
 
-ENV_CONTROL = "TRAINGUARD_CONTROL_FILE"
-
 
 def write_exit_request(path: Path, exit_code: int) -> None:
     """Ask the agent watching ``path`` to end the pod with ``exit_code`` (0-255)."""

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainguard.agent.gpu import GpuSample
-from trainguard.hangsignal import HangSignal
+from trainguard.pod.hangsignal import HangSignal
 
 #: The tree is busy when it used at least this share of one core since it was last busy...
 CPU_BUSY_FRACTION = 0.01

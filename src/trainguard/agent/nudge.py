@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from trainguard import workerevents
 from trainguard.agent import proc
+from trainguard.pod import workerevents
 
-ENV_NUDGE = "TRAINGUARD_NUDGE_FILE"
 #: The processes ``multiprocessing`` adds beside the workers (trainguard's warm torchrun starts its workers
 #: from a fork server): never workers themselves. trainguard's torchrun forks its fork server from itself,
 #: with its own command line: that one is known by its name (``workerevents.FORK_SERVER_NAME``).

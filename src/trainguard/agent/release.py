@@ -70,7 +70,6 @@ from typing import NamedTuple
 
 from trainguard.agent.nudge import TokenWatch
 
-ENV_RELEASE = "TRAINGUARD_RELEASE_FILE"
 #: Every architecture Linux runs on numbers these the same (they came after the syscall tables were unified).
 _SYS_PIDFD_OPEN = 434
 _SYS_PIDFD_GETFD = 438

@@ -13,12 +13,12 @@ attempt's process, which is also its process group and session) and ``attempt`` 
   agent's cgroup meanwhile), ``hang_restarts``. The agent exits with ``exit_code``.
 - ``gave-up``: a hang past ``max_consecutive`` restarts: ``reason`` "Hang", ``exit_code`` (``EXIT_HANG``),
   ``hang_restarts``. The agent exits with ``exit_code``.
-- ``workers-restarted``: torchrun restarted failed workers inside the command (``trainguard.workerevents``):
+- ``workers-restarted``: torchrun restarted failed workers inside the command (``trainguard.pod.workerevents``):
   ``failed_at``, ``failures`` (``rank``, ``local_rank``, ``pid``, ``exit_code``, ``signal``), ``restarts_left``,
   ``max_restarts``. Workers the agent killed for a nudge are left out.
 - ``nudged``: the agent SIGKILLed its workers for a nudge: ``token``, ``killed``.
 - ``live-reformed``: a worker of a live job (``trainguard.Live``) formed a round in its own process
-  (``trainguard.workerevents``: ``reformed``): ``round``, ``rank``, ``world_size``, ``step``, ``origin``,
+  (``trainguard.pod.workerevents``: ``reformed``): ``round``, ``rank``, ``world_size``, ``step``, ``origin``,
   ``source``, ``seconds``, ``transfer_seconds``, ``bytes``, ``cause``, ``at``, and the worker's ``worker_pid``.
   Every member of a round writes one, so a pod with several workers reports each round several times.
 - ``live-unused``: a worker of a live job ended before it formed any round (its script does not use

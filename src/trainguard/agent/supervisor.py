@@ -4,7 +4,7 @@ Every ``poll_interval`` the agent reads the heartbeats (and, at most once a seco
 feeds them to the ``HangDetector``. On a hang it stops the tree (SIGTERM and SIGCONT, the grace period,
 SIGKILL) and runs the same command again, in the same place and with the same environment, until the
 ``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``. It also reports
-each restart of failed workers that torchrun carried out inside the command (``trainguard.workerevents``),
+each restart of failed workers that torchrun carried out inside the command (``trainguard.pod.workerevents``),
 except for the workers it killed itself for a nudge; and while torchrun forms a round (no worker runs), it
 holds its hang detection, whose timeout starts again once the round's workers are started.
 """
@@ -41,10 +41,12 @@ from trainguard.agent.release import (
 )
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
-from trainguard.hangsignal import HangSignal
-from trainguard.workerevents import (
+from trainguard.pod import contract
+from trainguard.pod.hangsignal import HangSignal
+from trainguard.pod.workerevents import (
     FAILED,
     FORMING,
+    LIVE_FIELDS,
     LIVE_UNUSED,
     REFORMED,
     STARTED,
@@ -62,12 +64,6 @@ EXIT_NOT_EXECUTABLE = 126
 _CPU_SAMPLE_INTERVAL = 1.0
 _PROGRESS_REPORT_INTERVAL = 1.0
 _QUIET = {HangSignal.HEARTBEAT: "heartbeat", HangSignal.LOG: "output", HangSignal.CPU: "CPU use"}
-#: What a live worker's lines (``trainguard.workerevents``) carry into the agent's report.
-_LIVE_FIELDS: dict[str, tuple[str, ...]] = {
-    REFORMED: ("round", "rank", "world_size", "step", "origin", "source", "seconds", "transfer_seconds",
-               "bytes", "cause", "at"),
-    LIVE_UNUSED: ("local_rank", "exit_code"),
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -151,7 +147,9 @@ class Agent:
                 self._say(f"cannot run {self.config.command[0]!r}: {error.strerror or error}")
                 self._final(reporter, None, code, None)
                 return code
-            reporter.event("started", pid=pid, attempt=self._attempt, command=list(self.config.command))
+            reporter.event(
+                contract.REPORT_STARTED, pid=pid, attempt=self._attempt, command=list(self.config.command)
+            )
             hung = self._watch(command, heartbeats, reporter)
             if isinstance(hung, _ExitRequested):
                 self._say(f"ending the pod with exit code {hung.exit_code}, as the runtime asked")
@@ -174,17 +172,17 @@ class Agent:
                 return code
             if not allowed:
                 reporter.final(
-                    "gave-up",
+                    contract.REPORT_GAVE_UP,
                     pid=pid,
                     attempt=self._attempt,
-                    reason="Hang",
+                    reason=contract.REASON_HANG,
                     exit_code=EXIT_HANG,
                     hang_restarts=self._hang_restarts,
                 )
                 return EXIT_HANG
             self._hang_restarts += 1
             reporter.event(
-                "restart-in-place",
+                contract.REPORT_RESTART_IN_PLACE,
                 pid=pid,
                 attempt=self._attempt,
                 consecutive=self._streak.count,
@@ -214,7 +212,7 @@ class Agent:
         )
         next_tick = next_cpu = started_at
         self._last_progress = None
-        #: torchrun is forming a round (``trainguard.workerevents``): no worker runs meanwhile.
+        #: torchrun is forming a round (``trainguard.pod.workerevents``): no worker runs meanwhile.
         forming = False
         while True:
             command.pump(command.wait_timeout(next_tick if watching else None))
@@ -301,7 +299,7 @@ class Agent:
         if not failures or not reporter.enabled:
             return
         reporter.event(
-            "workers-restarted",
+            contract.REPORT_WORKERS_RESTARTED,
             pid=pid,
             attempt=self._attempt,
             failed_at=record.get("time"),
@@ -316,16 +314,18 @@ class Agent:
         if not reporter.enabled:
             return
         line = str(record["event"])
-        fields = {key: record.get(key) for key in _LIVE_FIELDS[line]}
+        fields = {key: record.get(key) for key in LIVE_FIELDS[line]}
         if fields.get("at") is None:
             fields["at"] = record.get("time")
-        event = "live-reformed" if line == REFORMED else "live-unused"
+        event = contract.REPORT_LIVE_REFORMED if line == REFORMED else contract.REPORT_LIVE_UNUSED
         reporter.event(event, pid=pid, attempt=self._attempt, worker_pid=record.get("pid"), **fields)
 
     def _nudge(self, reporter: Reporter, pid: int, nudge: Nudge) -> None:
         killed = kill_workers_older_than(pid, nudge.failed_at)
         self._nudged.update(killed)
-        reporter.event("nudged", pid=pid, attempt=self._attempt, token=nudge.token, killed=killed)
+        reporter.event(
+            contract.REPORT_NUDGED, pid=pid, attempt=self._attempt, token=nudge.token, killed=killed
+        )
         age = max(time.time() - nudge.failed_at, 0.0)
         if killed:
             then = (
@@ -404,7 +404,7 @@ class Agent:
 
     def _on_hang(self, reporter: Reporter, pid: int, hang: Hang, allowed: bool) -> None:
         reporter.event(
-            "hang",
+            contract.REPORT_HANG,
             pid=pid,
             attempt=self._attempt,
             signal=hang.signal.value,
@@ -429,7 +429,7 @@ class Agent:
             return
         first = beats[min(beats)]
         reporter.event(
-            "progress",
+            contract.REPORT_PROGRESS,
             pid=pid,
             attempt=self._attempt,
             step=first.sample.step,
@@ -449,7 +449,7 @@ class Agent:
         injected: bool = False,
     ) -> None:
         reporter.final(
-            "exited",
+            contract.REPORT_EXITED,
             pid=pid,
             attempt=self._attempt,
             exit_code=code,

@@ -2,7 +2,7 @@
 
 On Kubernetes nothing but the agent sees a hang restarted in place or workers restarted by torchrun: the pod
 goes on, so neither the kubelet nor the operator notices. The agent folds its events into a summary of its
-pod (``trainguard.agent.summary``, the one fold every runtime reads) and POSTs the part the operator keeps
+pod (``trainguard.pod.summary``, the one fold every runtime reads) and POSTs the part the operator keeps
 (``attempt``, ``hangs``, ``inPlaceRestarts``, ``workerRestarts``, ``workerRestartsFrom``, ``liveRounds``,
 ``liveRoundsFrom``, ``liveUnused``) after every change of it to ``URL`` (the operator's agent-report
 endpoint), with the token in ``FILE`` (a service-account token the kubelet projects for the operator's
@@ -28,10 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainguard.agent import summary as summaries
+from trainguard.pod import summary as summaries
 
-ENV_REPORT_URL = "TRAINGUARD_REPORT_URL"
-ENV_REPORT_TOKEN = "TRAINGUARD_REPORT_TOKEN"
 _TIMEOUT = 5.0
 _RETRY_FIRST, _RETRY_MAX = 1.0, 30.0
 

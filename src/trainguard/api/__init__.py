@@ -22,7 +22,7 @@ from trainguard.api.model import (
     TrainingJobSpec,
     pod_name,
 )
-from trainguard.hangsignal import HangSignal
+from trainguard.pod.hangsignal import HangSignal
 
 __all__ = [
     "API_VERSION",

@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from trainguard.api.exitcodes import DEFAULT_RETRYABLE, MAX_EXIT_CODE, ExitCodeSet
-from trainguard.hangsignal import HangSignal
+from trainguard.pod.hangsignal import HangSignal
 
 API_VERSION: Literal["trainguard.io/v1"] = "trainguard.io/v1"
 KIND: Literal["TrainingJob"] = "TrainingJob"

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from trainguard.api import TrainingJob
 from trainguard.controller.launchspec import LaunchSpec, Network
 from trainguard.controller.status import LiveOrigin
+from trainguard.pod import summary as summaries
 
 if TYPE_CHECKING:
     from trainguard.controller.status import JobStatus
@@ -131,43 +132,44 @@ class AgentReport:
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
-        """The agent's summary of its pod (``trainguard.agent.summary``: folded from its report file, or as
+        """The agent's summary of its pod (``trainguard.pod.summary``: folded from its report file, or as
         the operator took it) with the restarts in place the controller has answered, on every backend.
 
         The agent restarts a hung command by itself, at once; the controller decides about each hang too (it
         counts and records them). So a hang stays ``hung`` until the controller has answered it with a
         ``RestartInPlace``, and only answered restarts count as done."""
+        seen = summaries.read(summary)
         return cls(
-            in_place_restarts=min(summary["inPlaceRestarts"], answered),
-            hung=summary["hangs"] > answered,
-            last_progress_at=summary.get("lastProgressAt"),
+            in_place_restarts=min(seen.in_place_restarts, answered),
+            hung=seen.hangs > answered,
+            last_progress_at=seen.last_progress_at,
             worker_restarts=tuple(
                 WorkerRestart(
-                    at=item["at"],
-                    exit_code=item["exitCode"],
-                    rank=item.get("rank"),
-                    failed=item.get("failed") or 1,
-                    restarts_left=item.get("restartsLeft"),
-                    max_restarts=item.get("maxRestarts"),
+                    at=item.at,
+                    exit_code=item.exit_code,
+                    rank=item.rank,
+                    failed=item.failed,
+                    restarts_left=item.restarts_left,
+                    max_restarts=item.max_restarts,
                 )
-                for item in summary["workerRestarts"]
+                for item in seen.worker_restarts
             ),
-            worker_restarts_from=summary["workerRestartsFrom"],
+            worker_restarts_from=seen.worker_restarts_from,
             live_rounds=tuple(
                 LiveRound(
-                    at=item["at"],
-                    round=item["round"],
-                    world_size=item.get("worldSize"),
-                    step=item.get("step"),
-                    origin=_origin(item.get("origin")),
-                    rank=item.get("rank"),
-                    seconds=item.get("seconds"),
-                    cause=item.get("cause"),
+                    at=item.at,
+                    round=item.round,
+                    world_size=item.world_size,
+                    step=item.step,
+                    origin=_origin(item.origin),
+                    rank=item.rank,
+                    seconds=item.seconds,
+                    cause=item.cause,
                 )
-                for item in summary.get("liveRounds", ())
+                for item in seen.live_rounds
             ),
-            live_rounds_from=summary.get("liveRoundsFrom", 0),
-            live_unused=summary.get("liveUnused", False),
+            live_rounds_from=seen.live_rounds_from,
+            live_unused=seen.live_unused,
         )
 
 

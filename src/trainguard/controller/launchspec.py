@@ -26,6 +26,7 @@ from typing import Any
 
 from trainguard.api import FrameworkType, TrainingJob, pod_name
 from trainguard.controller import torchrun_command
+from trainguard.pod import contract
 from trainguard.policy.roles import is_leader, role_order
 
 DEFAULT_MASTER_PORT = 29500
@@ -143,19 +144,19 @@ def launch_spec(
     first = next((name for name, size in role_sizes if size > 0), order[0])
     name = pod_name(job.name, role, index)
     env = (
-        ("TRAININGJOB_NAME", job.name),
-        ("TRAININGJOB_NAMESPACE", job.metadata.namespace),
-        ("TRAININGJOB_UID", job.metadata.uid or ""),
-        ("TRAININGJOB_REPLICA_NAME", role),
-        ("TRAININGJOB_REPLICA_INDEX", str(index)),
-        ("TRAININGJOB_REPLICA_RESTARTCOUNT", str(restarts)),
-        ("TRAININGJOB_POD_NAME", name),
-        ("TRAINGUARD_GENERATION", str(generation)),
-        ("TRAINGUARD_RDZV_ENDPOINT", network.rendezvous_endpoint),
-        ("MASTER_ADDR", network.address(pod_name(job.name, first, 0))),
-        ("MASTER_PORT", str(network.master_port)),
-        ("WORLD_SIZE", str(sum(size for _, size in role_sizes))),
-        ("RANK", str(offset + index)),
+        (contract.ENV_JOB_NAME, job.name),
+        (contract.ENV_JOB_NAMESPACE, job.metadata.namespace),
+        (contract.ENV_JOB_UID, job.metadata.uid or ""),
+        (contract.ENV_REPLICA_NAME, role),
+        (contract.ENV_REPLICA_INDEX, str(index)),
+        (contract.ENV_REPLICA_RESTART_COUNT, str(restarts)),
+        (contract.ENV_POD_NAME, name),
+        (contract.ENV_GENERATION, str(generation)),
+        (contract.ENV_RDZV_ENDPOINT, network.rendezvous_endpoint),
+        (contract.MASTER_ADDR, network.address(pod_name(job.name, first, 0))),
+        (contract.MASTER_PORT, str(network.master_port)),
+        (contract.WORLD_SIZE, str(sum(size for _, size in role_sizes))),
+        (contract.RANK, str(offset + index)),
         ("PYTHONUNBUFFERED", "1"),
         *shared.torchrun_env,
     )

@@ -2,7 +2,7 @@
 
 The workers of a live job re-form their process group by themselves when a peer dies or the job is resized:
 no pod ends and nothing is restarted. Each member of a round writes it down for its pod's agent
-(``trainguard.workerevents``), which reports it; its pod's summary keeps one entry per round
+(``trainguard.pod.workerevents``), which reports it; its pod's summary keeps one entry per round
 (``AgentReport.live_rounds``). Every pod of the round reports it, so a round is recorded once per job, by its
 number: the status keeps the highest round recorded (``live_round``), and only rounds above it are new. Each
 new round becomes a ``reformed`` history entry (``Reformation``: the round, its size, the agreed step, where

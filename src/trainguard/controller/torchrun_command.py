@@ -17,7 +17,7 @@ one c10d rendezvous:
 - every other flag of a torchrun command is kept; ``--standalone``, ``--master-addr``, ``--master-port`` and
   ``--node-rank`` (static rendezvous) are dropped.
 
-Workers restart warm (``python -m trainguard.torchrun``, the same agent with torch imported once per pod,
+Workers restart warm (``python -m trainguard.pod.torchrun``, the same agent with torch imported once per pod,
 see that module) unless the annotation ``trainguard.io/warm-start: "false"`` is set or the command asks for
 ``--start-method``, ``--no-python`` or ``--run-path`` itself; then the agent is plain ``torch.distributed.run``.
 
@@ -35,14 +35,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainguard.api import FrameworkType, TrainingJob
+from trainguard.pod import contract
 
 TORCHRUN_ANNOTATION = "trainguard.io/torchrun"
-#: A job whose script uses ``trainguard.Live``: its workers run under ``trainguard.torchrun --live``, which
+#: A job whose script uses ``trainguard.Live``: its workers run under ``trainguard.pod.torchrun --live``, which
 #: restarts only a worker that failed; the survivors re-form their group themselves.
 LIVE_ANNOTATION = "trainguard.io/live"
 WARM_START_ANNOTATION = "trainguard.io/warm-start"
 #: The module that runs torchrun's agent with warm worker restarts.
-WARM_LAUNCHER = "trainguard.torchrun"
+WARM_LAUNCHER = "trainguard.pod.torchrun"
 PLAIN_LAUNCHER = "torch.distributed.run"
 #: torchrun's own restart budget is spent by every fault anywhere in the job (a peer's death fails this pod's
 #: workers too); torchrun's default of 0 would turn each fault into a failure of every pod.
@@ -51,11 +52,7 @@ DEFAULT_MAX_RESTARTS = 100
 #: A round waits at most ``last_call_timeout`` for more pods once the minimum has joined (torch: 30 s); where
 #: trainguard hosts the store it also completes the round as soon as every running pod has joined.
 DEFAULT_RDZV_CONF: Mapping[str, str] = {"last_call_timeout": "5"}
-DISABLE_SHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-#: Read by ``trainguard.torchrun``: how often a waiting agent polls the rendezvous (torch: 1 s). Scaled with the
-#: job's size so that all agents together look about 50 times a second: 0.1 s up to 5 pods, 1 s from 50.
-RDZV_POLL_ENV = "TRAINGUARD_RDZV_POLL_SECONDS"
-
+DISABLE_SHARED_STORE = {contract.TORCH_DISABLE_SHARE_RDZV_TCP_STORE: "1"}
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _TORCHRUN_MODULES = frozenset({PLAIN_LAUNCHER, WARM_LAUNCHER})
 #: Python options that make no difference to a worker forked from a warm interpreter.
@@ -181,25 +178,27 @@ def torchrun_env(job: TrainingJob, endpoint: str) -> dict[str, str]:
     elastic = job.spec.elastic
     env = {
         **DISABLE_SHARED_STORE,
-        "PET_RDZV_BACKEND": rdzv.backend,
-        "PET_RDZV_ENDPOINT": rdzv.endpoint,
-        "PET_RDZV_ID": rdzv.run_id,
-        "PET_RDZV_CONF": _conf_text(_rdzv_conf(job, rdzv, {})),
-        "PET_NNODES": f"{max(low, 1)}:{max(high, 1)}",
-        "PET_NPROC_PER_NODE": str(elastic.n_proc_per_node) if elastic else "1",
-        "PET_MAX_RESTARTS": str(_max_restarts(job, None)),
-        RDZV_POLL_ENV: f"{poll_seconds(high):g}",
+        contract.PET_RDZV_BACKEND: rdzv.backend,
+        contract.PET_RDZV_ENDPOINT: rdzv.endpoint,
+        contract.PET_RDZV_ID: rdzv.run_id,
+        contract.PET_RDZV_CONF: _conf_text(_rdzv_conf(job, rdzv, {})),
+        contract.PET_NNODES: f"{max(low, 1)}:{max(high, 1)}",
+        contract.PET_NPROC_PER_NODE: str(elastic.n_proc_per_node) if elastic else "1",
+        contract.PET_MAX_RESTARTS: str(_max_restarts(job, None)),
+        contract.ENV_RDZV_POLL_SECONDS: f"{poll_seconds(high):g}",
     }
     if is_live(job):
         nproc = elastic.n_proc_per_node if elastic else 1
         roles = [job.spec.replica_specs[name] for name in torchrun_roles(job)]
-        env["TRAINGUARD_LIVE_SIZE"] = str(max(sum(spec.replicas for spec in roles), 1) * nproc)
-        env["TRAINGUARD_LIVE_MINIMUM"] = str(max(low, 1) * nproc)
+        env[contract.ENV_LIVE_SIZE] = str(max(sum(spec.replicas for spec in roles), 1) * nproc)
+        env[contract.ENV_LIVE_MINIMUM] = str(max(low, 1) * nproc)
     return env
 
 
 def poll_seconds(max_nodes: int) -> float:
-    """How often each agent polls the rendezvous store while it waits."""
+    """How often each agent polls the rendezvous store while it waits (torch: 1 s; ``trainguard.pod.torchrun``
+    reads it): scaled with the job's size so that all agents together look about 50 times a second, 0.1 s up to
+    5 pods, 1 s from 50."""
     return round(min(1.0, max(0.1, 0.02 * max_nodes)), 2)
 
 

@@ -22,11 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainguard.pod import contract
 from trainguard.sdk import _shm
 from trainguard.sdk._disk import HEADROOM
 from trainguard.sdk._dist import all_gather, broadcast_token
-
-ENV_HOST = "TRAINGUARD_SNAPSHOT_HOST"
 
 
 def pair(
@@ -36,7 +35,7 @@ def pair(
     ``Sender`` of its snapshots (``newest()``, ``changed`` notified when it changes) to its buddy (None when
     alone)."""
     token = broadcast_token()
-    node = os.environ.get("TRAINGUARD_NODE_NAME") or os.environ.get("NODE_NAME") or socket.gethostname()
+    node = os.environ.get(contract.ENV_NODE_NAME) or os.environ.get("NODE_NAME") or socket.gethostname()
     receiver = Receiver(directory, bind_host(), token)
     peers = all_gather((node, receiver.address, key))
     buddy = buddy_of(rank, [peer[0] for peer in peers])
@@ -58,10 +57,10 @@ def buddy_of(rank: int, nodes: list[str]) -> int | None:
 def bind_host() -> str:
     """Where peers reach this rank: ``$TRAINGUARD_SNAPSHOT_HOST``, loopback when the job's master is on it
     (one machine), else ``$POD_IP`` or this host's address."""
-    given = os.environ.get(ENV_HOST, "").strip()
+    given = os.environ.get(contract.ENV_SNAPSHOT_HOST, "").strip()
     if given:
         return given
-    master = os.environ.get("MASTER_ADDR", "")
+    master = os.environ.get(contract.MASTER_ADDR, "")
     try:
         if master and socket.gethostbyname(master).startswith("127."):
             return "127.0.0.1"

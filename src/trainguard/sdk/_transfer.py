@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from trainguard.pod import contract
+
 #: The most bytes of one bucket (one broadcast).
 BUCKET_BYTES = 32 << 20
 #: Connections (and gloo threads) per pair of the transfer's group: buckets sent side by side
 #: (``TRAINGUARD_LIVE_STREAMS`` overrides it).
 STREAMS = 4
-ENV_STREAMS = "TRAINGUARD_LIVE_STREAMS"
 #: Buckets in flight at once, per stream: with ``BUCKET_BYTES``, bounds the extra host memory a transfer takes.
 WINDOW_PER_STREAM = 2
 
@@ -118,7 +119,7 @@ def skeleton_of(state: dict[str, Any]) -> tuple[bytes, list[Any]]:
 
 def streams() -> int:
     """The transfer's streams: ``TRAINGUARD_LIVE_STREAMS`` where set (1 to 64), else ``STREAMS``."""
-    raw = os.environ.get(ENV_STREAMS, "").strip()
+    raw = os.environ.get(contract.ENV_LIVE_STREAMS, "").strip()
     if raw.isdigit() and 1 <= int(raw) <= 64:
         return int(raw)
     return STREAMS

@@ -11,6 +11,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from trainguard.pod import contract
+
 
 @dataclass(frozen=True)
 class World:
@@ -20,11 +22,13 @@ class World:
 
 
 def current_world() -> World:
-    local_rank = env_int("LOCAL_RANK", 0)
+    local_rank = env_int(contract.LOCAL_RANK, 0)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return World(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size())
-    return World(rank=env_int("RANK", 0), local_rank=local_rank, world_size=env_int("WORLD_SIZE", 1))
+    return World(
+        rank=env_int(contract.RANK, 0), local_rank=local_rank, world_size=env_int(contract.WORLD_SIZE, 1)
+    )
 
 
 def env_int(name: str, default: int) -> int:

@@ -22,9 +22,8 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from trainguard.pod import contract
 from trainguard.sdk._world import current_world, env_int
-
-ENV_STATE_DIR = "TRAINGUARD_STATE_DIR"
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,8 @@ def elastic() -> ElasticInfo:
     world = current_world()
     now = _Seen(
         world_size=world.world_size,
-        group_world_size=env_int("GROUP_WORLD_SIZE", 1),
-        restart_count=env_int("TORCHELASTIC_RESTART_COUNT", 0),
+        group_world_size=env_int(contract.GROUP_WORLD_SIZE, 1),
+        restart_count=env_int(contract.TORCHELASTIC_RESTART_COUNT, 0),
     )
     with _lock:
         previous = _last if _last is not None else _load_earlier_attempt(now.restart_count, world.local_rank)
@@ -82,10 +81,10 @@ def elastic() -> ElasticInfo:
 
 
 def _record_path(local_rank: int) -> Path | None:
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    run_id = os.environ.get(contract.TORCHELASTIC_RUN_ID)
     if not run_id:
         return None
-    directory = os.environ.get(ENV_STATE_DIR) or tempfile.gettempdir()
+    directory = os.environ.get(contract.ENV_STATE_DIR) or tempfile.gettempdir()
     safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
     return Path(directory) / f"trainguard-elastic-{safe_id}-{local_rank}.json"
 

@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-ENV_HEARTBEAT_DIR = "TRAINGUARD_HEARTBEAT_DIR"
+from trainguard.pod import contract
+
 #: At most one write per this many seconds; a call after a longer gap always writes.
 MIN_INTERVAL = 0.2
 
@@ -41,7 +42,7 @@ class Heartbeats:
         self._last_write: float | None = None
 
     def beat(self, step: int | None = None, **metrics: Any) -> None:
-        directory = self._env.get(ENV_HEARTBEAT_DIR)
+        directory = self._env.get(contract.ENV_HEARTBEAT_DIR)
         if not directory:
             return
         now = self._clock()
@@ -85,7 +86,7 @@ def heartbeat(step: int | None = None, **metrics: Any) -> None:
 
 def _rank(env: Mapping[str, str]) -> int:
     try:
-        return int(env.get("RANK", "0"))
+        return int(env.get(contract.RANK, "0"))
     except ValueError:
         return 0
 

@@ -39,31 +39,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from trainguard.pod import contract, workerevents
+from trainguard.pod.contract import LiveKeys
+from trainguard.pod.workerevents import Formation
 from trainguard.sdk import _rounds, _sockets, _transfer
 from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness
 from trainguard.sdk._world import env_int
 
-#: ``host:port`` of the store live rounds form on; default: the job's rendezvous store, which trainguard names
-#: in ``TRAINGUARD_RDZV_ENDPOINT``, then torchrun's ``MASTER_ADDR``/``MASTER_PORT``.
-ENV_STORE = "TRAINGUARD_LIVE_STORE"
-ENV_RDZV_ENDPOINT = "TRAINGUARD_RDZV_ENDPOINT"
-#: The keys' prefix: one per job run (default: ``trainguard/live/<TORCHELASTIC_RUN_ID>/``).
-ENV_PREFIX = "TRAINGUARD_LIVE_PREFIX"
-#: The bound of one collective in seconds (a hung peer holds the others this long at most).
-ENV_TIMEOUT = "TRAINGUARD_LIVE_TIMEOUT"
-#: The fewest members a round may have after the first (the job's minimum); the first waits for WORLD_SIZE.
-ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
-#: A directory where the live launcher looks for ``<pid>``: this worker formed a round (it uses ``Live``).
-ENV_MARK = "TRAINGUARD_LIVE_MARK"
-#: ``1``: each step of forming a round is printed to stderr with the time (what a stalled round waited for).
-ENV_TRACE = "TRAINGUARD_LIVE_TRACE"
-#: The pod's agent's file of worker events (``trainguard.workerevents``), where each formation is told.
-ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
 #: A member that fails this many formations in a row, with no step completed between, gives up (raises).
 MAX_FAILED_FORMATIONS = 3
 STORE_TIMEOUT = timedelta(seconds=60)
@@ -93,31 +79,6 @@ class _WarmupStepped(RuntimeError):
 class LiveError(RuntimeError):
     """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
     function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
-
-
-@dataclass(frozen=True)
-class Formation:
-    """One re-formation as this process lived it."""
-
-    round: int
-    rank: int
-    world_size: int
-    #: The step every member agreed on (the survivors' current step).
-    step: int
-    #: Where this process's state came from: ``live`` (it kept its own), ``peer`` (received from the member
-    #: named ``source``), or what ``restore`` said (``memory``, ``disk``), or ``fresh`` (nobody held one).
-    origin: str
-    source: str | None
-    #: Seconds from the failure (or the start) to the state in place, and its parts.
-    seconds: float
-    transfer_seconds: float
-    bytes: int
-    #: What ended the previous round, as the exception's type and first line; None for the first.
-    cause: str | None
-    at: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Live:
@@ -152,10 +113,12 @@ class Live:
                     "load_state_dict(); pass the model, optimizer or sampler itself"
                 )
         self.state = state
-        self.member = f"{socket.gethostname()}:{os.getpid()}"
-        self.size = size if size is not None else env_int("WORLD_SIZE", 1)
-        self.minimum = minimum if minimum is not None else env_int(ENV_MINIMUM, 1)
-        self.timeout = timeout if timeout is not None else float(os.environ.get(ENV_TIMEOUT) or 60.0)
+        self.member = contract.member_id()
+        self.size = size if size is not None else env_int(contract.WORLD_SIZE, 1)
+        self.minimum = minimum if minimum is not None else env_int(contract.ENV_LIVE_MINIMUM, 1)
+        self.timeout = (
+            timeout if timeout is not None else float(os.environ.get(contract.ENV_LIVE_TIMEOUT) or 60.0)
+        )
         self.stale_after = stale_after
         self.join_timeout = join_timeout
         self.poll = poll
@@ -167,9 +130,10 @@ class Live:
         self.warmup_seconds: float | None = None
         self.prefix = (
             prefix
-            or os.environ.get(ENV_PREFIX)
-            or (f"trainguard/live/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/")
+            or os.environ.get(contract.ENV_LIVE_PREFIX)
+            or contract.live_prefix(os.environ.get(contract.TORCHELASTIC_RUN_ID, "job"))
         )
+        self.keys = LiveKeys(self.prefix)
         self.rank = 0
         self.world_size = 0
         #: Steps completed (by the agreement of the last formation and ``steps`` since).
@@ -269,7 +233,7 @@ class Live:
             return
         self._stop.set()
         with contextlib.suppress(Exception):
-            self._client.set(self._key(f"gone/{self.member}"), "1")
+            self._client.set(self.keys.gone(self.member), "1")
         self._leave_group()
 
     def _warm_up(self) -> None:
@@ -358,40 +322,32 @@ class Live:
         self._join_pending.clear()
         self._broken.clear()
         self._tell_agent(self.formations[-1])
-        mark = os.environ.get(ENV_MARK)
+        mark = os.environ.get(contract.ENV_LIVE_MARK)
         if mark and len(self.formations) == 1:
             with contextlib.suppress(OSError):
                 (Path(mark) / str(os.getpid())).touch()
 
     def _tell_agent(self, formation: Formation) -> None:
-        """One ``reformed`` line for the pod's agent (``trainguard.workerevents``): the job's history records
+        """One ``reformed`` line for the pod's agent (``trainguard.pod.workerevents``): the job's history records
         each round. A write that fails is dropped (training must not fail for it)."""
-        path = os.environ.get(ENV_WORKER_EVENTS)
+        path = os.environ.get(contract.ENV_WORKER_EVENTS)
         if not path:
             return
-        line = json.dumps(
-            {"event": "reformed", "time": time.time(), "pid": os.getpid(), **formation.as_dict()}
-        )
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (line + "\n").encode())
-            finally:
-                os.close(fd)
+        workerevents.append(path, workerevents.REFORMED, pid=os.getpid(), **formation.as_dict())
 
     def _join(self, n: int, held: int) -> Formed | None:
         """Arrives in round ``n`` and waits for it to close: the round if this process is in it, None if it
         closed without it (it arrived too late: the next round then)."""
         client = self._client
-        index = int(client.add(self._key(f"r{n}/arrivals"), 1)) - 1
-        client.set(self._key(f"r{n}/m{index}"), json.dumps({"member": self.member, "step": held}))
+        index = int(client.add(self.keys.arrivals(n), 1)) - 1
+        client.set(self.keys.arrival(n, index), json.dumps({"member": self.member, "step": held}))
         previous = self._members_of(n - 1)
         minimum = self.size if n == 1 else self.minimum
         staleness = Staleness(self.stale_after)
         lateness = Lateness(self.timeout)
         arrived_at = time.monotonic()
         deadline = arrived_at + self.join_timeout
-        closed = self._key(f"r{n}/closed")
+        closed = self.keys.closed(n)
         while True:
             if client.check([closed]):
                 formed = Formed.loads(client.get(closed))
@@ -406,13 +362,13 @@ class Live:
                 for m in _rounds.awaited(previous, arrivals, set())
                 if late
                 or _ended_here(m)
-                or client.check([self._key(f"gone/{m}")])
+                or client.check([self.keys.gone(m)])
                 or staleness.stale(m, self._beat(m), now)
             }
             decided = _rounds.close(n, previous, arrivals, absent, minimum)
             if decided is not None:
                 formed = Formed.loads(client.compare_set(closed, "", decided.dumps()))
-                client.set(self._key("latest"), str(formed.round))
+                client.set(self.keys.latest(), str(formed.round))
                 return formed if self.member in formed.members else None
             if now > deadline:
                 raise LiveError(
@@ -428,10 +384,10 @@ class Live:
     def _read_arrivals(self, client: Any, n: int) -> tuple[list[Arrival], bool]:
         """Round ``n``'s arrivals written so far (with ``client``: each thread has its own), and whether an
         arrival is counted but not written yet (whose it is cannot be known)."""
-        count = int(client.add(self._key(f"r{n}/arrivals"), 0))
+        count = int(client.add(self.keys.arrivals(n), 0))
         found = []
         for i in range(count):
-            key = self._key(f"r{n}/m{i}")
+            key = self.keys.arrival(n, i)
             if client.check([key]):
                 raw = json.loads(client.get(key))
                 found.append(Arrival(str(raw["member"]), int(raw["step"])))
@@ -440,15 +396,15 @@ class Live:
     def _members_of(self, n: int) -> tuple[str, ...]:
         if n < 1:
             return ()
-        key = self._key(f"r{n}/closed")
+        key = self.keys.closed(n)
         return Formed.loads(self._client.get(key)).members if self._client.check([key]) else ()
 
     def _latest(self) -> int:
-        key = self._key("latest")
+        key = self.keys.latest()
         return int(self._client.get(key)) if self._client.check([key]) else 0
 
     def _beat(self, member: str) -> int | None:
-        key = self._key(f"beat/{member}")
+        key = self.keys.beat(member)
         return int(self._client.add(key, 0)) if self._client.check([key]) else None
 
     def _make_group(self, formed: Formed) -> None:
@@ -459,7 +415,7 @@ class Live:
         dist.init_process_group(
             self.backend,
             store=dist.PrefixStore(  # type: ignore[attr-defined]
-                self._key(f"r{formed.round}/pg/"), self._client
+                self.keys.group(formed.round), self._client
             ),
             rank=self.rank,
             world_size=self.world_size,
@@ -502,7 +458,7 @@ class Live:
         before = _sockets.sockets()
         group = dist.ProcessGroupGloo(
             dist.PrefixStore(  # type: ignore[attr-defined]
-                self._key(f"r{formed.round}/xfer/"), self._client
+                self.keys.transfer(formed.round), self._client
             ),
             party.index(self.member),
             len(party),
@@ -510,19 +466,19 @@ class Live:
         )
         with self._lock:
             self._group_sockets.update(_sockets.opened_since(before))
-        body_key = self._key(f"r{formed.round}/skeleton")
+        body_key = self.keys.skeleton(formed.round)
         try:
             if self.member in senders:
                 body, tensors = _transfer.skeleton_of(self.state)
                 if self.member == senders[0]:
-                    self._client.set(self._key(f"r{formed.round}/step"), str(self.step))
+                    self._client.set(self.keys.step(formed.round), str(self.step))
                     self._client.set(body_key, body)
                 me = senders.index(self.member)
                 return origin_of_source, _transfer.send(group, tensors, len(senders), me)
             body = self._client.get(body_key)
             dicts, received = _transfer.receive(group, body, self._device(), len(senders))
             _transfer.load(self.state, dicts)
-            self.step = int(self._client.get(self._key(f"r{formed.round}/step")))
+            self.step = int(self._client.get(self.keys.step(formed.round)))
             return "peer", received
         except BaseException:
             self._graveyard.append(group)  # freed with the failed round's other groups (see ``run``)
@@ -538,12 +494,12 @@ class Live:
             with contextlib.suppress(Exception):
                 now = time.monotonic()
                 if now >= next_beat:
-                    self._watch.add(self._key(f"beat/{self.member}"), 1)
+                    self._watch.add(self.keys.beat(self.member), 1)
                     next_beat = now + beat_every
                 if (
                     self.round
                     and not self._broken.is_set()
-                    and self._watch.check([self._key(f"r{self.round + 1}/arrivals")])
+                    and self._watch.check([self.keys.arrivals(self.round + 1)])
                 ):
                     if self._only_newcomers(self.round + 1):
                         if not self._join_pending.is_set():
@@ -562,10 +518,10 @@ class Live:
         arrivals, unwritten = self._read_arrivals(watch, n)
         if unwritten or any(a.member in self._members for a in arrivals):
             return False
-        return not any(watch.check([self._key(f"gone/{m}")]) for m in self._members if m != self.member)
+        return not any(watch.check([self.keys.gone(m)]) for m in self._members if m != self.member)
 
     def _trace(self, what: str) -> None:
-        if os.environ.get(ENV_TRACE) == "1":
+        if os.environ.get(contract.ENV_LIVE_TRACE) == "1":
             print(f"[trainguard live {time.time():.3f} {self.member}] {what}", file=sys.stderr, flush=True)
 
     def _abort(self) -> None:
@@ -585,9 +541,6 @@ class Live:
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    def _key(self, name: str) -> str:
-        return self.prefix + name
-
     def _connect(self) -> Any:
         from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
@@ -596,7 +549,7 @@ class Live:
             return TCPStore(host, int(port), is_master=False, timeout=STORE_TIMEOUT)
         except (RuntimeError, ValueError) as error:
             raise LiveError(
-                f"live mode: cannot reach the store at {self._address} ({error}); set {ENV_STORE}=host:port"
+                f"live mode: cannot reach the store at {self._address} ({error}); set {contract.ENV_LIVE_STORE}=host:port"
             ) from error
 
     def _hook_optimizers(self) -> None:
@@ -631,7 +584,7 @@ class Live:
 def _ended_here(member: str) -> bool:
     """A member on this host (the same host name and so the same processes: the local runtime's pods) whose
     process is gone: absent at once, with no wait for its beats to go stale."""
-    host, _, pid = member.rpartition(":")
+    host, pid = contract.member_host_pid(member)
     return host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
 
 
@@ -644,13 +597,14 @@ def _cause(error: BaseException) -> str:
 
 
 def _default_store() -> str:
-    for name in (ENV_STORE, ENV_RDZV_ENDPOINT):
+    for name in (contract.ENV_LIVE_STORE, contract.ENV_RDZV_ENDPOINT):
         value = os.environ.get(name, "").strip()
         if value:
             return value
-    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-        return f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    address, port = os.environ.get(contract.MASTER_ADDR), os.environ.get(contract.MASTER_PORT)
+    if address and port:
+        return f"{address}:{port}"
     raise LiveError(
-        f"live mode: no store to form rounds on; set {ENV_STORE}=host:port (trainguard sets "
-        f"{ENV_RDZV_ENDPOINT} for its jobs)"
+        f"live mode: no store to form rounds on; set {contract.ENV_LIVE_STORE}=host:port (trainguard sets "
+        f"{contract.ENV_RDZV_ENDPOINT} for its jobs)"
     )

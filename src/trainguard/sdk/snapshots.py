@@ -60,13 +60,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainguard.pod import contract
 from trainguard.sdk import _shm
-from trainguard.sdk._buddy import ENV_HOST as ENV_HOST
 from trainguard.sdk._buddy import Receiver, Sender, pair
-from trainguard.sdk._disk import FALLBACK_DISK_EVERY as FALLBACK_DISK_EVERY
 from trainguard.sdk._disk import HEADROOM, SKIPPED, DiskTier
 from trainguard.sdk._dist import distributed
-from trainguard.sdk._gpusnapshots import DECIDE_AFTER as DECIDE_AFTER
 from trainguard.sdk._gpusnapshots import GpuSnapshots
 from trainguard.sdk._inplace import InPlace, storage_of
 from trainguard.sdk._live import LiveRegion
@@ -76,12 +74,10 @@ from trainguard.sdk._world import current_world
 
 log = logging.getLogger("trainguard.snapshots")
 
-ENV_DIRECTORY = "TRAINGUARD_SNAPSHOT_DIR"
 #: Every this many steps a writer removes the node's stale copies (``_shm.prune_stale``).
 PRUNE_EVERY = 5
 #: How long a stopping worker of a sharded state waits for its last snapshot to reach its buddy.
 FINAL_SEND_SECONDS = 10.0
-# This module's too, defined with their parts: SKIPPED HEADROOM FALLBACK_DISK_EVERY DECIDE_AFTER ENV_HOST.
 
 __all__ = [
     "BUDDY",
@@ -113,7 +109,11 @@ def run_identity(given: str | None = None) -> str:
     uid that trainguard's runtime sets (``$TRAININGJOB_UID``), else torchrun's ``--rdzv-id``
     (``$TORCHELASTIC_RUN_ID``). torchrun's default id, ``none``, is the same for every run, so it is refused
     rather than guessed with: a second run would take the first one's snapshots for its own."""
-    for candidate in (given, os.environ.get("TRAININGJOB_UID"), os.environ.get("TORCHELASTIC_RUN_ID")):
+    for candidate in (
+        given,
+        os.environ.get(contract.ENV_JOB_UID),
+        os.environ.get(contract.TORCHELASTIC_RUN_ID),
+    ):
         value = (candidate or "").strip()
         if value and value != "none":
             return value
@@ -128,7 +128,7 @@ def run_identity(given: str | None = None) -> str:
 def default_directory(run: str | None = None) -> Path:
     """``$TRAINGUARD_SNAPSHOT_DIR`` (trainguard's runtime sets one per node), else a directory of the run in
     ``/dev/shm``."""
-    given = os.environ.get(ENV_DIRECTORY, "").strip()
+    given = os.environ.get(contract.ENV_SNAPSHOT_DIR, "").strip()
     if given:
         return Path(given)
     return Path("/dev/shm") / f"trainguard-snapshots-{os.getuid()}" / run_identity(run).replace("/", "_")
@@ -187,7 +187,7 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         world = current_world()
         self.rank, self.world_size = world.rank, world.world_size
-        pod = os.environ.get("TRAININGJOB_POD_NAME") or socket.gethostname()
+        pod = os.environ.get(contract.ENV_POD_NAME) or socket.gethostname()
         self.key = f"{pod}-{world.local_rank}".replace("/", "_")
         self._writer = _shm.SlotWriter(self.directory / f"own-{self.key}")
         threads = max(1, _torch_threads())

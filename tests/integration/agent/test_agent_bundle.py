@@ -74,7 +74,7 @@ for absent in ("pydantic", "psutil", "yaml", "torch"):
         pass
     else:
         raise SystemExit("importable without site-packages: " + absent)
-import trainguard, trainguard.agent, trainguard.agent.__main__, trainguard.torchrun, trainguard.rendezvous_store
+import trainguard, trainguard.agent, trainguard.agent.__main__, trainguard.pod.torchrun, trainguard.pod.rendezvous_store
 import trainguard.sdk.heartbeat, trainguard.sdk.checkpoint, trainguard.sdk.sampler, trainguard.sdk.elasticity
 assert callable(trainguard.heartbeat)
 assert trainguard.__file__.startswith(sys.path[0]), trainguard.__file__

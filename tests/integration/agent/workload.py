@@ -118,9 +118,9 @@ def tree(args: argparse.Namespace) -> None:
 
 def worker_restarts(args: argparse.Namespace) -> None:
     """Write down ``--count`` restarts of failed workers as trainguard's torchrun does, then exit 0."""
-    from trainguard import workerevents
+    from trainguard.pod import contract, workerevents
 
-    path = os.environ[workerevents.ENV_WORKER_EVENTS]
+    path = os.environ[contract.ENV_WORKER_EVENTS]
     for number in range(args.count):
         failed = workerevents.failure(rank=number, local_rank=0, pid=10_000 + number, exitcode=-9)
         workerevents.append(
@@ -137,9 +137,9 @@ def worker_restarts(args: argparse.Namespace) -> None:
 def live_rounds(args: argparse.Namespace) -> None:
     """As two live workers of one pod (``trainguard.Live``): each writes down rounds 1 and 2 (rank 1 first),
     then a third worker ends before it formed any round (as the live launcher writes it); then exit 0."""
-    from trainguard import workerevents
+    from trainguard.pod import contract, workerevents
 
-    path = os.environ[workerevents.ENV_WORKER_EVENTS]
+    path = os.environ[contract.ENV_WORKER_EVENTS]
     for number in (1, 2):
         for rank in (1, 0):
             workerevents.append(
@@ -166,9 +166,9 @@ def live_rounds(args: argparse.Namespace) -> None:
 def forming(args: argparse.Namespace) -> None:
     """As torchrun between two rounds: silent and idle for ``--idle`` s (said to be forming with
     ``--say``), then steps with heartbeats for a second, then exit 0."""
-    from trainguard import workerevents
+    from trainguard.pod import contract, workerevents
 
-    path = os.environ[workerevents.ENV_WORKER_EVENTS]
+    path = os.environ[contract.ENV_WORKER_EVENTS]
     if args.say:
         workerevents.append(path, workerevents.FORMING)
     time.sleep(args.idle)

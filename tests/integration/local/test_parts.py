@@ -136,7 +136,7 @@ def test_agent_reports_fold_into_exit_hangs_and_progress(tmp_path: Path) -> None
     path = tmp_path / "report.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + '\n{"event": "trunc')
     report = parse(path)
-    summary = report.summary  # as the agent folds it (``trainguard.agent.summary``)
+    summary = report.summary  # as the agent folds it (``trainguard.pod.summary``)
     assert (report.started_at, report.child_pid, summary["lastProgressAt"]) == (10.0, 101, 11.0)
     assert (summary["hangs"], summary["inPlaceRestarts"], summary["attempt"]) == (1, 1, 2)
     assert (report.exited, report.exit_code, report.signal, report.reason) == (True, 137, 9, "OOMKilled")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainguard.agent.config import AgentConfig, parse_signals
-from trainguard.hangsignal import HangSignal
+from trainguard.pod.hangsignal import HangSignal
 
 
 def test_defaults_only_supervise() -> None:

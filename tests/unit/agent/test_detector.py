@@ -17,7 +17,7 @@ from trainguard.agent.detector import (
     HeartbeatSample,
     Observation,
 )
-from trainguard.hangsignal import HangSignal
+from trainguard.pod.hangsignal import HangSignal
 
 TIMEOUT = 10.0
 HEARTBEAT, LOG, CPU = HangSignal.HEARTBEAT, HangSignal.LOG, HangSignal.CPU

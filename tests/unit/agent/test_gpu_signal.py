@@ -17,7 +17,7 @@ from trainguard.agent.detector import (
     gpu_activity,
 )
 from trainguard.agent.gpu import GpuSample
-from trainguard.hangsignal import HangSignal
+from trainguard.pod.hangsignal import HangSignal
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "gpu_hang_signal-h200.json").read_text())
 TIMEOUT = 2.0

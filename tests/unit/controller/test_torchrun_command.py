@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from trainguard.api import TrainingJob
 from trainguard.controller import torchrun_command as launch
+from trainguard.pod import contract
 
 ENDPOINT = "127.0.0.1:29999"
 OURS = [
@@ -160,7 +161,7 @@ def test_every_pod_gets_the_shared_store_fix_and_torchruns_defaults() -> None:
         "PET_NNODES": "1:5",
         "PET_NPROC_PER_NODE": "1",
         "PET_MAX_RESTARTS": str(launch.DEFAULT_MAX_RESTARTS),
-        launch.RDZV_POLL_ENV: "0.1",
+        contract.ENV_RDZV_POLL_SECONDS: "0.1",
     }
 
 

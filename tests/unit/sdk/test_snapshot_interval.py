@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from trainguard.sdk._devicecopy import DIRECT, STAGED, DeviceCopy
+from trainguard.sdk._gpusnapshots import DECIDE_AFTER
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import DECIDE_AFTER, Snapshots
+from trainguard.sdk.snapshots import Snapshots
 
 pytest.importorskip("torch")
 

@@ -19,6 +19,7 @@ from trainguard.sdk import _shm
 from trainguard.sdk import snapshots as snapshots_module
 from trainguard.sdk._buddy import Receiver as _Receiver
 from trainguard.sdk._buddy import send as _send
+from trainguard.sdk._disk import FALLBACK_DISK_EVERY
 from trainguard.sdk.checkpoint import Checkpointer
 from trainguard.sdk.snapshots import DISK, MEMORY, SKIPPED, Snapshots
 
@@ -596,10 +597,10 @@ def test_once_memory_is_refused_without_persist_every_the_disk_gets_every_hundre
     monkeypatch.setattr(_shm, "bytes_free", lambda directory: 1000)
     snapshots = Snapshots(checkpointer, directory=tmp_path / "shm")
     returned = {}
-    for step in range(1, 2 * snapshots_module.FALLBACK_DISK_EVERY + 2):
+    for step in range(1, 2 * FALLBACK_DISK_EVERY + 2):
         returned[step] = snapshots.save(_w(step), step)
         checkpointer.wait()  # no write in flight at the next step
-    assert snapshots_module.FALLBACK_DISK_EVERY == 100
+    assert FALLBACK_DISK_EVERY == 100
     assert [step for step, where in returned.items() if where == DISK] == [1, 100, 200]  # 1: the refused one
     assert [step for step, _ in checkpointer.checkpoints()] == [1, 100, 200]
     assert set(returned.values()) == {DISK, SKIPPED}

@@ -6,7 +6,7 @@ shows, and the agent has no API access of its own. So each agent POSTs a summary
 audience ``AUDIENCE``. The operator asks the API server who that is (a TokenReview): a token bound to a pod
 names the pod (``authentication.kubernetes.io/pod-name`` and ``pod-uid``), so an agent can only speak for its
 own pod, whatever its service account, and no pod gets any right on the API. The summary, checked and
-cut to what the controller reads (``trainguard.agent.summary.parse``), goes into the pod's annotation
+cut to what the controller reads (``trainguard.pod.summary.parse``), goes into the pod's annotation
 ``trainguard.io/agent-report`` (a patch with the pod's uid as precondition); the pod watch brings it to the
 reconcile like any change of the pod. Any replica of the operator may take the POST: the annotation is where
 the leader finds it.
@@ -27,11 +27,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from trainguard.agent import summary as summaries
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.observe import is_ours
+from trainguard.pod import summary as summaries
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainguard.backends.k8s.manifests import ENV_ROLE_SIZES, LABEL_INDEX, LABEL_JOB, LABEL_ROLE
+from trainguard.backends.k8s.manifests import LABEL_INDEX, LABEL_JOB, LABEL_ROLE
 from trainguard.backends.k8s.observe import pod_ready
+from trainguard.pod import contract
 
 Obj = dict[str, Any]
 
 
-def parse_sizes(text: str, where: str = ENV_ROLE_SIZES) -> dict[str, int]:
+def parse_sizes(text: str, where: str = contract.ENV_ROLE_SIZES) -> dict[str, int]:
     """``launcher=1,trainer=3`` -> {"launcher": 1, "trainer": 3}; raises ValueError naming the fix."""
     sizes: dict[str, int] = {}
     for part in (item.strip() for item in text.split(",")):
@@ -114,4 +115,4 @@ def wait(
         sleep(interval)
 
 
-__all__ = ["ENV_ROLE_SIZES", "LABEL_JOB", "dns_name", "parse_sizes", "wait", "waiting_for"]
+__all__ = ["LABEL_JOB", "dns_name", "parse_sizes", "wait", "waiting_for"]

@@ -43,6 +43,7 @@ from trainguard.backends.k8s.services import service as service
 from trainguard.backends.k8s.services import service_name
 from trainguard.controller.agent_options import agent_options
 from trainguard.controller.backend import LaunchPod
+from trainguard.pod import contract
 
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
 #: The agent's summary of its pod (hangs, restarts in place, worker restarts), written by the operator's
@@ -51,7 +52,6 @@ ANNOTATION_AGENT_REPORT = "trainguard.io/agent-report"
 #: Shared memory of the pod for ``trainguard.Snapshots`` (an emptyDir in memory): it outlives the training
 #: process and its restarts inside the pod, not the pod; the peer's copy covers a pod or node lost.
 SNAPSHOT_DIR = "/trainguard-snapshots"
-ENV_SNAPSHOT_DIR = "TRAINGUARD_SNAPSHOT_DIR"
 #: A service-account token for the operator's audience, which the agent shows when it reports.
 REPORT_TOKEN_DIR = "/var/run/secrets/trainguard.io"
 REPORT_TOKEN_FILE = f"{REPORT_TOKEN_DIR}/token"
@@ -82,8 +82,6 @@ DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
 _INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
 #: The job's ssh Secret (``ssh.secret``), by the name backend.py calls it.
 ssh_secret = ssh.secret
-#: Where the barrier learns how many pods each role has now (``trainguard.backends.k8s.barrier``).
-ENV_ROLE_SIZES = "TRAINGUARD_ROLE_SIZES"
 
 
 @dataclass(frozen=True)
@@ -181,7 +179,9 @@ def _job_env_in_init_containers(spec: Obj, launch: LaunchPod) -> None:
     ours = [
         {"name": name, "value": value} for name, value in launch.spec.env if name.startswith("TRAININGJOB_")
     ]
-    ours.append({"name": ENV_ROLE_SIZES, "value": ",".join(f"{r}={n}" for r, n in launch.spec.role_sizes)})
+    ours.append(
+        {"name": contract.ENV_ROLE_SIZES, "value": ",".join(f"{r}={n}" for r, n in launch.spec.role_sizes)}
+    )
     for container in spec.get("initContainers") or []:
         container["env"] = [*ours, *(container.get("env") or [])]
 
@@ -238,7 +238,7 @@ def _mount_snapshots(spec: Obj, container: Obj) -> None:
     """A memory-backed emptyDir for the snapshots of ``trainguard.Snapshots``, named by
     ``TRAINGUARD_SNAPSHOT_DIR`` (unless the container names a directory of its own). Empty, it costs nothing;
     what the script keeps there counts towards the container's memory, as any memory it uses."""
-    if any(item.get("name") == ENV_SNAPSHOT_DIR for item in container.get("env") or []):
+    if any(item.get("name") == contract.ENV_SNAPSHOT_DIR for item in container.get("env") or []):
         return
     volume = "trainguard-snapshots"
     spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "emptyDir": {"medium": "Memory"}}]
@@ -246,7 +246,10 @@ def _mount_snapshots(spec: Obj, container: Obj) -> None:
         *(container.get("volumeMounts") or []),
         {"name": volume, "mountPath": SNAPSHOT_DIR},
     ]
-    container["env"] = [*(container.get("env") or []), {"name": ENV_SNAPSHOT_DIR, "value": SNAPSHOT_DIR}]
+    container["env"] = [
+        *(container.get("env") or []),
+        {"name": contract.ENV_SNAPSHOT_DIR, "value": SNAPSHOT_DIR},
+    ]
 
 
 def _mount_report_token(spec: Obj, container: Obj) -> None:

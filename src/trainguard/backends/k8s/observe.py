@@ -15,7 +15,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-from trainguard.agent import summary as summaries
 from trainguard.backends.k8s.manifests import (
     ANNOTATION_AGENT_REPORT,
     ANNOTATION_IN_PLACE,
@@ -26,6 +25,8 @@ from trainguard.backends.k8s.manifests import (
     PROBE_CONTAINER,
 )
 from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
+from trainguard.pod import contract
+from trainguard.pod import summary as summaries
 
 Obj = dict[str, Any]
 
@@ -143,7 +144,11 @@ def _reason(status: Obj, terminated: Obj | None) -> str | None:
 def _agent_gave_up_on_a_hang(message: object) -> bool:
     """The agent's final report, in the termination message, says it gave up on a hang (reason Hang)."""
     report = _json_message(message)
-    return report is not None and report.get("event") == "gave-up" and report.get("reason") == "Hang"
+    return (
+        report is not None
+        and report.get("event") == contract.REPORT_GAVE_UP
+        and report.get("reason") == contract.REASON_HANG
+    )
 
 
 def _json_message(message: object) -> dict[str, Any] | None:

@@ -3,7 +3,7 @@ keeps them while the job's pods may run).
 
 A PyTorch job's pods run torchrun's elastic agent in one c10d rendezvous at
 ``<job>-rdzv.<namespace>.svc:29400`` (``trainguard.backends.k8s.services``): a Service in front of the pod
-``<job>-rendezvous``, which serves only the store (``trainguard.rendezvous_store``). Every agent is a client of
+``<job>-rendezvous``, which serves only the store (``trainguard.pod.rendezvous_store``). Every agent is a client of
 it (``is_host=false``), so losing any worker pod never loses the rendezvous.
 """
 
@@ -26,7 +26,7 @@ from trainguard.backends.k8s.metadata import (
 from trainguard.backends.k8s.services import RENDEZVOUS_PORT, rendezvous_endpoint, rendezvous_service_name
 from trainguard.controller import torchrun_command
 
-RENDEZVOUS_MODULE = "trainguard.rendezvous_store"
+RENDEZVOUS_MODULE = "trainguard.pod.rendezvous_store"
 #: What the store's pod takes from the first torchrun role's pod template: where it may run and pull from.
 _PLACEMENT_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName")
 

@@ -45,7 +45,7 @@ import psutil
 
 from trainguard.api import TrainingJob
 from trainguard.backends.local import processes
-from trainguard.backends.local.home import Home
+from trainguard.backends.local.home import ENV_HOME, Home
 from trainguard.backends.local.nudge import workers
 from trainguard.backends.local.podenv import LOOPBACK
 from trainguard.backends.local.records import PodState
@@ -110,7 +110,7 @@ class StoreHosts:
             "--roles",
             ",".join(torchrun_roles(job)),
         ]
-        env = {**self.base_env, STORE_ID_ENV: uid, "TRAINGUARD_HOME": str(self.home.root)}
+        env = {**self.base_env, STORE_ID_ENV: uid, ENV_HOME: str(self.home.root)}
         started = processes.start(argv, env, None, self._log(job.name))
         self._children[started.pid] = started.process
         self._write(job.name, StoreRecord(started.pid, started.create_time, port))

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainguard.agent import summary as summaries
+from trainguard.pod import summary as summaries
 
 
 @dataclass(frozen=True)
 class Report:
-    """A pod's report file, folded by the agent's own fold (``trainguard.agent.summary``), which the
+    """A pod's report file, folded by the agent's own fold (``trainguard.pod.summary``), which the
     operator's summaries come from too; the fields the runtime reads for itself, taken from it."""
 
     #: What the controller reads (``AgentReport.from_summary``).
@@ -36,15 +36,16 @@ class Report:
 
     @classmethod
     def of(cls, summary: dict[str, Any]) -> Report:
+        seen = summaries.read(summary)
         return cls(
             summary,
-            started=summary["attempt"] > 0,
-            started_at=summary["startedAt"],
-            child_pid=summary["pid"],
-            exited=summary["exited"],
-            exit_code=summary["exitCode"],
-            signal=summary["signal"],
-            reason=summary["reason"],
+            started=seen.attempt > 0,
+            started_at=seen.started_at,
+            child_pid=seen.pid,
+            exited=seen.exited,
+            exit_code=seen.exit_code,
+            signal=seen.signal,
+            reason=seen.reason,
         )
 
 

@@ -30,11 +30,10 @@ from trainguard.backends.local.records import EventRecord, JobRecord, NodeRecord
 from trainguard.backends.local.reports import Report, ReportReader
 from trainguard.backends.local.store import Conflict, Store
 from trainguard.controller.launchspec import LaunchSpec
+from trainguard.pod import contract
 
 #: Marks a pod's agent in its environment: "<job uid>/<pod>/<launch>".
 POD_ID_ENV = "TRAINGUARD_POD_ID"
-#: The node's shared memory for ``trainguard.Snapshots`` (the SDK's ``ENV_DIRECTORY``).
-ENV_SNAPSHOT_DIR = "TRAINGUARD_SNAPSHOT_DIR"
 #: Exit code of a pod whose process could not be started (bad workingDir, ...), as Kubernetes reports.
 START_ERROR_EXIT = 128
 #: Past the grace period the agent escalates to SIGKILL itself; we do too, a little later.
@@ -161,9 +160,9 @@ class Runtime:
         control.unlink(missing_ok=True)  # a request meant for an earlier launch
         extra = {
             POD_ID_ENV: pod_marker(record.uid, row),
-            "TRAINGUARD_REPORT_FILE": str(report),
-            "TRAINGUARD_NODE_NAME": row.node,
-            ENV_SNAPSHOT_DIR: str(self.home.snapshots_dir(record.uid, row.node)),
+            contract.ENV_REPORT_FILE: str(report),
+            contract.ENV_NODE_NAME: row.node,
+            contract.ENV_SNAPSHOT_DIR: str(self.home.snapshots_dir(record.uid, row.node)),
         }
         if job.spec.framework_type.value == "horovod":  # our ssh, and where trainers' host processes are
             extra.update(

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from trainguard.cli.errors import CliError
+from trainguard.pod import contract
 
 
 def register(subparsers: Any) -> None:
@@ -26,11 +27,11 @@ def register(subparsers: Any) -> None:
         help="the roles to wait for, comma-separated, e.g. trainer",
     )  # fmt: skip
     parser.add_argument(
-        "--name", default=os.environ.get("TRAININGJOB_NAME"), help="the job (default: $TRAININGJOB_NAME)"
+        "--name", default=os.environ.get(contract.ENV_JOB_NAME), help="the job (default: $TRAININGJOB_NAME)"
     )
     parser.add_argument(
         "--namespace",
-        default=os.environ.get("TRAININGJOB_NAMESPACE"),
+        default=os.environ.get(contract.ENV_JOB_NAMESPACE),
         help="the job's namespace (default: $TRAININGJOB_NAMESPACE)",
     )
     parser.add_argument(
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if not value or value.startswith("$("):
             raise CliError(
                 f"{flag}: no job given (got {value!r}); pass {flag}=..., or run in a pod of the job, whose "
-                "TRAININGJOB_NAME and TRAININGJOB_NAMESPACE the operator sets"
+                f"{contract.ENV_JOB_NAME} and {contract.ENV_JOB_NAMESPACE} the operator sets"
             )
     if args.timeout <= 0 or args.interval <= 0:
         raise CliError("--timeout and --interval take a positive number of seconds, e.g. --timeout 600")
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"the barrier needs the Kubernetes client ({error.name}): pip install 'trainguard[k8s]'"
         ) from None
-    sizes_text = os.environ.get(barrier.ENV_ROLE_SIZES, "")
+    sizes_text = os.environ.get(contract.ENV_ROLE_SIZES, "")
     try:
         sizes = barrier.parse_sizes(sizes_text) if sizes_text else None
     except ValueError as error:

@@ -20,8 +20,6 @@ from pathlib import Path
 
 #: The directory of the host files of a job's pods (the local runtime sets it for Horovod jobs).
 HOSTS_DIR_ENV = "TRAINGUARD_HOSTS_DIR"
-#: The pod a host process serves (set by the local runtime for every pod).
-POD_NAME_ENV = "TRAININGJOB_POD_NAME"
 
 
 def host_file(hosts_dir: Path, host: str) -> Path:

@@ -209,13 +209,14 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def main(name: str | None, hosts_dir: str | None) -> int:
-    from trainguard.backends.local.hosts import HOSTS_DIR_ENV, POD_NAME_ENV
+    from trainguard.backends.local.hosts import HOSTS_DIR_ENV
+    from trainguard.pod import contract
 
-    name = name or os.environ.get(POD_NAME_ENV)
+    name = name or os.environ.get(contract.ENV_POD_NAME)
     directory = hosts_dir or os.environ.get(HOSTS_DIR_ENV)
     if not name or not directory:
         print(
-            f"trainguard host: no pod name or hosts directory ({POD_NAME_ENV}, {HOSTS_DIR_ENV}); the local "
+            f"trainguard host: no pod name or hosts directory ({contract.ENV_POD_NAME}, {HOSTS_DIR_ENV}); the local "
             "runtime sets both for the pods of a Horovod job (frameworkType: horovod), or give --name and "
             "--hosts-dir",
             file=sys.stderr,

@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from trainguard.pod import contract
 
 #: Worker restarts (and live rounds) kept in a summary (the pod's annotation stays small; the controller has
 #: the older ones).
@@ -57,6 +60,98 @@ _RESTART_FIELDS = ("rank", "failed", "restartsLeft", "maxRestarts")
 _ROUND_INTEGERS = ("worldSize", "step", "rank")
 #: A live round's ``cause`` is cut to this many characters (the annotation stays small).
 CAUSE_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class RestartEntry:
+    """One of ``workerRestarts``: torchrun restarted failed workers inside the pod."""
+
+    at: float
+    exit_code: int
+    rank: int | None
+    failed: int
+    restarts_left: int | None
+    max_restarts: int | None
+
+
+@dataclass(frozen=True)
+class RoundEntry:
+    """One of ``liveRounds``: a round the pod's live workers formed."""
+
+    at: float
+    round: int
+    world_size: int | None
+    step: int | None
+    origin: str | None
+    rank: int | None
+    seconds: float | None
+    cause: str | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A summary as the backends and the controller read it (``read``): the JSON object's fields, typed."""
+
+    attempt: int
+    hangs: int
+    in_place_restarts: int
+    worker_restarts: tuple[RestartEntry, ...]
+    worker_restarts_from: int
+    live_rounds: tuple[RoundEntry, ...]
+    live_rounds_from: int
+    live_unused: bool
+    #: Kept for the local runtime only (absent from what the operator receives).
+    started_at: float | None = None
+    pid: int | None = None
+    last_progress_at: float | None = None
+    exited: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+
+
+def read(summary: Mapping[str, Any]) -> Summary:
+    """A summary (``new``, ``summarize`` or ``parse``'s) as typed fields; those a summary cut to ``WIRE``
+    lacks are None."""
+    return Summary(
+        attempt=summary["attempt"],
+        hangs=summary["hangs"],
+        in_place_restarts=summary["inPlaceRestarts"],
+        worker_restarts=tuple(
+            RestartEntry(
+                at=item["at"],
+                exit_code=item["exitCode"],
+                rank=item.get("rank"),
+                failed=item.get("failed") or 1,
+                restarts_left=item.get("restartsLeft"),
+                max_restarts=item.get("maxRestarts"),
+            )
+            for item in summary["workerRestarts"]
+        ),
+        worker_restarts_from=summary["workerRestartsFrom"],
+        live_rounds=tuple(
+            RoundEntry(
+                at=item["at"],
+                round=item["round"],
+                world_size=item.get("worldSize"),
+                step=item.get("step"),
+                origin=item.get("origin"),
+                rank=item.get("rank"),
+                seconds=item.get("seconds"),
+                cause=item.get("cause"),
+            )
+            for item in summary.get("liveRounds", ())
+        ),
+        live_rounds_from=summary.get("liveRoundsFrom", 0),
+        live_unused=summary.get("liveUnused", False),
+        started_at=summary.get("startedAt"),
+        pid=summary.get("pid"),
+        last_progress_at=summary.get("lastProgressAt"),
+        exited=summary.get("exited", False),
+        exit_code=summary.get("exitCode"),
+        signal=summary.get("signal"),
+        reason=summary.get("reason"),
+    )
 
 
 def new() -> dict[str, Any]:
@@ -92,24 +187,24 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
     """Add one report event to ``summary``; True when its ``WIRE`` part changed."""
     event = record.get("event")
     at = _number(record.get("time"))
-    if event == "started":
+    if event == contract.REPORT_STARTED:
         summary["attempt"] = _integer(record.get("attempt")) or summary["attempt"] + 1
         if summary["startedAt"] is None:
             summary["startedAt"] = at
         summary["pid"] = _integer(record.get("pid")) or summary["pid"]
         return True
-    if event == "progress":
+    if event == contract.REPORT_PROGRESS:
         if at is not None:
             summary["lastProgressAt"] = at
         return False
-    if event == "hang":
+    if event == contract.REPORT_HANG:
         summary["hangs"] += 1
         return True
-    if event == "restart-in-place":
+    if event == contract.REPORT_RESTART_IN_PLACE:
         summary["inPlaceRestarts"] += 1
         summary["pid"] = _integer(record.get("pid")) or summary["pid"]
         return True
-    if event == "workers-restarted":
+    if event == contract.REPORT_WORKERS_RESTARTED:
         restart = _worker_restart(record)
         if restart is None:
             return False
@@ -118,13 +213,13 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         summary["workerRestarts"] = kept[dropped:]
         summary["workerRestartsFrom"] += dropped
         return True
-    if event == "live-reformed":
+    if event == contract.REPORT_LIVE_REFORMED:
         return _fold_live_round(summary, record)
-    if event == "live-unused":
+    if event == contract.REPORT_LIVE_UNUSED:
         changed = not summary["liveUnused"]
         summary["liveUnused"] = True
         return changed
-    if event in ("exited", "gave-up"):
+    if event in (contract.REPORT_EXITED, contract.REPORT_GAVE_UP):
         reason = record.get("reason")
         summary.update(
             exited=True,
@@ -134,8 +229,8 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         )
         if record.get("oom") is True:
             summary["reason"] = "OOMKilled"
-        if event == "gave-up":
-            summary["reason"] = summary["reason"] or "Hang"
+        if event == contract.REPORT_GAVE_UP:
+            summary["reason"] = summary["reason"] or contract.REASON_HANG
     return False
 
 

@@ -1,4 +1,4 @@
-"""``python -m trainguard.torchrun [torchrun options] SCRIPT [ARGS]``: torchrun with warm worker restarts.
+"""``python -m trainguard.pod.torchrun [torchrun options] SCRIPT [ARGS]``: torchrun with warm worker restarts.
 
 The same elastic agent as ``torchrun`` (torch's own parser, rendezvous and restart logic), with one difference:
 workers are forked from a server process that imported torch once, instead of each being a fresh interpreter.
@@ -17,11 +17,11 @@ CPU saved each time); its command line is the agent's, its name ``tg-forkserver`
 trainguard starts plain torchrun for such commands, and for commands that choose ``--start-method``, ``--no-python`` or ``--run-path``.
 
 Under trainguard's agent (``TRAINGUARD_WORKER_EVENTS`` set) torch's agent also writes down for trainguard's
-(``trainguard.workerevents``) each restart of failed workers it carries out, so that the restart shows in the
+(``trainguard.pod.workerevents``) each restart of failed workers it carries out, so that the restart shows in the
 job's history although no pod ended, and when it re-forms the group, so that a round being formed is not
 taken for a hang.
 
-``python -m trainguard.torchrun --live ...`` runs a live job's workers instead (``trainguard.livelaunch``).
+``python -m trainguard.pod.torchrun --live ...`` runs a live job's workers instead (``trainguard.pod.livelaunch``).
 """
 
 from __future__ import annotations
@@ -41,13 +41,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing import util as multiprocessing_util
 from typing import Any, NoReturn
 
-from trainguard import workerevents
+from trainguard.pod import contract, workerevents
 
-ENV_PRELOAD = "TRAINGUARD_PRELOAD"
-#: How often the agent polls the rendezvous state while it waits (torch: every second). Set by trainguard from
-#: the job's size (``trainguard.controller.torchrun_command``), so that a small job re-forms in a fraction of a second and
-#: a large one does not flood the store.
-ENV_RDZV_POLL = "TRAINGUARD_RDZV_POLL_SECONDS"
 #: Imported once in the fork server: torch, what DDP and the elastic agent's worker wrapper load on first
 #: use (torch._dynamo alone is seconds), numpy, and the SDK.
 PRELOAD = (
@@ -162,7 +157,7 @@ def format_tracebacks_without_dynamo() -> int:
 
 
 def preload_modules(environ: dict[str, str] | os._Environ[str] = os.environ) -> list[str]:
-    extra = [name.strip() for name in environ.get(ENV_PRELOAD, "").split(",") if name.strip()]
+    extra = [name.strip() for name in environ.get(contract.ENV_PRELOAD, "").split(",") if name.strip()]
     return [*PRELOAD, *extra]
 
 
@@ -258,17 +253,17 @@ def _set_process_name(name: str) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["--live"]:  # a live job: the workers form their rounds themselves
-        from trainguard import livelaunch
+        from trainguard.pod import livelaunch
 
         sys.exit(livelaunch.main(arguments[1:]))
     start_fork_server(preload_modules())
     from torch.distributed import run as torchrun
 
     format_tracebacks_without_dynamo()
-    poll = os.environ.get(ENV_RDZV_POLL)
+    poll = os.environ.get(contract.ENV_RDZV_POLL_SECONDS)
     if poll:
         poll_rendezvous_every(float(poll))
-    events = os.environ.get(workerevents.ENV_WORKER_EVENTS)
+    events = os.environ.get(contract.ENV_WORKER_EVENTS)
     if events:
         report_worker_events(events)
     options = torchrun.parse_args(arguments)  # type: ignore[no-untyped-call]

@@ -1,4 +1,4 @@
-"""``python -m trainguard.rendezvous_store --port 29400``: the c10d rendezvous store of one PyTorch job.
+"""``python -m trainguard.pod.rendezvous_store --port 29400``: the c10d rendezvous store of one PyTorch job.
 
 On Kubernetes every torchrun agent of a job joins one c10d rendezvous as a client (``--rdzv-conf
 is_host=false``); the TCPStore that holds the rendezvous runs here, in a pod of its own behind the job's
@@ -20,7 +20,7 @@ TIMEOUT = timedelta(seconds=60)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainguard.rendezvous_store", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m trainguard.pod.rendezvous_store", description=__doc__)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (all interfaces)")
     args = parser.parse_args(argv)
     # Blocked before the store exists, so that a SIGTERM during torch's import or the start is not lost.

@@ -1,4 +1,4 @@
-"""``python -m trainguard.torchrun --live [torchrun options] SCRIPT [ARGS]``: a pod's workers in live mode.
+"""``python -m trainguard.pod.torchrun --live [torchrun options] SCRIPT [ARGS]``: a pod's workers in live mode.
 
 A job with the annotation ``trainguard.io/live: "true"`` runs its workers under this launcher instead of
 torchrun's elastic agent. torchrun's agent restarts every worker of every pod whenever any worker dies or the
@@ -9,13 +9,13 @@ rendezvous store), and this launcher only:
   first round's size: ``TRAINGUARD_LIVE_SIZE``, which trainguard sets from the job's replicas), the store
   (``--rdzv-endpoint``) and the job's key prefix (from ``--rdzv-id``);
 - when a worker ends with a failure, marks it gone in the store at once (no round waits for it), writes the
-  restart down for the agent (``trainguard.workerevents``: the history shows it), and starts that worker
+  restart down for the agent (``trainguard.pod.workerevents``: the history shows it), and starts that worker
   alone again while ``--max-restarts`` allows; the others are not touched. A worker that was not restarted
   ends the pod with its exit status;
 - on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends;
 - when a worker fails before it ever formed a round (its script does not use ``trainguard.Live``), writes
   ``live-unused`` down for the agent (the job gets a Warning event) and runs the pod as without live mode:
-  torchrun's elastic agent (``trainguard.torchrun``) in its place, with the same options.
+  torchrun's elastic agent (``trainguard.pod.torchrun``) in its place, with the same options.
 
 Standard library at import (it runs in users' images from the bundle); torch's argument parser and its
 store client are imported when it starts.
@@ -27,7 +27,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,15 +36,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from trainguard import workerevents
-
-ENV_SIZE = "TRAINGUARD_LIVE_SIZE"
-ENV_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
-ENV_STORE = "TRAINGUARD_LIVE_STORE"
-ENV_PREFIX = "TRAINGUARD_LIVE_PREFIX"
-#: Where a worker that formed a round leaves ``<pid>`` (``trainguard.Live`` does).
-ENV_MARK = "TRAINGUARD_LIVE_MARK"
-UNUSED = "live-unused"
+from trainguard.pod import contract, workerevents
 
 
 class NotLive(Exception):
@@ -56,29 +47,18 @@ class NotLive(Exception):
 POLL_SECONDS = 0.05
 
 
-def prefix_of(run_id: str) -> str:
-    """The job's keys in the store: one prefix per rendezvous id (the job's uid)."""
-    return f"trainguard/live/{run_id}/"
-
-
-#: A static world's variables (Kubeflow sets them in every pod): gone from a live worker's environment, so that
-#: a script that does not use ``trainguard.Live`` fails to start its group at once (and the launcher falls
-#: back to torchrun's agent) instead of training alone in a world of one.
-STATIC_WORLD = ("RANK", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
-
-
 def worker_env(
     base: dict[str, str], local_rank: int, nproc: int, endpoint: str, run_id: str, size: int, minimum: int
 ) -> dict[str, str]:
     return {
-        **{key: value for key, value in base.items() if key not in STATIC_WORLD},
-        "LOCAL_RANK": str(local_rank),
-        "LOCAL_WORLD_SIZE": str(nproc),
-        "WORLD_SIZE": str(size),
-        ENV_MINIMUM: str(minimum),
-        ENV_STORE: endpoint,
-        ENV_PREFIX: prefix_of(run_id),
-        "TORCHELASTIC_RUN_ID": run_id,
+        **{key: value for key, value in base.items() if key not in contract.STATIC_WORLD},
+        contract.LOCAL_RANK: str(local_rank),
+        contract.LOCAL_WORLD_SIZE: str(nproc),
+        contract.WORLD_SIZE: str(size),
+        contract.ENV_LIVE_MINIMUM: str(minimum),
+        contract.ENV_LIVE_STORE: endpoint,
+        contract.ENV_LIVE_PREFIX: contract.live_prefix(run_id),
+        contract.TORCHELASTIC_RUN_ID: run_id,
     }
 
 
@@ -91,10 +71,10 @@ class Launcher:
         self.endpoint = str(options.rdzv_endpoint)
         self.run_id = str(options.rdzv_id)
         low = int(str(options.nnodes).split(":")[0] or 1)
-        self.size = int(environ.get(ENV_SIZE) or low * self.nproc)
-        self.minimum = int(environ.get(ENV_MINIMUM) or max(low, 1) * self.nproc)
+        self.size = int(environ.get(contract.ENV_LIVE_SIZE) or low * self.nproc)
+        self.minimum = int(environ.get(contract.ENV_LIVE_MINIMUM) or max(low, 1) * self.nproc)
         self.environ = environ
-        self.events = environ.get(workerevents.ENV_WORKER_EVENTS)
+        self.events = environ.get(contract.ENV_WORKER_EVENTS)
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
         self.finished: set[int] = set()
         self._store: Any = None
@@ -112,19 +92,19 @@ class Launcher:
         env = worker_env(
             self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
         )
-        env[ENV_MARK] = str(self.marks)
+        env[contract.ENV_LIVE_MARK] = str(self.marks)
         self.workers[local_rank] = subprocess.Popen(self.command(), env=env)
 
     def gone(self, pid: int) -> None:
         """What no round must wait for: this pod's worker ``pid`` ended."""
-        member = f"{socket.gethostname()}:{pid}"
+        member = contract.member_id(pid)
         try:
             if self._store is None:
                 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
                 host, _, port = self.endpoint.rpartition(":")
                 self._store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
-            self._store.set(f"{prefix_of(self.run_id)}gone/{member}", "1")
+            self._store.set(contract.LiveKeys(contract.live_prefix(self.run_id)).gone(member), "1")
         except (RuntimeError, ValueError) as error:  # the others then wait until it is stale
             print(f"trainguard live: could not mark {member} gone: {error}", file=sys.stderr, flush=True)
 
@@ -152,8 +132,11 @@ class Launcher:
                     continue
                 if not self._stopping and not (self.marks / str(process.pid)).exists():
                     if self.events:
-                        workerevents.append(
-                            self.events, UNUSED, pid=process.pid, local_rank=local_rank, exit_code=code
+                        workerevents.live_unused(
+                            self.events,
+                            pid=process.pid,
+                            local_rank=local_rank,
+                            exit_code=code,
                         )
                     self.end(code)
                     raise NotLive(f"worker {local_rank} (pid {process.pid}) ended with {code} in no round")
@@ -205,4 +188,4 @@ def main(argv: Sequence[str]) -> int:
         )
     finally:
         shutil.rmtree(launcher.marks, ignore_errors=True)
-    os.execv(sys.executable, [sys.executable, "-m", "trainguard.torchrun", *argv])
+    os.execv(sys.executable, [sys.executable, "-m", "trainguard.pod.torchrun", *argv])

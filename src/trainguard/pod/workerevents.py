@@ -1,9 +1,9 @@
-"""What happens to the workers inside a pod: what ``trainguard.torchrun`` tells the agent that runs it.
+"""What happens to the workers inside a pod: what ``trainguard.pod.torchrun`` tells the agent that runs it.
 
 torchrun's elastic agent restarts its failed workers by itself (within ``--max-restarts``), inside the pod: no
 pod ends, so neither a runtime nor the operator would ever see it. And between two rounds no worker runs at
-all while the agents re-form the group, which must not look like a hang. ``trainguard.torchrun`` appends one
-JSON line per moment to the file named by ``TRAINGUARD_WORKER_EVENTS`` (the agent sets it, in the agent's own
+all while the agents re-form the group, which must not look like a hang. ``trainguard.pod.torchrun`` appends one
+JSON line per moment to the file named by ``TRAINGUARD_WORKER_EVENTS`` (``contract.ENV_WORKER_EVENTS``) (the agent sets it, in the agent's own
 directory for the command); the agent reads the new lines on every poll.
 
 Lines (each with ``event`` and ``time``, the wall clock):
@@ -18,11 +18,10 @@ Lines (each with ``event`` and ``time``, the wall clock):
 
 - ``reformed``: a live job's worker (``trainguard.Live``) formed a new round in the same process: ``round``,
   ``rank``, ``world_size``, the agreed ``step``, ``origin`` (``live``, ``peer``, ``fresh``, ``memory``,
-  ``disk``), ``source``, ``seconds``, ``transfer_seconds``, ``bytes``, ``cause``, ``at``, ``pid``. The SDK
-  writes it (it imports nothing of trainguard's, so the line's shape is kept in both places). The agent
-  reports it (``live-reformed``) and the controller records each round once in the job's history.
+  ``disk``), ``source``, ``seconds``, ``transfer_seconds``, ``bytes``, ``cause``, ``at`` (``Formation``), and
+  ``pid``. The SDK writes it. The agent reports it (``live-reformed``) and the controller records each round once in the job's history.
 - ``live-unused``: a live job's worker ended before it formed any round (its script does not use
-  ``trainguard.Live``): ``pid``, ``local_rank``, ``exit_code``. The live launcher (``trainguard.livelaunch``)
+  ``trainguard.Live``): ``pid``, ``local_rank``, ``exit_code``. The live launcher (``trainguard.pod.livelaunch``)
   writes it and runs the pod under torchrun's agent instead; the agent reports it (``live-unused``) and the
   job gets a Warning Event.
 
@@ -36,15 +35,54 @@ import json
 import os
 import signal
 import time
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
-#: The process name (``/proc/PID/comm``) of the fork server that ``trainguard.torchrun`` forks from itself: its
+#: The process name (``/proc/PID/comm``) of the fork server that ``trainguard.pod.torchrun`` forks from itself: its
 #: command line is torchrun's own, so the agent knows it by this name; its children are the workers.
 FORK_SERVER_NAME = "tg-forkserver"
 FORMING, STARTED, FAILED, REFORMED = "forming", "started", "failed", "reformed"
 LIVE_UNUSED = "live-unused"
 _READ = (FORMING, STARTED, FAILED, REFORMED, LIVE_UNUSED)
+
+
+@dataclass(frozen=True)
+class Formation:
+    """One re-formation as a live worker lived it: what ``trainguard.Live`` keeps in ``formations`` and writes
+    as a ``reformed`` line (with ``pid``), and what the agent reports of it (``LIVE_FIELDS``)."""
+
+    round: int
+    rank: int
+    world_size: int
+    #: The step every member agreed on (the survivors' current step).
+    step: int
+    #: Where this process's state came from: ``live`` (it kept its own), ``peer`` (received from the member
+    #: named ``source``), or what ``restore`` said (``memory``, ``disk``), or ``fresh`` (nobody held one).
+    origin: str
+    source: str | None
+    #: Seconds from the failure (or the start) to the state in place, and its parts.
+    seconds: float
+    transfer_seconds: float
+    bytes: int
+    #: What ended the previous round, as the exception's type and first line; None for the first.
+    cause: str | None
+    at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: What the agent reports of a live worker's lines, by event: the ``reformed`` line's record, and of a
+#: ``live-unused`` line (``live_unused``) the worker's local rank and exit code.
+LIVE_FIELDS = {
+    REFORMED: tuple(item.name for item in fields(Formation)),
+    LIVE_UNUSED: ("local_rank", "exit_code"),
+}
+
+
+def live_unused(path: str, pid: int, local_rank: int, exit_code: int) -> None:
+    """A live job's worker ended before it formed any round (its script does not use ``trainguard.Live``)."""
+    append(path, LIVE_UNUSED, pid=pid, local_rank=local_rank, exit_code=exit_code)
 
 
 def failure(rank: int, local_rank: int, pid: int, exitcode: int) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from trainguard.agent import summary as summaries
 from trainguard.agent.nudge import format_nudge, parse_nudge
 from trainguard.controller.backend import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
+from trainguard.pod import summary as summaries
 
 
 def _failure(rank: int, pid: int, exit_code: int | None) -> dict[str, Any]:

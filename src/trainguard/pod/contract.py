@@ -1,0 +1,208 @@
+"""What a pod and the control plane say to each other, each name spelled here once.
+
+The control plane (the controller's launch specs, the local runtime, the operator) sets environment variables
+and files for a pod; inside it the agent, the launchers (``trainguard.pod.torchrun``, ``trainguard.pod.livelaunch``)
+and the SDK read them and answer through the agent's report, the worker events and the job's rendezvous store.
+Both sides import their names from here: a name added or changed here is changed for all of them, and a typo is
+an ``AttributeError`` at import, not a variable nobody reads.
+
+What runs in users' images imports this module from the agent's bundle: standard library only, Python 3.8.
+The records that cross the wall have modules of their own beside this one: the worker events
+(``trainguard.pod.workerevents``) and the agent's summary of its pod (``trainguard.pod.summary``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+# ---- the pod's identity, set by the control plane for every pod (the first seven in CCE's words) ----------
+
+ENV_JOB_NAME = "TRAININGJOB_NAME"
+ENV_JOB_NAMESPACE = "TRAININGJOB_NAMESPACE"
+ENV_JOB_UID = "TRAININGJOB_UID"
+ENV_REPLICA_NAME = "TRAININGJOB_REPLICA_NAME"
+ENV_REPLICA_INDEX = "TRAININGJOB_REPLICA_INDEX"
+ENV_REPLICA_RESTART_COUNT = "TRAININGJOB_REPLICA_RESTARTCOUNT"
+ENV_POD_NAME = "TRAININGJOB_POD_NAME"
+#: The pod slot's incarnation (a replacement has the next).
+ENV_GENERATION = "TRAINGUARD_GENERATION"
+#: The node the pod runs on (the local runtime's virtual node; the downward API's ``spec.nodeName``).
+ENV_NODE_NAME = "TRAINGUARD_NODE_NAME"
+#: ``role=size,...``: the job's roles and their sizes, for CCE's job barrier.
+ENV_ROLE_SIZES = "TRAINGUARD_ROLE_SIZES"
+
+# ---- torch's and torchrun's own names, as trainguard sets or clears them ----------------------------------
+
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+WORLD_SIZE = "WORLD_SIZE"
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
+GROUP_RANK = "GROUP_RANK"
+ROLE_RANK = "ROLE_RANK"
+NODE_RANK = "NODE_RANK"
+TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
+TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+#: torchrun's options as environment variables (Kubeflow's ``PET_`` prefix: ``PET_NNODES`` is ``--nnodes``).
+PET_RDZV_BACKEND = "PET_RDZV_BACKEND"
+PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
+PET_RDZV_ID = "PET_RDZV_ID"
+PET_RDZV_CONF = "PET_RDZV_CONF"
+PET_NNODES = "PET_NNODES"
+PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
+#: ``1``: torchrun's agents do not share the rendezvous store with the workers (trainguard hosts it).
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: A static world's variables (Kubeflow sets them in every pod): gone from a live worker's environment, so that
+#: a script that does not use ``trainguard.Live`` fails to start its group at once (and the live launcher falls
+#: back to torchrun's agent) instead of training alone in a world of one.
+STATIC_WORLD = (RANK, GROUP_RANK, ROLE_RANK, MASTER_ADDR, MASTER_PORT, NODE_RANK)
+
+# ---- the agent: what the control plane tells it -----------------------------------------------------------
+
+ENV_HANG_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"
+ENV_HANG_MAX_CONSECUTIVE = "TRAINGUARD_HANG_MAX_CONSECUTIVE"
+ENV_HANG_SIGNALS = "TRAINGUARD_HANG_SIGNALS"
+ENV_HANG_GRACE = "TRAINGUARD_HANG_GRACE"
+#: The agent's report file (JSON lines; the local runtime folds it with ``trainguard.pod.summary``).
+ENV_REPORT_FILE = "TRAINGUARD_REPORT_FILE"
+ENV_TERMINATION_LOG = "TRAINGUARD_TERMINATION_LOG"
+#: Where the agent POSTs its summary to the operator, and the file of the token it shows.
+ENV_REPORT_URL = "TRAINGUARD_REPORT_URL"
+ENV_REPORT_TOKEN = "TRAINGUARD_REPORT_TOKEN"
+#: A file the control plane writes to end the pod with an exit code (CCE's job barrier, ``trainguard chaos``).
+ENV_CONTROL_FILE = "TRAINGUARD_CONTROL_FILE"
+#: ``<token> <unix time>``: a peer failed, restart the workers (the controller's ``NudgeSurvivors``).
+ENV_NUDGE_FILE = "TRAINGUARD_NUDGE_FILE"
+#: ``<token> <address>...``: a Horovod host was lost, shut the survivors' connections to it down.
+ENV_RELEASE_FILE = "TRAINGUARD_RELEASE_FILE"
+
+# ---- the agent: what it tells the command -----------------------------------------------------------------
+
+#: Where the SDK's ``heartbeat()`` writes, and which start of the command this is (1, 2, ...).
+ENV_HEARTBEAT_DIR = "TRAINGUARD_HEARTBEAT_DIR"
+ENV_ATTEMPT = "TRAINGUARD_ATTEMPT"
+#: The file the launchers and the SDK append worker events to (``trainguard.pod.workerevents``).
+ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
+
+# ---- the launchers ----------------------------------------------------------------------------------------
+
+#: ``host:port`` of the job's rendezvous store.
+ENV_RDZV_ENDPOINT = "TRAINGUARD_RDZV_ENDPOINT"
+#: How often a waiting torchrun agent polls the rendezvous, in seconds (set from the job's size).
+ENV_RDZV_POLL_SECONDS = "TRAINGUARD_RDZV_POLL_SECONDS"
+#: Modules ``trainguard.pod.torchrun``'s fork server imports once, for every worker (comma-separated).
+ENV_PRELOAD = "TRAINGUARD_PRELOAD"
+
+# ---- live mode (``trainguard.Live`` and its launcher) -----------------------------------------------------
+
+#: The first round's size (the job's replicas times the processes per pod), and the fewest members a later
+#: round may have (the job's minimum).
+ENV_LIVE_SIZE = "TRAINGUARD_LIVE_SIZE"
+ENV_LIVE_MINIMUM = "TRAINGUARD_LIVE_MINIMUM"
+#: ``host:port`` of the store rounds form on (default: the job's rendezvous store).
+ENV_LIVE_STORE = "TRAINGUARD_LIVE_STORE"
+#: The job's keys' prefix in that store (``live_prefix``).
+ENV_LIVE_PREFIX = "TRAINGUARD_LIVE_PREFIX"
+#: The bound of one collective, in seconds.
+ENV_LIVE_TIMEOUT = "TRAINGUARD_LIVE_TIMEOUT"
+#: A directory where the launcher looks for ``<pid>``: that worker formed a round (it uses ``Live``).
+ENV_LIVE_MARK = "TRAINGUARD_LIVE_MARK"
+#: ``1``: each step of forming a round is printed to stderr.
+ENV_LIVE_TRACE = "TRAINGUARD_LIVE_TRACE"
+#: How many connections a state transfer uses side by side.
+ENV_LIVE_STREAMS = "TRAINGUARD_LIVE_STREAMS"
+
+# ---- the SDK's state in the pod ---------------------------------------------------------------------------
+
+#: The pod's shared memory for ``trainguard.Snapshots`` (outlives the process, not the pod).
+ENV_SNAPSHOT_DIR = "TRAINGUARD_SNAPSHOT_DIR"
+#: The address peers reach this pod's snapshot server at.
+ENV_SNAPSHOT_HOST = "TRAINGUARD_SNAPSHOT_HOST"
+#: Where ``trainguard.elasticity`` keeps a worker's state between restarts.
+ENV_STATE_DIR = "TRAINGUARD_STATE_DIR"
+
+# ---- the agent's report: one JSON line per event (``trainguard.agent.report``), folded by ``trainguard.pod.summary``
+
+REPORT_STARTED = "started"
+REPORT_PROGRESS = "progress"
+REPORT_HANG = "hang"
+REPORT_RESTART_IN_PLACE = "restart-in-place"
+REPORT_WORKERS_RESTARTED = "workers-restarted"
+REPORT_LIVE_REFORMED = "live-reformed"
+REPORT_LIVE_UNUSED = "live-unused"
+REPORT_NUDGED = "nudged"
+REPORT_EXITED = "exited"
+#: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
+REPORT_GAVE_UP = "gave-up"
+REASON_HANG = "Hang"
+
+# ---- the live rounds' keys in the job's store -------------------------------------------------------------
+
+
+def live_prefix(run_id: str) -> str:
+    """The job's keys in the store: one prefix per rendezvous id (the job's uid)."""
+    return f"trainguard/live/{run_id}/"
+
+
+def member_id(pid: int | None = None, host: str | None = None) -> str:
+    """A live worker's name in its rounds: ``host:pid`` (default: this process)."""
+    return f"{host or socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+def member_host_pid(member: str) -> tuple[str, str]:
+    """A member's host and pid, as ``member_id`` wrote them."""
+    host, _, pid = member.rpartition(":")
+    return host, pid
+
+
+class LiveKeys:
+    """The keys of one job's live rounds, under its prefix."""
+
+    #: The round most recently closed.
+    LATEST = "latest"
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def gone(self, member: str) -> str:
+        """Set by a member's launcher (or the member itself) when its process has ended: no round waits for it."""
+        return f"{self.prefix}gone/{member}"
+
+    def beat(self, member: str) -> str:
+        """A counter the member's watchdog adds to while it lives."""
+        return f"{self.prefix}beat/{member}"
+
+    def latest(self) -> str:
+        return self.prefix + self.LATEST
+
+    def arrivals(self, round: int) -> str:
+        """The number of members that arrived in ``round``."""
+        return f"{self.prefix}r{round}/arrivals"
+
+    def arrival(self, round: int, index: int) -> str:
+        """The ``index``-th arrival in ``round``: its member and the step its state is at (JSON)."""
+        return f"{self.prefix}r{round}/m{index}"
+
+    def closed(self, round: int) -> str:
+        """The round's membership once it closed (JSON)."""
+        return f"{self.prefix}r{round}/closed"
+
+    def group(self, round: int) -> str:
+        """The prefix of the round's process group's keys."""
+        return f"{self.prefix}r{round}/pg/"
+
+    def transfer(self, round: int) -> str:
+        """The prefix of the round's state transfer's keys."""
+        return f"{self.prefix}r{round}/xfer/"
+
+    def skeleton(self, round: int) -> str:
+        """The state's layout, sent once per round to the newcomers."""
+        return f"{self.prefix}r{round}/skeleton"
+
+    def step(self, round: int) -> str:
+        """The step the round's state is at, set by its first sender."""
+        return f"{self.prefix}r{round}/step"
