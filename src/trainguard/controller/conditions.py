@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from trainguard.controller.agentless import agent_condition
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.phases import LEFT_OUT_PHASES, LIVE_PHASES, JobPhase, PodPhase
+from trainguard.controller.phases import ALIVE_PHASES, LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.status import Condition
 
 
@@ -20,14 +20,14 @@ def settle_phase(cycle: Cycle) -> None:
     being removed), else Pending, Creating or Running."""
     if cycle.phase.is_terminal or cycle.phase is JobPhase.SUSPENDED:
         return
-    # One walk over the live slots (thousands in a big job): those recovering, those not running yet, and
+    # One walk over the alive slots (thousands in a big job): those recovering, those not running yet, and
     # of these the ones a scale step started, and whether any is up (creating or running).
     active = up = False
     recovering: list[str] = []
     starting: list[str] = []
     scaling: list[str] = []
     for s in cycle.ordered_slots():
-        if s.phase not in LIVE_PHASES:
+        if s.phase not in ALIVE_PHASES:
             continue
         active = True
         if s.open_faults:

@@ -24,7 +24,7 @@ from trainguard.controller.backend import (
     TerminatePod,
 )
 from trainguard.controller.phases import (
-    LIVE_PHASES,
+    ALIVE_PHASES,
     JobPhase,
     PodPhase,
     check_job_transition,
@@ -160,11 +160,11 @@ class Cycle:
                 counts[slot.role] += 1
         return counts
 
-    def live(self) -> dict[str, int]:
+    def alive(self) -> dict[str, int]:
         """role -> pods that are up or coming up (not finished, failed or left out)."""
         counts = dict.fromkeys(self.job.spec.replica_specs, 0)
         for slot in self.slots.values():
-            if slot.phase in LIVE_PHASES:
+            if slot.phase in ALIVE_PHASES:
                 counts[slot.role] = counts.get(slot.role, 0) + 1
         return counts
 

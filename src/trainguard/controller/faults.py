@@ -16,7 +16,7 @@ from trainguard.api import RestartScope
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.phases import LAUNCHED_PHASES, LIVE_PHASES, PodPhase
+from trainguard.controller.phases import ALIVE_PHASES, LAUNCHED_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus
 from trainguard.policy import (
     apply_decision,
@@ -267,7 +267,7 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
     """Decide on a fault, update the counters, record it, and change the slots the decision touches."""
     slot = cycle.slot(fault.pod) if fault.pod is not None else None
     decision = decide(
-        cycle.job, cycle.state, fault, cycle.now, _live_besides(cycle, slot), cycle.slot_counts()
+        cycle.job, cycle.state, fault, cycle.now, _alive_besides(cycle, slot), cycle.slot_counts()
     )
     targets: list[PodStatus] = []
     if slot is not None and decision.action is Remedy.RESTART:
@@ -297,12 +297,12 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
     return decision
 
 
-def _live_besides(cycle: Cycle, slot: PodStatus | None) -> dict[str, int]:
+def _alive_besides(cycle: Cycle, slot: PodStatus | None) -> dict[str, int]:
     """role -> pods up or coming up, not counting the faulted one (what decide's minReplicas check needs)."""
-    live = cycle.live()
-    if slot is not None and slot.phase in LIVE_PHASES:
-        live[slot.role] -= 1
-    return live
+    alive = cycle.alive()
+    if slot is not None and slot.phase in ALIVE_PHASES:
+        alive[slot.role] -= 1
+    return alive
 
 
 def _scope(cycle: Cycle, slot: PodStatus, scope: RestartScope | None) -> list[PodStatus]:
@@ -313,7 +313,7 @@ def _scope(cycle: Cycle, slot: PodStatus, scope: RestartScope | None) -> list[Po
         candidates = list(cycle.ordered_slots())
     else:
         return [slot]
-    return [s for s in candidates if s.name == slot.name or s.phase in LIVE_PHASES]
+    return [s for s in candidates if s.name == slot.name or s.phase in ALIVE_PHASES]
 
 
 def _restart(cycle: Cycle, slot: PodStatus, decision: Decision, entry: int, *, faulted: bool) -> None:

@@ -5,7 +5,7 @@ Job::
     Pending ─► Creating ─► Running ⇄ Restarting | Scaling
        │           │          │
        └───────────┴──────────┴─► Succeeded | Failed | Timeout      (terminal: no way out)
-    any live phase ⇄ Suspended   (resuming goes back to Pending)
+    any alive phase ⇄ Suspended   (resuming goes back to Pending)
 
 A pod slot (one ``<job>-<role>-<index>``) lives through incarnations: each relaunch is a new generation of
 the same slot, so the pod keeps its name and index::
@@ -82,7 +82,7 @@ LEFT_OUT_PHASES = frozenset({PodPhase.SHRUNK, PodPhase.REMOVED})
 #: ``is_launched``, as a set (loops over thousands of pods test membership, which costs less than a call).
 LAUNCHED_PHASES = _UP
 #: Slots that are up or coming up: what a role has "alive" for minReplicas.
-LIVE_PHASES = frozenset({PodPhase.WAITING, *_UP})
+ALIVE_PHASES = frozenset({PodPhase.WAITING, *_UP})
 _DOWN = frozenset({PodPhase.WAITING, PodPhase.FAILED, PodPhase.SHRUNK, PodPhase.REMOVED})
 
 POD_TRANSITIONS: Mapping[PodPhase, frozenset[PodPhase]] = {

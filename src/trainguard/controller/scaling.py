@@ -13,7 +13,7 @@ from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ScaleRequest, UpdateDiscovery
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faults import CAPACITY_FAULTS
-from trainguard.controller.phases import LIVE_PHASES, PodPhase
+from trainguard.controller.phases import ALIVE_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus, ScaleOperation
 from trainguard.policy import PodRef, pods_to_add, record_grown, resolve_role, validate_scale
 from trainguard.policy.roles import is_leader
@@ -171,7 +171,7 @@ def grow_back(cycle: Cycle) -> None:
         room -= len(grown)
         names = [slot.name for slot in grown]
         reason = f"capacity returned: role {role} grows back by {len(names)} ({', '.join(names)})"
-        before = sum(1 for s in slots if s.phase in LIVE_PHASES and s.index not in waiting)
+        before = sum(1 for s in slots if s.phase in ALIVE_PHASES and s.index not in waiting)
         entry = HistoryEntry(
             at=cycle.now,
             kind=HistoryKind.GROW,

@@ -56,12 +56,12 @@ def decide(
     state: PolicyState,
     fault: Fault,
     now: float,
-    live: Mapping[str, int] | None = None,
+    alive: Mapping[str, int] | None = None,
     slots: Mapping[str, int] | None = None,
 ) -> Decision:
     """The decision for ``fault``.
 
-    ``live``: role -> pods of that role alive and healthy now, not counting the faulted pod; used for the
+    ``alive``: role -> pods of that role alive and healthy now, not counting the faulted pod; used for the
     minReplicas check of elastic roles (default: the role's slots that have not failed for good).
     ``slots``: role -> the role's pod slots now, shrunk ones included (a scaled role has more or fewer than
     its ``replicas``): a failPolicy is judged over them, as ``outcome`` judges the job (default: ``replicas``).
@@ -93,7 +93,7 @@ def decide(
         )
     hang = hang_handling(job)
     if fault.kind is FaultKind.HANG and hang is not None:
-        return _hang(job, state, fault, pod, hang, live, slots)
+        return _hang(job, state, fault, pod, hang, alive, slots)
     if fault.kind is FaultKind.START_TIMEOUT:
         chosen = Match(
             RULE_RESTART_TIME_LIMIT,
@@ -110,12 +110,12 @@ def decide(
             state.failed_pods,
             state.failed_roles,
             fault,
-            live,
+            alive,
             f"{what_happened(fault)}; {chosen.why}",
             chosen.rule,
             slots=slots,
         )
-    return _restart(job, state, fault, pod, spec, chosen, now, live, slots)
+    return _restart(job, state, fault, pod, spec, chosen, now, alive, slots)
 
 
 def _hang(
@@ -124,7 +124,7 @@ def _hang(
     fault: Fault,
     pod: PodRef,
     hang: HangPolicy,
-    live: Mapping[str, int] | None,
+    alive: Mapping[str, int] | None,
     slots: Mapping[str, int] | None,
 ) -> Decision:
     counters = state.pod(pod)
@@ -146,7 +146,7 @@ def _hang(
         state.failed_pods,
         state.failed_roles,
         fault,
-        live,
+        alive,
         f"{what_happened(fault)} again after {limit} hang restarts in a row (hang.maxConsecutive "
         f"{limit}); it fails with reason Hang",
         RULE_HANG,
@@ -163,7 +163,7 @@ def _restart(
     spec: ReplicaSpec,
     chosen: Match,
     now: float,
-    live: Mapping[str, int] | None,
+    alive: Mapping[str, int] | None,
     slots: Mapping[str, int] | None,
 ) -> Decision:
     counted = fault.kind is not FaultKind.POD_EVICTED
@@ -195,7 +195,7 @@ def _restart(
                 state.failed_pods,
                 state.failed_roles,
                 fault,
-                live,
+                alive,
                 f"{opening}, but {spent.words}",
                 chosen.rule,
                 spent.limit,
@@ -242,7 +242,7 @@ def decide_success(
     pod: PodRef,
     at: float,
     now: float,
-    live: Mapping[str, int] | None = None,
+    alive: Mapping[str, int] | None = None,
 ) -> Decision:
     """The decision for a pod that exited with code 0: done, or (restartPolicy Always) run again."""
-    return decide(job, state, Fault(FaultKind.EXITED, pod, at, exit_code=0), now, live)
+    return decide(job, state, Fault(FaultKind.EXITED, pod, at, exit_code=0), now, alive)

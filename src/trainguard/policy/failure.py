@@ -22,7 +22,7 @@ def fail_pod(
     failed_pods: frozenset[PodRef],
     failed_roles: Mapping[str, str],
     fault: Fault,
-    live: Mapping[str, int] | None,
+    alive: Mapping[str, int] | None,
     why: str,
     rule: str,
     limit: str | None = None,
@@ -42,7 +42,7 @@ def fail_pod(
     gone = f"{why}; {pod} has failed for good"
     role_why = role_failure(role, spec, failed, _of_role(job, role, slots))
     if role_why is None and spec.is_elastic:
-        remaining = _alive_after(job, role, spec, failed, live)
+        remaining = _alive_after(job, role, spec, failed, alive)
         if remaining >= spec.min_count:
             return decision(
                 Remedy.SHRINK,
@@ -67,10 +67,10 @@ def fail_pod(
 
 
 def _alive_after(
-    job: TrainingJob, role: str, spec: ReplicaSpec, failed: frozenset[PodRef], live: Mapping[str, int] | None
+    job: TrainingJob, role: str, spec: ReplicaSpec, failed: frozenset[PodRef], alive: Mapping[str, int] | None
 ) -> int:
-    """Pods of the role alive besides the failed one: from ``live`` when given, else slots not failed."""
-    count = _of_role(job, role, live)
+    """Pods of the role alive besides the failed one: from ``alive`` when given, else slots not failed."""
+    count = _of_role(job, role, alive)
     if count is not None:
         return max(count, 0)
     return spec.replicas - sum(1 for ref in failed if ref.role == role and ref.index < spec.replicas)

@@ -36,8 +36,8 @@ def what_if(
     """
     role, _ = resolve_role(job, pod.role)
     pod = PodRef(role, pod.index)
-    live = {name: spec.replicas for name, spec in job.spec.replica_specs.items()}
-    live[role] = max(live[role] - 1, 0) if pod.index < live[role] else live[role]
+    alive = {name: spec.replicas for name, spec in job.spec.replica_specs.items()}
+    alive[role] = max(alive[role] - 1, 0) if pod.index < alive[role] else alive[role]
     state = PolicyState(
         counted_restarts={role: (_NOW,) * restarts},
         role_restarts={role: restarts},
@@ -47,7 +47,7 @@ def what_if(
     )
     if kind is FaultKind.OOM_KILLED and exit_code is None:
         exit_code = 137
-    return decide(job, state, Fault(kind, pod, _NOW, exit_code=exit_code), _NOW, live)
+    return decide(job, state, Fault(kind, pod, _NOW, exit_code=exit_code), _NOW, alive)
 
 
 def rule_text(job: TrainingJob, decision: Decision) -> str:

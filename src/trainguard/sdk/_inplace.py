@@ -1,7 +1,7 @@
 """The optimizers' tensors in ``Snapshots``, a part of the class (mixed into it): the parameters and state that
 only an optimizer step changes (``_kept``). A copied snapshot copies them behind the step (the next optimizer
 step waits for that copy); ``in_place=True`` moves them, CPU tensors, into a file of shared memory
-(``_live.LiveRegion``) where they train, so that a snapshot copies only the rest of the state, into the region's
+(``_region.StateRegion``) where they train, so that a snapshot copies only the rest of the state, into the region's
 tail (``_try_in_place``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.sdk import _shm
 from trainguard.sdk._disk import HEADROOM
-from trainguard.sdk._live import LiveRegion
+from trainguard.sdk._region import StateRegion
 from trainguard.sdk._snapplan import MEMORY
 
 log = logging.getLogger("trainguard.snapshots")
@@ -33,7 +33,7 @@ class InPlace:
     _writer: _shm.SlotWriter
     _pool: ThreadPoolExecutor | None
     _optimizers: list[Any]
-    _live: LiveRegion | None  # with in_place=True
+    _region: StateRegion | None  # with in_place=True
     _warned_in_place: bool
     _changed: threading.Condition
     _latest: _shm.Slot | None
@@ -50,9 +50,9 @@ class InPlace:
         def _prune(self, step: int, *also: Path) -> None: ...
 
     def _try_in_place(self, state: Any, step: int) -> str | None:
-        """``save`` in the live region (what ``_save_in_place`` returns); None without ``in_place``, or when the
+        """``save`` in the state region (what ``_save_in_place`` returns); None without ``in_place``, or when the
         optimizers' tensors are not all CPU tensors (one warning): they are copied instead."""
-        kept = self._kept() if self._live is not None else []
+        kept = self._kept() if self._region is not None else []
         if kept and all(t.device.type == "cpu" and type(t).__name__ in ("Tensor", "Parameter") for t in kept):
             return self._save_in_place(state, step, kept)
         if kept and not self._warned_in_place:
@@ -65,25 +65,25 @@ class InPlace:
         return None
 
     def _save_in_place(self, state: Any, step: int, kept: list[Any]) -> str:
-        """``in_place``: the optimizers' tensors are in the live region already (moved there by the first
+        """``in_place``: the optimizers' tensors are in the state region already (moved there by the first
         save, or again when they change); only the rest of ``state`` is copied, into the region's tail."""
-        live = self._live
-        assert live is not None
-        plan = self._in_place_plan(state, {}) if live.holds(kept) else None
+        region = self._region
+        assert region is not None
+        plan = self._in_place_plan(state, {}) if region.holds(kept) else None
         if plan is None:  # the first save, the optimizers' tensors changed, or the rest outgrew the tail
             storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
             need = sum(_shm.aligned(size) for size in storages.values())
             rest = _shm.layout(state, lambda address: 0 if address in storages else None).size
             tail = rest + rest // 4 + (1 << 20)  # room for the rest to grow a little without another move
-            if (need + tail) * HEADROOM > _shm.bytes_free(self.directory) + live.size:
+            if (need + tail) * HEADROOM > _shm.bytes_free(self.directory) + region.size:
                 return self._refuse(state, step, need + tail)
-            plan = self._in_place_plan(state, live.rehome(kept, tail))
+            plan = self._in_place_plan(state, region.rehome(kept, tail))
             assert plan is not None
-        live.dirty()  # a second save of the same step (SIGTERM's) writes the tail again
+        region.dirty()  # a second save of the same step (SIGTERM's) writes the tail again
         meta = self._meta(step, plan.skeleton)
-        _shm.copy_into(live.base, plan.copies, self._pool)
-        body = _shm.meta_body(meta, live.size)
-        slot = live.commit(body, _shm.load_meta(body))
+        _shm.copy_into(region.base, plan.copies, self._pool)
+        body = _shm.meta_body(meta, region.size)
+        slot = region.commit(body, _shm.load_meta(body))
         with self._changed:
             self._latest = slot
             self._changed.notify_all()
@@ -91,31 +91,31 @@ class InPlace:
         # (skipped while the last one is still being written, as with copies: memory holds this step).
         if self.persist_every and step % self.persist_every == 0 and not self.checkpointer.writing:
             self.checkpointer.save_async(state, step)
-        self._prune(step, live.directory)
+        self._prune(step, region.directory)
         return MEMORY
 
     def _in_place_plan(self, state: Any, moved: dict[int, int]) -> _shm.Layout | None:
-        """Where ``state`` goes in the live region (None when its rest does not fit the tail): the kept
+        """Where ``state`` goes in the state region (None when its rest does not fit the tail): the kept
         storages where they are (``moved``: where those of a state taken before a move went), the rest copied
         into the tail."""
-        live = self._live
-        assert live is not None
+        region = self._region
+        assert region is not None
 
         def placed(address: int) -> int | None:
-            offset = live.offset_of(address)
+            offset = region.offset_of(address)
             return moved.get(address) if offset is None else offset
 
-        plan = _shm.layout(state, placed, live.kept_end)
-        return plan if plan.size <= live.size else None
+        plan = _shm.layout(state, placed, region.kept_end)
+        return plan if plan.size <= region.size else None
 
     def _before_step(self, *_: Any) -> None:
         """An optimizer's step pre-hook: the tensors it changes must be copied first (``_finish_copy``; for
-        GPU tensors the step waits on the GPU), and the live region holds no snapshot while they change."""
+        GPU tensors the step waits on the GPU), and the state region holds no snapshot while they change."""
         self._finish_copy()
         if self._device is not None:
             self._device.before_step(self._flight)
-        if self._live is not None:
-            self._live.dirty()
+        if self._region is not None:
+            self._region.dirty()
 
     def _kept(self) -> list[Any]:
         """The tensors an optimizer's step changes: its parameters and its state's tensors."""

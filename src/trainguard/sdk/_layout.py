@@ -41,7 +41,7 @@ def layout(state: Any, placed: Callable[[int], int | None] | None = None, start:
     """Plan where each tensor storage of ``state`` goes; tensors that share a storage share it in the copy.
     Tensors that are not plain dense ones (sparse, quantized, subclasses) stay in the skeleton, pickled.
 
-    ``placed(address)``: the offset of a CPU storage that is in the data already (``LiveRegion``), None for
+    ``placed(address)``: the offset of a CPU storage that is in the data already (``StateRegion``), None for
     one to copy; copies then go from ``start`` on."""
     import torch
 

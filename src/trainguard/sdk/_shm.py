@@ -118,7 +118,7 @@ class Slot:
         Only as the snapshot it was listed as: its meta, read again once the lock is held, must be of the
         same generation, else ``Replaced`` (a FileNotFoundError) is raised. A writer may have taken the slot
         between listing and locking, and written other steps into it: its bytes are another snapshot's then.
-        The meta is checked again after the read: a ``LiveRegion`` changes without the lock (its meta removed
+        The meta is checked again after the read: a ``StateRegion`` changes without the lock (its meta removed
         first), so a read that a change overlapped is refused too."""
         fd = os.open(self.data_path, os.O_RDONLY)
         try:

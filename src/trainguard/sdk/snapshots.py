@@ -25,7 +25,7 @@ for ...:
   from the live tensors, the next optimizer step waiting on the GPU for its own (``_devicecopy``). Every ``k``
   steps: the smallest interval whose copy hides behind it, chosen once and the same on every rank (``every``).
 - **In place** (``in_place=True``, a replicated state): the optimizers' parameters and state move into a file
-  of shared memory (``_live.LiveRegion``) and train there; a snapshot copies only the rest of the state and
+  of shared memory (``_region.StateRegion``) and train there; a snapshot copies only the rest of the state and
   commits. An optimizer step pre-hook removes the snapshot first: a rank killed inside its step has none of its
   own and gets the step from a peer.
 - **A buddy.** A replicated state (DDP: every rank holds the same) needs nothing sent: every other rank's own
@@ -67,7 +67,7 @@ from trainguard.sdk._disk import HEADROOM, SKIPPED, DiskTier
 from trainguard.sdk._dist import distributed
 from trainguard.sdk._gpusnapshots import GpuSnapshots
 from trainguard.sdk._inplace import InPlace, storage_of
-from trainguard.sdk._live import LiveRegion
+from trainguard.sdk._region import StateRegion
 from trainguard.sdk._restore import agree, follow, held_here
 from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError
 from trainguard.sdk._world import current_world
@@ -199,7 +199,7 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         self._copier = ThreadPoolExecutor(1, thread_name_prefix="trainguard-snapshot-copy")
         self._copying: Future[None] | None = None
         self._hooks = [optimizer.register_step_pre_hook(self._before_step) for optimizer in self._optimizers]
-        self._live = LiveRegion(self.directory / f"own-{self.key}.live") if in_place else None
+        self._region = StateRegion(self.directory / f"own-{self.key}.live") if in_place else None
         self._in_memory = True  # False once a snapshot did not fit: saves go to disk
         self._init_gpu(every, gpu_staging)
         self._warned_in_place = False
@@ -366,12 +366,12 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         self._writer.close()
         if self._device is not None:
             self._device.close()
-        if self._live is not None:
-            self._live.close()
+        if self._region is not None:
+            self._region.close()
         if free:
             shutil.rmtree(self._writer.directory, ignore_errors=True)
-            if self._live is not None:
-                shutil.rmtree(self._live.directory, ignore_errors=True)
+            if self._region is not None:
+                shutil.rmtree(self._region.directory, ignore_errors=True)
 
     # -- restoring ------------------------------------------------------------------------------------------
 

@@ -513,7 +513,7 @@ def test_in_place_a_region_whose_pages_are_not_there_goes_to_disk(
     with caplog.at_level(logging.WARNING, logger="trainguard.snapshots"):
         assert snapshots.save(state, 1) == DISK
     _one_warning_naming(caplog, small_tmpfs)
-    live = snapshots._live
+    live = snapshots._region
     assert live is not None
     assert live.offset_of(model.weight.untyped_storage().data_ptr()) is None  # not moved: training goes on
     optimizer.step()

@@ -54,7 +54,7 @@ def test_the_optimizers_tensors_move_into_shared_memory_and_keep_their_identity(
     trainer.step()
     before = copy.deepcopy(trainer.state())
     assert trainer.snapshots.save(trainer.state(), 1) == MEMORY
-    live = trainer.snapshots._live
+    live = trainer.snapshots._region
     assert live is not None
     kept = params + [s["momentum_buffer"] for s in trainer.optimizer.state.values()]
     assert all(live.offset_of(t.untyped_storage().data_ptr()) is not None for t in kept)
@@ -89,7 +89,7 @@ def test_a_snapshot_is_valid_from_its_save_to_the_next_optimizer_step(tmp_path: 
 def test_new_optimizer_state_and_a_grown_rest_move_the_region(tmp_path: Path) -> None:
     trainer = Trainer(tmp_path)
     trainer.snapshots.save(trainer.state(), 0)  # no momentum yet: only the parameters are kept
-    live = trainer.snapshots._live
+    live = trainer.snapshots._region
     assert live is not None
     first = live.data_path
     trainer.step()  # SGD creates its momentum buffers
@@ -111,7 +111,7 @@ def test_a_state_taken_before_the_move_is_saved_as_it_was(tmp_path: Path) -> Non
     expected = copy.deepcopy(state)
     trainer.snapshots.save(state, 1)
     assert _equal(_restore(tmp_path).state, expected)
-    live = trainer.snapshots._live
+    live = trainer.snapshots._region
     assert live is not None
     assert len(list(live.directory.glob("slot-*.data"))) == 1
     assert _shm.tree_size(live.directory) == live.size
@@ -132,7 +132,7 @@ def test_a_later_process_keeps_the_earlier_ones_snapshot_until_it_has_one_of_its
     assert _restore(tmp_path).step == 5  # loading changed nothing in shared memory
     second.step()
     second.snapshots.save(second.state(), 6)
-    live = second.snapshots._live
+    live = second.snapshots._region
     assert live is not None
     assert [p.name for p in sorted(live.directory.glob("slot-*"))] == [
         live.data_path.name,
@@ -159,7 +159,7 @@ def test_close_frees_the_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     trainer = Trainer(tmp_path)
     trainer.step()
     trainer.snapshots.save(trainer.state(), 1)
-    live = trainer.snapshots._live
+    live = trainer.snapshots._region
     assert live is not None
     trainer.snapshots.close()
     assert list((tmp_path / "shm").iterdir()) == []

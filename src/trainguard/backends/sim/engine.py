@@ -36,7 +36,7 @@ from trainguard.controller import (
     TerminatePod,
     step,
 )
-from trainguard.controller.phases import LIVE_PHASES, PodPhase
+from trainguard.controller.phases import ALIVE_PHASES, PodPhase
 
 #: What a process killed by the NCCL/c10d watchdog (SIGABRT) exits with.
 ABORT_EXIT_CODE = 134
@@ -101,8 +101,8 @@ class Engine:
     _seen_version: int = -1
     #: The slots of the latest status, and what the job needs to know of them.
     _pods: tuple[PodStatus, ...] | None = None
-    _live: frozenset[str] = frozenset()
-    _live_workers: int = 0
+    _alive: frozenset[str] = frozenset()
+    _alive_workers: int = 0
     _shrunk: bool = False
     _history_seq: int = 0
     _training_since: float | None = None
@@ -175,7 +175,7 @@ class Engine:
             return Cause.JOB_FAILED
         if self._accounted_to < self._saving_until:
             return Cause.CHECKPOINTING
-        if any(name in self._live for name in self.cluster.unplaced()):
+        if any(name in self._alive for name in self.cluster.unplaced()):
             return Cause.WAITING_FOR_CAPACITY
         if self._broken and not self._recovering:
             return Cause.DETECTION
@@ -228,9 +228,9 @@ class Engine:
 
     def _take_pods(self, pods: tuple[PodStatus, ...]) -> None:
         self._pods = pods
-        live = [p for p in pods if p.phase in LIVE_PHASES]
-        self._live = frozenset(p.name for p in live)
-        self._live_workers = sum(1 for p in live if p.role == self.worker_role)
+        alive = [p for p in pods if p.phase in ALIVE_PHASES]
+        self._alive = frozenset(p.name for p in alive)
+        self._alive_workers = sum(1 for p in alive if p.role == self.worker_role)
         self._shrunk = any(p.phase is PodPhase.SHRUNK for p in pods)
 
     def _after_event(self) -> None:
@@ -258,13 +258,13 @@ class Engine:
         if self.training:
             if not self._all_fine(self._members):
                 self._stop(graceful=False)
-            elif self._live != self._members and self._all_fine(self._live):
+            elif self._alive != self._members and self._all_fine(self._alive):
                 self._stop(graceful=True)  # grown back: save, then restart with the larger world
                 self._saving_until = self.now + self.timing.checkpoint_cost
                 self.cluster.clock.at(self._saving_until, lambda: None)
             else:
                 return
-        ready = bool(self._live) and self._all_fine(self._live)
+        ready = bool(self._alive) and self._all_fine(self._alive)
         if ready and self._resume_at is None:
             self._resume_token += 1
             token = self._resume_token
@@ -282,8 +282,8 @@ class Engine:
             return
         self._resume_at = None
         self._training_since = self.now
-        self._members = self._live
-        self._fraction = min(self._live_workers / self.asked_workers, 1.0) if self.asked_workers else 1.0
+        self._members = self._alive
+        self._fraction = min(self._alive_workers / self.asked_workers, 1.0) if self.asked_workers else 1.0
         self._trained, self._recovering = True, False
         for name in sorted(self._needs_progress):
             if name in self.cluster.pods:

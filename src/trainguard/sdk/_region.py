@@ -12,7 +12,7 @@ from trainguard.sdk._layout import ALIGN, address_of, aligned
 from trainguard.sdk._shm import NoRoom, Slot, reserve
 
 
-class LiveRegion:
+class StateRegion:
     """A writer's training state kept in place: the tensors an optimizer changes (its parameters and state)
     live in a data file of shared memory, so that a snapshot copies only the rest (``Snapshots(in_place=True)``).
 
