@@ -45,7 +45,8 @@ from trainguard.api import TrainingJob
 from trainguard.backends.k8s.kinds import NATIVE
 from trainguard.backends.k8s.status import status_document
 from trainguard.backends.sim.clock import VirtualClock
-from trainguard.backends.sim.cluster import GPU_POOL, SimCluster
+from trainguard.backends.sim.cluster import SimCluster
+from trainguard.backends.sim.pods import GPU_POOL
 from trainguard.controller import JobPhase, JobStatus, SettledSlots, reconcile
 from trainguard.controller.status import MAX_HISTORY
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from trainguard.api import TrainingJob
 from trainguard.backends.sim import Engine, SimCluster, Timing, VirtualClock
-from trainguard.backends.sim.cluster import GPU_POOL
 from trainguard.backends.sim.jobs import worker_role
+from trainguard.backends.sim.pods import GPU_POOL
 
 from .driver import View
 

@@ -44,7 +44,7 @@ from trainguard.backends.local.records import JobRecord, NodeRecord, PodRecord, 
 from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.store import Store
 from trainguard.backends.sim import SimCluster, VirtualClock
-from trainguard.backends.sim.cluster import GPU_POOL
+from trainguard.backends.sim.pods import GPU_POOL
 from trainguard.controller import (
     Backend,
     JobPhase,

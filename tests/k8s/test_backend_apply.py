@@ -15,7 +15,7 @@ import yaml
 
 from tests.k8s.operator_harness import ROOT
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import gang
+from trainguard.backends.k8s import gang, podgroups
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError
@@ -128,10 +128,10 @@ def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
     kube = PriorityClasses()
     backend = _backend(kube, obj)
     now = [100.0]
-    monkeypatch.setattr(gang.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(podgroups.time, "monotonic", lambda: now[0])
 
     def priority_class() -> str | None:
-        return gang.priority_class(backend.shared, job, partial(backend._event, job))
+        return podgroups.priority_class(backend.shared, job, partial(backend._event, job))
 
     assert priority_class() is None
     assert ("POST", "events") in kube.calls  # PriorityClassNotFound

@@ -6,7 +6,7 @@ import pytest
 
 from trainguard.api import TrainingJob
 from trainguard.backends.sim import SimCluster, VirtualClock
-from trainguard.backends.sim.cluster import CPU_POOL, GPU_POOL
+from trainguard.backends.sim.pods import CPU_POOL, GPU_POOL
 from trainguard.controller import JobStatus, LaunchPod, ObservedPhase, TerminatePod, WriteStatus
 from trainguard.controller.launchspec import LaunchSpec
 

@@ -19,7 +19,7 @@ from typing import Any
 from trainguard.agent.nudge import format_nudge
 from trainguard.agent.release import format_release
 from trainguard.api import FrameworkType, TrainingJob
-from trainguard.backends.k8s import gang, manifests, ssh
+from trainguard.backends.k8s import manifests, podgroups, ssh
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import JobKind
@@ -220,7 +220,7 @@ class JobBackend:
             done.add(uid)
 
     def _ensure_pod_group(self, job: TrainingJob) -> None:
-        gang.ensure_pod_group(self.shared, self.kind, self.namespace, job, partial(self._event, job))
+        podgroups.ensure_pod_group(self.shared, self.kind, self.namespace, job, partial(self._event, job))
 
     def _terminate(self, job: TrainingJob, action: TerminatePod) -> None:
         pod = self._own_pod(job, action.pod)

@@ -24,12 +24,13 @@ as things change, so observing a job of thousands of pods costs next to nothing.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from trainguard.api import TrainingJob
 from trainguard.backends.sim.clock import VirtualClock
-from trainguard.backends.sim.verbs import Refused, SimVerbs
+from trainguard.backends.sim.pods import GPU_POOL, SimNode, SimPod
 from trainguard.controller import (
     Action,
     ActionError,
@@ -48,61 +49,15 @@ from trainguard.controller import (
     ScaleRequest,
     StatusConflict,
     TerminatePod,
+    UpdateDiscovery,
     WriteStatus,
 )
-from trainguard.controller.apply import apply_actions
+from trainguard.controller.apply import apply_actions, in_order
 
-GPU_POOL = "gpu"
-CPU_POOL = "cpu"
 #: Action keys remembered for idempotency (the controller itself keeps far fewer).
 MAX_KEYS = 200_000
 #: Events kept for a view of the job; older ones are only counted.
 MAX_EVENTS = 500
-
-
-@dataclass
-class SimNode:
-    name: str
-    pool: str = GPU_POOL
-    #: What the control plane sees.
-    ready: bool = True
-    #: Whether the machine works (a lost node is dead before it is seen NotReady).
-    alive: bool = True
-    #: Unschedulable (drained for maintenance): Ready, but nothing new is placed on it.
-    cordoned: bool = False
-    pod: str | None = None
-
-
-@dataclass
-class SimPod:
-    name: str
-    role: str
-    index: int
-    generation: int
-    pool: str
-    avoid: tuple[str, ...] = ()
-    phase: ObservedPhase = ObservedPhase.PENDING
-    node: str | None = None
-    started_at: float | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    agent: AgentReport | None = None
-    terminating: bool = False
-
-    def observed(self) -> ObservedPod:
-        return ObservedPod(
-            name=self.name,
-            role=self.role,
-            index=self.index,
-            generation=self.generation,
-            phase=self.phase,
-            node=self.node,
-            exit_code=self.exit_code,
-            reason=self.reason,
-            started_at=self.started_at,
-            terminating=self.terminating,
-            agent=self.agent,
-        )
 
 
 @dataclass
@@ -197,43 +152,9 @@ class SimCluster:
             self._accepted.popitem(last=False)
         return True
 
-    def launch_pod(self, action: LaunchPod) -> SimPod:
-        if action.pod in self.pods:
-            raise Refused(f"pod {action.pod} already exists")
-        pod = SimPod(
-            action.pod,
-            action.role,
-            action.index,
-            action.generation,
-            self.role_pools.get(action.role, GPU_POOL),
-            action.avoid_nodes,
-        )
-        self.pods[pod.name] = pod
-        self._unplaced[pod.name] = None
-        self._show(pod)
-        return pod
-
-    def terminate_pod(self, action: TerminatePod) -> None:
-        pod = self.pods.get(action.pod)
-        if pod is None or pod.generation != action.generation or (pod.terminating and not action.force):
-            return
-        ended = pod.phase in (ObservedPhase.SUCCEEDED, ObservedPhase.FAILED)
-        if action.force or ended or self.stop_seconds <= 0:
-            self._remove(pod)
-            return
-        pod.terminating = True
-        self._show(pod)
-        self.clock.at(self.now + self.stop_seconds, lambda: self._gone(pod))
-
     def _gone(self, pod: SimPod) -> None:
         if self.pods.get(pod.name) is pod:
             self._remove(pod)
-
-    def restart_pod_in_place(self, action: RestartInPlace) -> None:
-        pod = self.pods.get(action.pod)
-        if pod is None or pod.generation != action.generation:
-            return
-        self.clock.at(self.now + self.stop_seconds, lambda: self._rerun(pod, action.attempt))
 
     def _rerun(self, pod: SimPod, attempt: int) -> None:
         """The agent stopped the process and started the command again in the same pod."""
@@ -242,12 +163,6 @@ class SimCluster:
         progress = pod.agent.last_progress_at if pod.agent is not None else None
         pod.agent = AgentReport(attempt, hung=False, last_progress_at=progress)
         self._show(pod)
-
-    def write_status(self, action: WriteStatus) -> None:
-        if self.stored is not None and action.status.revision <= self.stored.revision:
-            message = f"status revision {action.status.revision} is not newer than {self.stored.revision}"
-            raise StatusConflict(message)
-        self.stored = action.status
 
     # ---- placement --------------------------------------------------------------------------------
 
@@ -412,3 +327,92 @@ class SimCluster:
 
     def unplaced(self) -> Iterable[str]:
         return iter(self._unplaced)
+
+
+class Refused(Exception):
+    """The simulated cluster cannot carry the action out (recorded under its key)."""
+
+
+class SimVerbs:
+    """The simulator's hands for one batch (``trainguard.controller.apply``): the pods it launches are placed
+    together at its end, so that they start together."""
+
+    failures: tuple[type[Exception], ...] = (Refused,)
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.launched: list[SimPod] = []
+
+    def now(self) -> float:
+        return self.cluster.now
+
+    def keep_error(self, error: ActionError) -> None:
+        self.cluster.errors.append(error)
+        self.cluster.changed()
+
+    @contextmanager
+    def batch(self, actions: Sequence[Action]) -> Iterator[None]:
+        yield
+        self.cluster.place(self.launched)
+
+    def before_launches(self) -> None:
+        pass
+
+    side_by_side = staticmethod(in_order)
+
+    def launch(self, action: LaunchPod) -> None:
+        cluster = self.cluster
+        if action.pod in cluster.pods:
+            raise Refused(f"pod {action.pod} already exists")
+        pod = SimPod(
+            action.pod,
+            action.role,
+            action.index,
+            action.generation,
+            cluster.role_pools.get(action.role, GPU_POOL),
+            action.avoid_nodes,
+        )
+        cluster.pods[pod.name] = pod
+        cluster._unplaced[pod.name] = None
+        cluster._show(pod)
+        self.launched.append(pod)
+
+    def terminate(self, action: TerminatePod) -> None:
+        cluster = self.cluster
+        pod = cluster.pods.get(action.pod)
+        if pod is None or pod.generation != action.generation or (pod.terminating and not action.force):
+            return
+        ended = pod.phase in (ObservedPhase.SUCCEEDED, ObservedPhase.FAILED)
+        if action.force or ended or cluster.stop_seconds <= 0:
+            cluster._remove(pod)
+            return
+        pod.terminating = True
+        cluster._show(pod)
+        cluster.clock.at(cluster.now + cluster.stop_seconds, lambda: cluster._gone(pod))
+
+    def restart_in_place(self, action: RestartInPlace) -> None:
+        cluster = self.cluster
+        pod = cluster.pods.get(action.pod)
+        if pod is None or pod.generation != action.generation:
+            return
+        cluster.clock.at(cluster.now + cluster.stop_seconds, lambda: cluster._rerun(pod, action.attempt))
+
+    def nudge(self, action: NudgeSurvivors) -> None:
+        self.cluster.nudges.append(action)  # simulated pods have no workers: what was asked is kept
+
+    def release(self, action: ReleaseSurvivors) -> None:
+        self.cluster.releases.append(action)  # simulated pods have no connections: what was asked is kept
+
+    def update_discovery(self, action: UpdateDiscovery) -> None:
+        self.cluster.discovery = action.hosts
+
+    def emit_event(self, action: EmitEvent) -> None:
+        self.cluster.events_total += 1
+        self.cluster.recent_events.append(action)
+
+    def write_status(self, action: WriteStatus) -> None:
+        stored = self.cluster.stored
+        if stored is not None and action.status.revision <= stored.revision:
+            message = f"status revision {action.status.revision} is not newer than {stored.revision}"
+            raise StatusConflict(message)
+        self.cluster.stored = action.status

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 from trainguard.api import TrainingJob
 from trainguard.backends.sim.accounting import Cause, Segment
-from trainguard.backends.sim.cluster import SimCluster, SimPod
+from trainguard.backends.sim.cluster import SimCluster
 from trainguard.backends.sim.failures import FailureKind
+from trainguard.backends.sim.pods import SimPod
 from trainguard.controller import (
     HistoryEntry,
     JobPhase,

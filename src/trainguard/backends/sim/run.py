@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from trainguard.api import TrainingJob
 from trainguard.backends.sim.accounting import Cause, Ledger, Segment, goodput_curve, ledger, log_grid
 from trainguard.backends.sim.clock import VirtualClock
-from trainguard.backends.sim.cluster import CPU_POOL, GPU_POOL, SimCluster
+from trainguard.backends.sim.cluster import SimCluster
 from trainguard.backends.sim.engine import ABORT_EXIT_CODE, Engine, FaultRecord, Timing
 from trainguard.backends.sim.failures import DEFAULT_MIX, Failure, FailureKind, drawn
 from trainguard.backends.sim.jobs import default_job, sized, worker_role
+from trainguard.backends.sim.pods import CPU_POOL, GPU_POOL
 from trainguard.backends.sim.theory import goodput_at_optimum, job_mtbf, renewal_goodput, young_daly_interval
 from trainguard.controller import HistoryEntry, JobPhase
 
