@@ -32,7 +32,7 @@ from tests.integration.local.jobs import SLEEPING, container
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import install_crds
 from trainguard.api import TrainingJob
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import Kube
@@ -308,8 +308,8 @@ class KubeRig:
             self.kube,
             f"/api/v1/namespaces/{self.namespace}/pods",
             lambda old, now: None,
-            label_selector=manifests.LABEL_JOB,
-            index_label=manifests.LABEL_JOB,
+            label_selector=metadata.LABEL_JOB,
+            index_label=metadata.LABEL_JOB,
         )
 
         def node_changed(old: dict[str, Any], now: dict[str, Any] | None) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.k8s.cluster import KubeCluster
 from tests.unit.agent.waiting import wait_until
-from trainguard.backends.k8s import agentreports, manifests
+from trainguard.backends.k8s import agentreports, manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import Kube
 from trainguard.backends.k8s.observe import observed_pod
@@ -40,8 +40,8 @@ SUMMARY = {
 
 
 def _pod(name: str, ours: bool) -> dict[str, object]:
-    labels = {manifests.LABEL_JOB: "job", manifests.LABEL_ROLE: "worker", manifests.LABEL_INDEX: "0",
-              manifests.LABEL_GENERATION: "1"} if ours else {manifests.LABEL_JOB: "job"}  # fmt: skip
+    labels = {metadata.LABEL_JOB: "job", metadata.LABEL_ROLE: "worker", metadata.LABEL_INDEX: "0",
+              metadata.LABEL_GENERATION: "1"} if ours else {metadata.LABEL_JOB: "job"}  # fmt: skip
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -100,7 +100,7 @@ def endpoint(kube_cluster: KubeCluster) -> Iterator[Endpoint]:
         kube,
         f"/api/v1/namespaces/{NAMESPACE}/pods",
         lambda obj, now: None,
-        label_selector=manifests.LABEL_JOB,
+        label_selector=metadata.LABEL_JOB,
     )
     pods.start()
     wait_until(pods.synced.is_set, "the pod cache", 30)

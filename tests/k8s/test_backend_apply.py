@@ -7,7 +7,6 @@ decisions' write stops the batch before anything is created (the one applier's r
 from __future__ import annotations
 
 import threading
-from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.shared import Shared
+from trainguard.backends.k8s.verbs import OperatorVerbs
 from trainguard.controller import reconcile
 from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus
@@ -131,7 +131,7 @@ def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
     monkeypatch.setattr(podgroups.time, "monotonic", lambda: now[0])
 
     def priority_class() -> str | None:
-        return podgroups.priority_class(backend.shared, job, partial(backend._event, job))
+        return podgroups.priority_class(backend.shared, job, OperatorVerbs(backend, job).emit_event)
 
     assert priority_class() is None
     assert ("POST", "events") in kube.calls  # PriorityClassNotFound

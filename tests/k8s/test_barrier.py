@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.backends.k8s import access, barrier, manifests
+from trainguard.backends.k8s import access, barrier, manifests, metadata
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.pod import contract
 
@@ -27,7 +27,7 @@ def _pod(
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": f"{JOB}-{role}-{index}",
-        "labels": {manifests.LABEL_JOB: JOB, manifests.LABEL_ROLE: role, manifests.LABEL_INDEX: str(index)},
+        "labels": {metadata.LABEL_JOB: JOB, metadata.LABEL_ROLE: role, metadata.LABEL_INDEX: str(index)},
     }
     if deleting:
         meta["deletionTimestamp"] = "2026-11-24T00:00:00Z"

@@ -18,7 +18,7 @@ import yaml
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.launches import launch
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import held, manifests
+from trainguard.backends.k8s import discovery, held, manifests, metadata
 from trainguard.backends.k8s.cache import LIST_PAGE, Cache, key_of
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.fields import JOB_FIELDS, NODE_FIELDS, POD_FIELDS, project
@@ -229,7 +229,7 @@ PODS: dict[str, Obj] = {
         }
     ),
     "the rendezvous store": _pod(
-        meta={"labels": {manifests.LABEL_JOB: JOB.name, manifests.LABEL_COMPONENT: RENDEZVOUS}}
+        meta={"labels": {metadata.LABEL_JOB: JOB.name, metadata.LABEL_COMPONENT: RENDEZVOUS}}
     ),
     "no spec, no status": {"metadata": {"name": "bare", "namespace": "default", "resourceVersion": "1"}},
 }
@@ -237,11 +237,11 @@ PODS: dict[str, Obj] = {
 #: Everything the operator reads of a cached pod, reader by reader (a new reader is a new row).
 POD_READERS: dict[str, Callable[[Obj], object]] = {
     "cache: key_of, resourceVersion": lambda p: (key_of(p), p["metadata"].get("resourceVersion")),
-    "cache: the index's label": lambda p: (p["metadata"].get("labels") or {}).get(manifests.LABEL_JOB),
+    "cache: the index's label": lambda p: (p["metadata"].get("labels") or {}).get(metadata.LABEL_JOB),
     "operator: is_ours, is_rendezvous, kind": lambda p: (
         is_ours(p),
-        manifests.is_rendezvous(p),
-        (p["metadata"].get("labels") or {}).get(manifests.LABEL_KIND),
+        metadata.is_rendezvous(p),
+        (p["metadata"].get("labels") or {}).get(metadata.LABEL_KIND),
     ),
     "observe: observed_pod": lambda p: observed_pod(p) if is_ours(p) else None,
     "shared: owner_uid, owned_by, generation_of": lambda p: (
@@ -252,7 +252,7 @@ POD_READERS: dict[str, Callable[[Obj], object]] = {
     ),
     "operator: a node's pods (spec.nodeName)": lambda p: (p.get("spec") or {}).get("nodeName"),
     "backend: a pod to delete (uid)": lambda p: p["metadata"].get("uid"),
-    "discovery: horovod_host": lambda p: manifests.horovod_host(JOB, "pytorch-elastic-worker-0", p),
+    "discovery: horovod_host": lambda p: discovery.horovod_host(JOB, "pytorch-elastic-worker-0", p),
     "store_pod: phase, node, deleting": lambda p: (
         (p.get("status") or {}).get("phase"),
         (p.get("spec") or {}).get("nodeName"),

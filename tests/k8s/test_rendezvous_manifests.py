@@ -190,8 +190,8 @@ def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replic
     assert meta["name"] == "elastic-rendezvous"
     assert meta["ownerReferences"][0]["uid"] == UID
     assert meta["ownerReferences"][0]["kind"] == "PyTorchJob"
-    assert meta["labels"][manifests.LABEL_JOB] == "elastic"
-    assert meta["labels"][manifests.LABEL_ROLE] == "rendezvous"
+    assert meta["labels"][metadata.LABEL_JOB] == "elastic"
+    assert meta["labels"][metadata.LABEL_ROLE] == "rendezvous"
     assert metadata.is_rendezvous(store)
     assert not is_ours(store)  # the controller never observes it, so its loss is no fault
     (container,) = spec["containers"]
@@ -232,5 +232,5 @@ def test_the_store_service_selects_the_store_pod_and_no_replica() -> None:
     assert not selected(_pod(PYTORCHJOB, job))
     # Not even a replica of a role that happens to be called "rendezvous".
     replica = copy.deepcopy(_pod(PYTORCHJOB, job))
-    replica["metadata"]["labels"][manifests.LABEL_ROLE] = "rendezvous"
+    replica["metadata"]["labels"][metadata.LABEL_ROLE] = "rendezvous"
     assert not selected(replica)

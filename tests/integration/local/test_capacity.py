@@ -138,7 +138,7 @@ def test_the_store_counts_slots_and_live_pods_without_reading_pods(tmp_path: Pat
     ]:
         store.insert_pod(PodRecord(name, job, "w", int(name[-1]), node, state))
     assert store.slots_in_use() == {"node-0": 2, "node-1": 1}
-    assert [store.has_live_pods(job) for job in "abcd"] == [True, True, False, False]
+    assert [store.has_alive_pods(job) for job in "abcd"] == [True, True, False, False]
     assert [p.name for p in store.list_pods("a", state=PodState.PENDING)] == ["a-w-2"]
     assert [p.name for p in store.list_pods(state=PodState.EXITED)] == ["b-w-1"]
     assert [p.name for p in store.list_pods("a")] == ["a-w-0", "a-w-1", "a-w-2"]

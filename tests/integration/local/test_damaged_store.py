@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from trainguard.backends.local.records import JobRecord
-from trainguard.backends.local.store import DamagedStore, StateError, Store, check
+from trainguard.backends.local.statefile import DamagedStore, StateError, check
+from trainguard.backends.local.store import Store
 
 from .harness import LocalRuntime, Result
 
@@ -29,7 +30,7 @@ def _store_with_jobs(path: Path) -> bytes:
     for index in range(20):
         status = {"phase": "Running", "message": "x" * 4000}
         store.insert_job(JobRecord(f"job-{index}", "uid", {"spec": {}}, 1, status, 1, 0.0, 40000 + index))
-    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.file._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     data = path.read_bytes()
     path.unlink()

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from trainguard.backends.local.records import JobRecord, NodeRecord, PodRecord, PodState
-from trainguard.backends.local.store import AlreadyExists, Conflict, Store
+from trainguard.backends.local.statefile import AlreadyExists, Conflict
+from trainguard.backends.local.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainguard.backends.k8s.manifests import LABEL_INDEX, LABEL_JOB, LABEL_ROLE
+from trainguard.backends.k8s.metadata import LABEL_INDEX, LABEL_ROLE
 from trainguard.backends.k8s.observe import pod_ready
 from trainguard.pod import contract
 
@@ -113,6 +113,3 @@ def wait(
         if not missing or clock() >= deadline:
             return missing
         sleep(interval)
-
-
-__all__ = ["LABEL_JOB", "dns_name", "parse_sizes", "wait", "waiting_for"]

@@ -9,11 +9,6 @@ The job's other objects have modules of their own: its Services and the addresse
 the rendezvous store's pod and Service (``rendezvous``), the barrier's ServiceAccount, Role and RoleBinding
 (``access``), the Horovod discovery ConfigMap (``discovery``), the ssh Secret (``ssh``), the PodGroup
 (``gang``).
-
-Read from here still: the labels every object carries (defined in ``metadata``), and what backend.py and
-operator.py call here that now lives in those modules (``service``, ``network``, ``access_objects``,
-``discovery_config_map``, ``horovod_host``, ``ssh_secret``, ``is_rendezvous``), until their call sites name the
-modules.
 """
 
 from __future__ import annotations
@@ -24,22 +19,9 @@ from dataclasses import dataclass
 from trainguard._version import __version__
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import discovery, gang, ssh
-from trainguard.backends.k8s.access import access_name, barrier_roles
-from trainguard.backends.k8s.access import access_objects as access_objects
-from trainguard.backends.k8s.access import needs_pod_access as needs_pod_access
-from trainguard.backends.k8s.discovery import discovery_config_map as discovery_config_map
-from trainguard.backends.k8s.discovery import horovod_host as horovod_host
+from trainguard.backends.k8s.access import access_name, barrier_roles, needs_pod_access
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.backends.k8s.metadata import LABEL_COMPONENT as LABEL_COMPONENT
-from trainguard.backends.k8s.metadata import LABEL_GENERATION as LABEL_GENERATION
-from trainguard.backends.k8s.metadata import LABEL_INDEX as LABEL_INDEX
-from trainguard.backends.k8s.metadata import LABEL_JOB as LABEL_JOB
-from trainguard.backends.k8s.metadata import LABEL_KIND as LABEL_KIND
-from trainguard.backends.k8s.metadata import LABEL_ROLE as LABEL_ROLE
-from trainguard.backends.k8s.metadata import Obj, object_meta
-from trainguard.backends.k8s.metadata import is_rendezvous as is_rendezvous
-from trainguard.backends.k8s.services import network as network
-from trainguard.backends.k8s.services import service as service
+from trainguard.backends.k8s.metadata import LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE, Obj, object_meta
 from trainguard.backends.k8s.services import service_name
 from trainguard.controller.agent_options import agent_options
 from trainguard.controller.backend import LaunchPod
@@ -81,7 +63,6 @@ PROBE_CONTAINER = "trainguard-probe"
 DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
 _INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
 #: The job's ssh Secret (``ssh.secret``), by the name backend.py calls it.
-ssh_secret = ssh.secret
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.process_collector import ProcessCollector
 
 from trainguard.backends.k8s.status import read_status
-from trainguard.observability.metrics import ControllerStats, JobSnapshot
+from trainguard.observability.metrics import JobSnapshot
 from trainguard.observability.prometheus import JobsCollector
 
 log = logging.getLogger("trainguard.k8s")
@@ -60,6 +60,3 @@ def serve(port: int, address: str, collector: JobsCollector) -> str:
     url = f"http://{host}:{server.server_port}/metrics"
     log.info("metrics at %s", url)
     return url
-
-
-__all__ = ["ControllerStats", "JobsCollector", "serve", "snapshots"]

@@ -15,15 +15,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from trainguard.backends.k8s.manifests import (
-    ANNOTATION_AGENT_REPORT,
-    ANNOTATION_IN_PLACE,
-    LABEL_COMPONENT,
-    LABEL_GENERATION,
-    LABEL_INDEX,
-    LABEL_ROLE,
-    PROBE_CONTAINER,
-)
+from trainguard.backends.k8s.manifests import ANNOTATION_AGENT_REPORT, ANNOTATION_IN_PLACE, PROBE_CONTAINER
+from trainguard.backends.k8s.metadata import LABEL_COMPONENT, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
 from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
 from trainguard.pod import contract
 from trainguard.pod import summary as summaries

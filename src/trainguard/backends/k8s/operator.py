@@ -23,7 +23,7 @@ from typing import Any
 
 from trainguard.api import SpecError
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import agentreports, held, manifests, metrics
+from trainguard.backends.k8s import agentreports, held, manifests, metadata, metrics
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -40,6 +40,7 @@ from trainguard.controller import JobStatus, SettledSlots, reconcile
 from trainguard.controller.backend import EmitEvent, EventType
 from trainguard.controller.launchspec import check_runnable
 from trainguard.observability.metrics import ControllerStats
+from trainguard.observability.prometheus import JobsCollector
 from trainguard.ui import server as ui_server
 
 Obj = dict[str, Any]
@@ -92,8 +93,8 @@ class Operator:
             kube,
             pods_path,
             self._pod_changed,
-            label_selector=manifests.LABEL_JOB,
-            index_label=manifests.LABEL_JOB,
+            label_selector=metadata.LABEL_JOB,
+            index_label=metadata.LABEL_JOB,
             fields=POD_FIELDS,
         )
         self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed, fields=NODE_FIELDS)
@@ -117,7 +118,7 @@ class Operator:
             cache.start()
         if self.options.metrics_port is not None:
             jobs = metrics.snapshots(lambda: [obj for cache in self.jobs.values() for obj in cache.items()])
-            collector = metrics.JobsCollector(jobs, self.stats)
+            collector = JobsCollector(jobs, self.stats)
             self.metrics_url = metrics.serve(
                 self.options.metrics_port, self.options.metrics_address, collector
             )
@@ -171,12 +172,12 @@ class Operator:
 
     def _pod_changed(self, obj: Obj, now: Obj | None) -> None:
         labels = obj["metadata"].get("labels") or {}
-        kind = labels.get(manifests.LABEL_KIND)
-        job = labels.get(manifests.LABEL_JOB)
+        kind = labels.get(metadata.LABEL_KIND)
+        job = labels.get(metadata.LABEL_JOB)
         if now is None:
             self.shared.remember_disruption(obj)
         # The rendezvous store's pod too: the job's reconcile creates it again when it is lost.
-        if kind in self.kinds and job and (is_ours(obj) or manifests.is_rendezvous(obj)):
+        if kind in self.kinds and job and (is_ours(obj) or metadata.is_rendezvous(obj)):
             self.queue.add((kind, obj["metadata"]["namespace"], job))
 
     def _node_changed(self, obj: Obj, now: Obj | None) -> None:

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
@@ -112,7 +112,7 @@ class Shared:
 
 
 def generation_of(pod: Obj) -> int:
-    return int((pod["metadata"].get("labels") or {}).get(manifests.LABEL_GENERATION, 0))
+    return int((pod["metadata"].get("labels") or {}).get(metadata.LABEL_GENERATION, 0))
 
 
 def owner_uid(pod: Obj) -> str | None:

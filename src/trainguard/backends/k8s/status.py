@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trainguard.api import TrainingJob
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import metadata
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.observe import parse_time
 from trainguard.controller.status import JobStatus
@@ -24,7 +24,7 @@ _CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime")
 
 def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:
     """The controller's status as stored, plus the label selector that the scale subresource reads."""
-    selector = f"{manifests.LABEL_JOB}={job.name},{manifests.LABEL_ROLE}={kind.scale_role}"
+    selector = f"{metadata.LABEL_JOB}={job.name},{metadata.LABEL_ROLE}={kind.scale_role}"
     document = {**status.to_dict(), "selector": selector}
     document["conditions"] = [
         {**c, **{k: rfc3339(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), (int, float))}}

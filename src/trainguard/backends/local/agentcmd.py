@@ -6,9 +6,7 @@ import sys
 from pathlib import Path
 
 from trainguard.api import TrainingJob
-from trainguard.controller.agent_options import agent_options, grace_seconds
-
-__all__ = ["agent_argv", "grace_seconds"]
+from trainguard.controller.agent_options import agent_options
 
 
 def agent_argv(

@@ -21,7 +21,8 @@ from trainguard.backends.local.podenv import network
 from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
 from trainguard.backends.local.reports import Report
 from trainguard.backends.local.runtime import Runtime
-from trainguard.backends.local.store import Conflict, Store
+from trainguard.backends.local.statefile import Conflict
+from trainguard.backends.local.store import Store
 from trainguard.controller.apply import ErrorLog, apply_actions, in_order
 from trainguard.controller.backend import (
     Action,
@@ -54,7 +55,7 @@ class LocalBackend:
         self.clock = clock
         self._errors: dict[str, ErrorLog] = {}
         #: job -> the status version last read, for the compare-and-swap of the next status write.
-        self._status_versions: dict[str, int] = {}
+        self.status_versions: dict[str, int] = {}
         #: job -> its loopback port (rendezvous store and MASTER_PORT), as last read.
         self._ports: dict[str, int] = {}
 
@@ -62,7 +63,7 @@ class LocalBackend:
 
     def read_status(self, record: JobRecord) -> JobStatus:
         """The job's stored status; remembers its version for the next ``WriteStatus`` (and its port)."""
-        self._status_versions[record.name] = record.status_version
+        self.status_versions[record.name] = record.status_version
         self._ports[record.name] = record.port
         return JobStatus.from_dict(record.status) if record.status else JobStatus()
 
@@ -133,42 +134,10 @@ class LocalBackend:
         record = self.store.get_job(job.name)
         if record is None:
             return Applied()
-        return apply_actions(_Verbs(self, record, job), actions)
-
-    def _nudge(self, record: JobRecord, action: NudgeSurvivors) -> None:
-        """Hand the failure to each survivor's agent through the nudge file of its launch (as the operator
-        does through an annotation, ``trainguard.backends.local.nudge``); one Nudged event per pod. The agent
-        restarts the workers and leaves their ends out of its report: nothing of it lives in this process."""
-        for name in action.pods:
-            row = self.store.get_pod(name)
-            if row is None or row.job != record.name or row.state is not PodState.RUNNING:
-                continue
-            nudge.write(
-                self.home.nudge_file(record.name, row.name, row.launch), action.token, action.failed_at
-            )
-            message = (
-                f"nudged for {action.token}: the pod's agent was asked to restart its workers started before "
-                f"{action.failed_pod} failed, into a new torchrun round"
-            )
-            event = EventRecord(record.name, self.clock(), "Normal", "Nudged", name, message)
-            self.store.append_event_once(f"{action.key}/{name}", event)
-
-    def _write_status(self, record: JobRecord, status: JobStatus) -> None:
-        expected = self._status_versions.get(record.name, record.status_version)
-        try:
-            self._status_versions[record.name] = self.store.update_status(
-                record.name, status.to_dict(), expected
-            )
-        except Conflict:
-            # Someone else wrote the status since we read it: the next reconcile starts from theirs.
-            self._status_versions.pop(record.name, None)
-            raise StatusConflict(f"job {record.name}: its status was written since it was read") from None
-        handled = set(status.handled_scale_requests)
-        pending = {rid for rid, *_ in self.store.scale_requests(record.name) if rid not in handled}
-        self.store.drop_scale_requests(record.name, keep=pending)
+        return apply_actions(LocalVerbs(self, record, job), actions)
 
 
-class _Verbs:
+class LocalVerbs:
     """The local runtime's hands for one job and one batch (``trainguard.controller.apply``)."""
 
     failures: tuple[type[Exception], ...] = (OSError, ValueError)
@@ -214,7 +183,23 @@ class _Verbs:
         self.runtime.acknowledge_in_place(self.record.name, action.pod, action.generation, action.attempt)
 
     def nudge(self, action: NudgeSurvivors) -> None:
-        self.backend._nudge(self.record, action)
+        """Hand the failure to each survivor's agent through the nudge file of its launch (as the operator
+        does through an annotation, ``trainguard.backends.local.nudge``); one Nudged event per pod. The agent
+        restarts the workers and leaves their ends out of its report: nothing of it lives in this process."""
+        backend, record = self.backend, self.record
+        for name in action.pods:
+            row = backend.store.get_pod(name)
+            if row is None or row.job != record.name or row.state is not PodState.RUNNING:
+                continue
+            nudge.write(
+                backend.home.nudge_file(record.name, row.name, row.launch), action.token, action.failed_at
+            )
+            message = (
+                f"nudged for {action.token}: the pod's agent was asked to restart its workers started before "
+                f"{action.failed_pod} failed, into a new torchrun round"
+            )
+            event = EventRecord(record.name, backend.clock(), "Normal", "Nudged", name, message)
+            backend.store.append_event_once(f"{action.key}/{name}", event)
 
     def release(self, action: ReleaseSurvivors) -> None:
         # Never decided here (observe says ReleaseMode.NONE): every pod has the one loopback address.
@@ -233,7 +218,19 @@ class _Verbs:
         self.backend.store.append_event_once(action.key, event)
 
     def write_status(self, action: WriteStatus) -> None:
-        self.backend._write_status(self.record, action.status)
+        backend, record, status = self.backend, self.record, action.status
+        expected = backend.status_versions.get(record.name, record.status_version)
+        try:
+            backend.status_versions[record.name] = backend.store.update_status(
+                record.name, status.to_dict(), expected
+            )
+        except Conflict:
+            # Someone else wrote the status since we read it: the next reconcile starts from theirs.
+            backend.status_versions.pop(record.name, None)
+            raise StatusConflict(f"job {record.name}: its status was written since it was read") from None
+        handled = set(status.handled_scale_requests)
+        pending = {rid for rid, *_ in backend.store.scale_requests(record.name) if rid not in handled}
+        backend.store.drop_scale_requests(record.name, keep=pending)
 
 
 def _visible(row: PodRecord) -> bool:

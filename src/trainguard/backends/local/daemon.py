@@ -27,7 +27,8 @@ from trainguard.backends.local.home import Home
 from trainguard.backends.local.plane import ControlPlane
 from trainguard.backends.local.podenv import inherited_environment
 from trainguard.backends.local.service import USAGE, RequestError, Service
-from trainguard.backends.local.store import StateError, Store, check, damaged_message, is_damage
+from trainguard.backends.local.statefile import StateError, check, damaged_message, is_damage
+from trainguard.backends.local.store import Store
 
 log = logging.getLogger("trainguard.local")
 

@@ -27,7 +27,8 @@ from trainguard.backends.local.home import Home
 from trainguard.backends.local.records import EventRecord, JobRecord, PodState
 from trainguard.backends.local.rendezvous import StoreHosts
 from trainguard.backends.local.runtime import Runtime
-from trainguard.backends.local.store import Conflict, Store
+from trainguard.backends.local.statefile import Conflict
+from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
 from trainguard.controller import SettledSlots
 from trainguard.controller.loop import step
@@ -206,7 +207,7 @@ class ControlPlane:
             log.info("job %s: ttlSecondsAfterFinished (%d s) has passed; deleting it", record.name, ttl)
             self.delete(record)
             return True
-        alive = self.store.has_live_pods(record.name)
+        alive = self.store.has_alive_pods(record.name)
         finished = result.status.phase.is_terminal
         if finished and not alive:
             self.stores.stop(record.name, record.uid)

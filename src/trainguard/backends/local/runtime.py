@@ -22,13 +22,15 @@ import psutil
 
 from trainguard.api import TrainingJob
 from trainguard.backends.local import nudge, placement, processes
-from trainguard.backends.local.agentcmd import agent_argv, grace_seconds
+from trainguard.backends.local.agentcmd import agent_argv
 from trainguard.backends.local.home import Home
 from trainguard.backends.local.hosts.setup import pod_environment as horovod_environment
 from trainguard.backends.local.podenv import argv_and_cwd, pod_environment
 from trainguard.backends.local.records import EventRecord, JobRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.reports import Report, ReportReader
-from trainguard.backends.local.store import Conflict, Store
+from trainguard.backends.local.statefile import Conflict
+from trainguard.backends.local.store import Store
+from trainguard.controller.agent_options import grace_seconds
 from trainguard.controller.launchspec import LaunchSpec
 from trainguard.pod import contract
 

@@ -14,13 +14,13 @@ from pydantic import ValidationError
 
 from trainguard.api import SpecError, TrainingJob
 from trainguard.backends.local import capacity, chaos
-from trainguard.backends.local.agentcmd import grace_seconds
 from trainguard.backends.local.plane import ControlPlane
 from trainguard.backends.local.podenv import command
 from trainguard.backends.local.processes import signal_number
 from trainguard.backends.local.records import JobRecord
-from trainguard.backends.local.store import AlreadyExists, Conflict
+from trainguard.backends.local.statefile import AlreadyExists, Conflict
 from trainguard.backends.local.views import job_view
+from trainguard.controller.agent_options import grace_seconds
 from trainguard.controller.launchspec import check_runnable
 from trainguard.policy.elastic import scale_refusal
 

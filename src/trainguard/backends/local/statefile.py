@@ -168,11 +168,11 @@ class StateFile:
                 raise
             self._db.execute("COMMIT")
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._db.execute(sql, params))
 
-    def _cas(self, sql: str, params: tuple[Any, ...], expected: int) -> int:
+    def cas(self, sql: str, params: tuple[Any, ...], expected: int) -> int:
         with self.transaction() as db:
             if db.execute(sql, params).rowcount != 1:
                 raise Conflict(f"version {expected} is stale")

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from trainguard.backends.k8s import barrier
         from trainguard.backends.k8s.client import ApiError, Kube
+        from trainguard.backends.k8s.metadata import LABEL_JOB
     except ImportError as error:
         raise CliError(
             f"the barrier needs the Kubernetes client ({error.name}): pip install 'trainguard[k8s]'"
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     def list_pods() -> list[dict[str, Any]]:
         try:
-            return list(kube.list(path, labelSelector=f"{barrier.LABEL_JOB}={args.name}").get("items") or [])
+            return list(kube.list(path, labelSelector=f"{LABEL_JOB}={args.name}").get("items") or [])
         except ApiError as error:
             say(f"cannot list the job's pods ({error}); trying again")
             return []
