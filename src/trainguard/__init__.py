@@ -14,7 +14,8 @@ if TYPE_CHECKING:
         elastic,
         heartbeat,
     )
-    from trainguard.sdk.live import Live, LiveError
+    from trainguard.sdk._roundstore import LiveError
+    from trainguard.sdk.live import Live
 
 __all__ = [
     "Checkpoint",

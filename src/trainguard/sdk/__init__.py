@@ -3,10 +3,11 @@
 Imports nothing else of trainguard's and no torch at module level, so ``import trainguard`` stays cheap.
 """
 
+from trainguard.sdk._roundstore import LiveError
 from trainguard.sdk.checkpoint import Checkpoint, Checkpointer, CheckpointError
 from trainguard.sdk.elasticity import ElasticInfo, elastic
 from trainguard.sdk.heartbeat import heartbeat
-from trainguard.sdk.live import Live, LiveError
+from trainguard.sdk.live import Live
 from trainguard.sdk.sampler import ElasticSampler
 from trainguard.sdk.snapshots import Restored, Snapshots
 

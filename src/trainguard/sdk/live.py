@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -46,13 +44,13 @@ from typing import Any
 from trainguard.pod import contract, workerevents
 from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
-from trainguard.sdk import _rounds, _sockets, _transfer
-from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness
+from trainguard.sdk import _sockets, _transfer
+from trainguard.sdk._rounds import Formed
+from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
 from trainguard.sdk._world import env_int
 
 #: A member that fails this many formations in a row, with no step completed between, gives up (raises).
 MAX_FAILED_FORMATIONS = 3
-STORE_TIMEOUT = timedelta(seconds=60)
 #: A member beats (a counter in the store) this often from its watchdog thread...
 BEAT_EVERY = 0.25
 #: ...and one that has not for this long is taken for hung (stopped, or a thread holding the interpreter):
@@ -74,11 +72,6 @@ class _JoinAtBoundary(RuntimeError):
 
 class _WarmupStepped(RuntimeError):
     """Raised by the optimizers' pre-hook while ``warmup`` runs: a warm-up computes, it does not train."""
-
-
-class LiveError(RuntimeError):
-    """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
-    function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
 
 
 class Live:
@@ -140,9 +133,10 @@ class Live:
         self.step = 0
         self.round = 0
         self.formations: list[Formation] = []
-        self._address = store or _default_store()
-        self._client = self._connect()
-        self._watch = self._connect()
+        self._address = store or default_store()
+        self._client = connect(self._address)
+        self._watch = connect(self._address)
+        self.rounds = RoundStore(self._client, self.keys, self.member, self.poll)
         #: The step the state is at: ``step``, or one more once the optimizer applied the step in progress.
         self._state_step = -1
         self._failed_in_a_row = 0
@@ -244,7 +238,7 @@ class Live:
         its gradients are dropped; an optimizer's step is refused (a warm-up computes, it does not train). A
         warm-up that fails is told on stderr and the process joins without it: it costs the survivors time,
         never the job."""
-        if self.warmup is None or self._latest() == 0:
+        if self.warmup is None or self.rounds.latest() == 0:
             return
         import torch
 
@@ -279,11 +273,18 @@ class Live:
 
     def _form(self, cause: str | None, started: float) -> None:
         held = self._state_step
-        latest = self._latest()
+        latest = self.rounds.latest()
         n = max(self.round, latest) + 1
         while True:
             self._trace(f"arriving in round {n} at step {held}")
-            formed = self._join(n, held)
+            formed = self.rounds.join(
+                n,
+                held,
+                self.size if n == 1 else self.minimum,
+                self.stale_after,
+                self.timeout,
+                self.join_timeout,
+            )
             self._trace(f"round {n} closed: {formed}")
             if formed is not None:
                 break
@@ -334,78 +335,6 @@ class Live:
         if not path:
             return
         workerevents.append(path, workerevents.REFORMED, pid=os.getpid(), **formation.as_dict())
-
-    def _join(self, n: int, held: int) -> Formed | None:
-        """Arrives in round ``n`` and waits for it to close: the round if this process is in it, None if it
-        closed without it (it arrived too late: the next round then)."""
-        client = self._client
-        index = int(client.add(self.keys.arrivals(n), 1)) - 1
-        client.set(self.keys.arrival(n, index), json.dumps({"member": self.member, "step": held}))
-        previous = self._members_of(n - 1)
-        minimum = self.size if n == 1 else self.minimum
-        staleness = Staleness(self.stale_after)
-        lateness = Lateness(self.timeout)
-        arrived_at = time.monotonic()
-        deadline = arrived_at + self.join_timeout
-        closed = self.keys.closed(n)
-        while True:
-            if client.check([closed]):
-                formed = Formed.loads(client.get(closed))
-                return formed if self.member in formed.members else None
-            arrivals = self._arrivals(n)
-            now = time.monotonic()
-            # A member that beats but does not come within a collective's bound of the survivors' arrival is
-            # stuck outside the group (in a device's kernel, a data loader...): the round forms without it too.
-            late = lateness.late(previous, arrivals, now)
-            absent = {
-                m
-                for m in _rounds.awaited(previous, arrivals, set())
-                if late
-                or _ended_here(m)
-                or client.check([self.keys.gone(m)])
-                or staleness.stale(m, self._beat(m), now)
-            }
-            decided = _rounds.close(n, previous, arrivals, absent, minimum)
-            if decided is not None:
-                formed = Formed.loads(client.compare_set(closed, "", decided.dumps()))
-                client.set(self.keys.latest(), str(formed.round))
-                return formed if self.member in formed.members else None
-            if now > deadline:
-                raise LiveError(
-                    f"live mode: round {n} did not form within {self.join_timeout:.0f} s: "
-                    f"{len(arrivals)} arrived, waiting for {_rounds.awaited(previous, arrivals, absent)} "
-                    f"(at least {minimum} needed)"
-                )
-            time.sleep(self.poll)
-
-    def _arrivals(self, n: int) -> list[Arrival]:
-        return self._read_arrivals(self._client, n)[0]  # one counted but not written yet: not arrived
-
-    def _read_arrivals(self, client: Any, n: int) -> tuple[list[Arrival], bool]:
-        """Round ``n``'s arrivals written so far (with ``client``: each thread has its own), and whether an
-        arrival is counted but not written yet (whose it is cannot be known)."""
-        count = int(client.add(self.keys.arrivals(n), 0))
-        found = []
-        for i in range(count):
-            key = self.keys.arrival(n, i)
-            if client.check([key]):
-                raw = json.loads(client.get(key))
-                found.append(Arrival(str(raw["member"]), int(raw["step"])))
-        return found, len(found) < count
-
-    def _members_of(self, n: int) -> tuple[str, ...]:
-        if n < 1:
-            return ()
-        key = self.keys.closed(n)
-        return Formed.loads(self._client.get(key)).members if self._client.check([key]) else ()
-
-    def _latest(self) -> int:
-        key = self.keys.latest()
-        return int(self._client.get(key)) if self._client.check([key]) else 0
-
-    def _beat(self, member: str) -> int | None:
-        key = self.keys.beat(member)
-        return int(self._client.add(key, 0)) if self._client.check([key]) else None
 
     def _make_group(self, formed: Formed) -> None:
         import torch.distributed as dist
@@ -501,7 +430,7 @@ class Live:
                     and not self._broken.is_set()
                     and self._watch.check([self.keys.arrivals(self.round + 1)])
                 ):
-                    if self._only_newcomers(self.round + 1):
+                    if self.rounds.only_newcomers(self._watch, self.round + 1, self._members):
                         if not self._join_pending.is_set():
                             self._join_pending.set()
                             pending_since = now
@@ -509,16 +438,6 @@ class Live:
                             self._abort()
                     else:
                         self._abort()
-
-    def _only_newcomers(self, n: int) -> bool:
-        """Whether round ``n``'s arrivals so far are all newcomers and no member of this round is marked gone
-        (a scale-out or a replacement joining): then nothing is broken, and this round can end at a step's
-        boundary. Any member's arrival (its collective failed) or gone mark is a fault: abort at once."""
-        watch = self._watch
-        arrivals, unwritten = self._read_arrivals(watch, n)
-        if unwritten or any(a.member in self._members for a in arrivals):
-            return False
-        return not any(watch.check([self.keys.gone(m)]) for m in self._members if m != self.member)
 
     def _trace(self, what: str) -> None:
         if os.environ.get(contract.ENV_LIVE_TRACE) == "1":
@@ -540,17 +459,6 @@ class Live:
         self._trace(f"round {self.round} aborted: {shut} connections shut down")
 
     # -- helpers ------------------------------------------------------------------------------------------
-
-    def _connect(self) -> Any:
-        from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-        host, _, port = self._address.rpartition(":")
-        try:
-            return TCPStore(host, int(port), is_master=False, timeout=STORE_TIMEOUT)
-        except (RuntimeError, ValueError) as error:
-            raise LiveError(
-                f"live mode: cannot reach the store at {self._address} ({error}); set {contract.ENV_LIVE_STORE}=host:port"
-            ) from error
 
     def _hook_optimizers(self) -> None:
         import torch
@@ -581,30 +489,9 @@ class Live:
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
 
 
-def _ended_here(member: str) -> bool:
-    """A member on this host (the same host name and so the same processes: the local runtime's pods) whose
-    process is gone: absent at once, with no wait for its beats to go stale."""
-    host, pid = contract.member_host_pid(member)
-    return host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
-
-
 def _cause(error: BaseException) -> str:
     """What ended a round, for its record: the error's type and the start of its first line."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     if text.startswith("[") and "] " in text:  # gloo's "[file.cc:553] ": where, not what
         text = text.split("] ", 1)[1]
     return f"{type(error).__name__}: {text[:120]}"
-
-
-def _default_store() -> str:
-    for name in (contract.ENV_LIVE_STORE, contract.ENV_RDZV_ENDPOINT):
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    address, port = os.environ.get(contract.MASTER_ADDR), os.environ.get(contract.MASTER_PORT)
-    if address and port:
-        return f"{address}:{port}"
-    raise LiveError(
-        f"live mode: no store to form rounds on; set {contract.ENV_LIVE_STORE}=host:port (trainguard sets "
-        f"{contract.ENV_RDZV_ENDPOINT} for its jobs)"
-    )

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from agent_harness import wait_for
 
+from trainguard.agent.sockets import socket_inodes
 from trainguard.agent.release import (
     UNANSWERED_SECONDS,
     Held,
@@ -25,7 +26,6 @@ from trainguard.agent.release import (
     parse_release,
     release_connections,
     release_lost,
-    socket_inodes,
 )
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,43 @@
+"""What the agent's loop and its watchers share: the tick each poll hands them, what may end a run of the
+command, and the watcher's interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from trainguard.agent.detector import Hang
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One poll of the agent's loop."""
+
+    now: float
+    #: The command's process (None before it started).
+    pid: int | None
+    #: Which start of the command this is (1, 2, ...).
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Hung:
+    """The command hung: stop it, and restart it in place while the streak allows."""
+
+    hang: Hang
+    best_step: int | None
+
+
+@dataclass(frozen=True)
+class ExitRequested:
+    """The runtime asked for the pod to end with this exit code."""
+
+    exit_code: int
+
+
+class Watcher(Protocol):
+    def start(self, now: float) -> None:
+        """The command (re)started: what this watcher keeps per run starts again."""
+
+    def poll(self, tick: Tick) -> Hung | ExitRequested | None:
+        """Look at the channel once; an outcome ends this run of the command."""
