@@ -44,7 +44,7 @@ from typing import Any
 from trainguard.pod import contract, workerevents
 from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
-from trainguard.sdk import _sockets, _transfer
+from trainguard.sdk import _livestate, _sockets, _transfer
 from trainguard.sdk._rounds import Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
 from trainguard.sdk._world import env_int
@@ -68,10 +68,6 @@ BACKENDS = ("gloo", "nccl")
 
 class _JoinAtBoundary(RuntimeError):
     """Raised by ``advance`` at a step boundary: a newcomer waits in the next round, nobody was lost."""
-
-
-class _WarmupStepped(RuntimeError):
-    """Raised by the optimizers' pre-hook while ``warmup`` runs: a warm-up computes, it does not train."""
 
 
 class Live:
@@ -150,7 +146,7 @@ class Live:
         self._graveyard: list[Any] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._hook_optimizers()
+        _livestate.after_each_step(self.state, self._applied)
         self._thread = threading.Thread(target=self._watchdog, name="trainguard-live", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -231,43 +227,13 @@ class Live:
         self._leave_group()
 
     def _warm_up(self) -> None:
-        """Runs ``warmup`` once, before this process first arrives, when it joins a job already training (a
-        replacement, a new rank of a scale-out): the survivors then do not wait, in the new round's first step,
-        for its first kernels (on a GPU: each kernel's first load, cuBLAS' start). At the job's start every
-        member is as cold as the others, and nothing runs. The state it leaves is replaced by the survivors';
-        its gradients are dropped; an optimizer's step is refused (a warm-up computes, it does not train). A
-        warm-up that fails is told on stderr and the process joins without it: it costs the survivors time,
-        never the job."""
+        """Runs ``warmup`` once, before this process first arrives, when it joins a job already training
+        (``trainguard.sdk._livestate.warm_up``); at the job's start every member is as cold as the others."""
         if self.warmup is None or self.rounds.latest() == 0:
             return
-        import torch
-
-        def refuse(*_: Any) -> None:
-            raise _WarmupStepped(
-                "Live(warmup=...) stepped an optimizer: a warm-up runs a forward and a backward only"
-            )
-
-        hooks = [
-            obj.register_step_pre_hook(refuse)
-            for obj in self.state.values()
-            if isinstance(obj, torch.optim.Optimizer)
-        ]
-        started = time.monotonic()
-        try:
-            self.warmup()
-        except Exception as error:  # a warm-up's fault must not end the worker
-            print(
-                f"trainguard live: the warm-up failed ({_cause(error)}); joining without it",
-                file=sys.stderr,
-                flush=True,
-            )
-        else:
-            self.warmup_seconds = round(time.monotonic() - started, 3)
+        self.warmup_seconds = _livestate.warm_up(self.state, self.warmup, _cause)
+        if self.warmup_seconds is not None:
             self._trace(f"warmed up in {self.warmup_seconds} s")
-        finally:
-            for hook in hooks:
-                hook.remove()
-            self._zero_grads()
 
     # -- forming a round ----------------------------------------------------------------------------------
 
@@ -302,7 +268,7 @@ class Live:
         if formed.step >= 0:
             self.step = formed.step
         self._state_step = self.step
-        self._zero_grads()
+        _livestate.zero_grads(self.state)
         now = time.monotonic()
         self.formations.append(
             Formation(
@@ -405,7 +371,9 @@ class Live:
                 me = senders.index(self.member)
                 return origin_of_source, _transfer.send(group, tensors, len(senders), me)
             body = self._client.get(body_key)
-            dicts, received = _transfer.receive(group, body, self._device(), len(senders))
+            dicts, received = _transfer.receive(
+                group, body, _livestate.device_of(self.state, self.device), len(senders)
+            )
             _transfer.load(self.state, dicts)
             self.step = int(self._client.get(self.keys.step(formed.round)))
             return "peer", received
@@ -460,33 +428,9 @@ class Live:
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    def _hook_optimizers(self) -> None:
-        import torch
-
-        for obj in self.state.values():
-            if isinstance(obj, torch.optim.Optimizer):
-                obj.register_step_post_hook(self._applied)
-
     def _applied(self, *_: Any) -> None:
+        """An optimizer applied the step in progress: the state is one step further."""
         self._state_step = self.step + 1
-
-    def _zero_grads(self) -> None:
-        import torch
-
-        for obj in self.state.values():
-            if isinstance(obj, torch.optim.Optimizer):
-                obj.zero_grad(set_to_none=True)
-
-    def _device(self) -> Any:
-        import torch
-
-        if self.device is not None:
-            return torch.device(self.device)
-        for obj in self.state.values():
-            if isinstance(obj, torch.nn.Module):
-                for parameter in obj.parameters():
-                    return parameter.device
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
 
 
 def _cause(error: BaseException) -> str:

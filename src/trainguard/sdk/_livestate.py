@@ -1,0 +1,77 @@
+"""What live mode does to the state it keeps: its optimizers hooked and their gradients dropped, the device it
+lives on, and a newcomer's warm-up run before it joins (``trainguard.sdk.live``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class WarmupStepped(RuntimeError):
+    """Raised by the optimizers' pre-hook while ``warm_up`` runs: a warm-up computes, it does not train."""
+
+
+def optimizers(state: dict[str, Any]) -> Iterator[Any]:
+    import torch
+
+    return (obj for obj in state.values() if isinstance(obj, torch.optim.Optimizer))
+
+
+def after_each_step(state: dict[str, Any], hook: Callable[..., None]) -> None:
+    """``hook`` called after each step of every optimizer of ``state``."""
+    for optimizer in optimizers(state):
+        optimizer.register_step_post_hook(hook)
+
+
+def zero_grads(state: dict[str, Any]) -> None:
+    for optimizer in optimizers(state):
+        optimizer.zero_grad(set_to_none=True)
+
+
+def device_of(state: dict[str, Any], device: Any) -> Any:
+    """Where received tensors go: ``device`` if given, else the first model's parameters', else this process's
+    GPU or the CPU."""
+    import torch
+
+    if device is not None:
+        return torch.device(device)
+    for obj in state.values():
+        if isinstance(obj, torch.nn.Module):
+            for parameter in obj.parameters():
+                return parameter.device
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+
+
+def warm_up(
+    state: dict[str, Any], warmup: Callable[[], Any], cause: Callable[[BaseException], str]
+) -> float | None:
+    """Runs ``warmup`` once, so that a process joining a job already training (a replacement, a new rank of a
+    scale-out) does not make the survivors wait, in the new round's first step, for its first kernels (on a
+    GPU: each kernel's first load, cuBLAS' start). The state it leaves is replaced by the survivors'; its
+    gradients are dropped; an optimizer's step is refused (a warm-up computes, it does not train). A warm-up
+    that fails is told on stderr (``cause``: its words) and the process joins without it: it costs the
+    survivors time, never the job. The seconds it took; None when it failed."""
+
+    def refuse(*_: Any) -> None:
+        raise WarmupStepped(
+            "Live(warmup=...) stepped an optimizer: a warm-up runs a forward and a backward only"
+        )
+
+    hooks = [optimizer.register_step_pre_hook(refuse) for optimizer in optimizers(state)]
+    started = time.monotonic()
+    try:
+        warmup()
+    except Exception as error:  # a warm-up's fault must not end the worker
+        print(
+            f"trainguard live: the warm-up failed ({cause(error)}); joining without it",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+        zero_grads(state)
+    return round(time.monotonic() - started, 3)
