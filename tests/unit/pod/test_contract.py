@@ -17,8 +17,8 @@ import trainguard
 from trainguard.pod import contract
 
 SOURCE = Path(trainguard.__file__).resolve().parent
-#: Our own names and torchrun's (``PET_`` is Kubeflow's prefix for torchrun's options).
-PREFIXED = re.compile(r"^(TRAINGUARD|TRAININGJOB|PET|TORCHELASTIC|TORCH)_[A-Z0-9_]+$")
+#: Our own names, torchrun's (``PET_`` is Kubeflow's prefix for torchrun's options) and Horovod's.
+PREFIXED = re.compile(r"^(TRAINGUARD|TRAININGJOB|PET|TORCHELASTIC|TORCH|HOROVOD)_[A-Z0-9_]+$")
 #: torch's names that trainguard sets or reads.
 TORCH_NAMES = frozenset(
     {
