@@ -87,6 +87,15 @@ ENV_HEARTBEAT_DIR = "TRAINGUARD_HEARTBEAT_DIR"
 ENV_ATTEMPT = "TRAINGUARD_ATTEMPT"
 #: The file the launchers and the SDK append worker events to (``trainguard.pod.workerevents``).
 ENV_WORKER_EVENTS = "TRAINGUARD_WORKER_EVENTS"
+#: In that directory, ``trainguard.heartbeat`` replaces ``rank-<rank>.json`` for each rank (``heartbeat_file``).
+HEARTBEAT_PREFIX = "rank-"
+HEARTBEAT_SUFFIX = ".json"
+
+
+def heartbeat_file(rank: int) -> str:
+    """A rank's heartbeat file's name, in the agent's heartbeat directory."""
+    return f"{HEARTBEAT_PREFIX}{rank}{HEARTBEAT_SUFFIX}"
+
 
 # ---- the launchers ----------------------------------------------------------------------------------------
 
@@ -135,6 +144,8 @@ REPORT_WORKERS_RESTARTED = "workers-restarted"
 REPORT_LIVE_REFORMED = "live-reformed"
 REPORT_LIVE_UNUSED = "live-unused"
 REPORT_NUDGED = "nudged"
+#: The agent shut down this pod's connections to a lost peer (``trainguard.agent.release``).
+REPORT_RELEASED = "released"
 REPORT_EXITED = "exited"
 #: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
 REPORT_GAVE_UP = "gave-up"
