@@ -65,7 +65,7 @@ class Heartbeats:
             "rank": rank,
             "metrics": {str(name): _plain(value) for name, value in metrics.items()},
         }
-        path = os.path.join(directory, f"rank-{rank}.json")
+        path = os.path.join(directory, contract.heartbeat_file(rank))
         temporary = f"{path}.{os.getpid()}.tmp"
         with open(temporary, "w", encoding="utf-8") as out:
             json.dump(record, out, separators=(",", ":"))
