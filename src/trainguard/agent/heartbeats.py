@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.agent.detector import HeartbeatSample
-
-_PREFIX = "rank-"
-_SUFFIX = ".json"
+from trainguard.pod.contract import HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class HeartbeatReader:
             return [
                 name
                 for name in os.listdir(self.directory)
-                if name.startswith(_PREFIX) and name.endswith(_SUFFIX)
+                if name.startswith(HEARTBEAT_PREFIX) and name.endswith(HEARTBEAT_SUFFIX)
             ]
         except OSError:
             return []
@@ -86,7 +84,7 @@ class HeartbeatReader:
     def _parse(self, name: str) -> Heartbeat | None:
         try:
             data = json.loads((self.directory / name).read_bytes())
-            rank = int(data.get("rank", name[len(_PREFIX) : -len(_SUFFIX)]))
+            rank = int(data.get("rank", name[len(HEARTBEAT_PREFIX) : -len(HEARTBEAT_SUFFIX)]))
             step = data.get("step")
             metrics = data.get("metrics") or {}
             return Heartbeat(

@@ -20,6 +20,7 @@ from trainguard.agent.release import (
 from trainguard.agent.report import Reporter
 from trainguard.agent.sockets import Released
 from trainguard.agent.watchers.base import Tick
+from trainguard.pod import contract
 
 
 class ReleaseWatcher:
@@ -89,7 +90,7 @@ class ReleaseWatcher:
         """Report and say what a release did (``attempts``: to the held addresses' connection attempts;
         ``quiet_peers``: to the peers' quiet connections, ``QUIET_SECONDS`` after)."""
         self.reporter.event(
-            "released",
+            contract.REPORT_RELEASED,
             pid=None,
             attempt=self.attempt,
             token=token,
