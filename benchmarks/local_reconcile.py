@@ -35,13 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from trainguard.api.model import MAX_REPLICAS  # noqa: E402
-from trainguard.backends.local import capacity  # noqa: E402
 from trainguard.backends.local.clock import Clock  # noqa: E402
 from trainguard.backends.local.home import Home  # noqa: E402
 from trainguard.backends.local.plane import ControlPlane  # noqa: E402
 from trainguard.backends.local.records import NodeRecord  # noqa: E402
 from trainguard.backends.local.service import Service  # noqa: E402
 from trainguard.backends.local.store import Store  # noqa: E402
+from trainguard.controller.admission import MACHINE, is_held  # noqa: E402
+from trainguard.controller.status import JobStatus  # noqa: E402
 
 
 def job(name: str, replicas: int, low: int | None = None, high: int | None = None) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def main() -> int:
             figures["held_pass"] = timed(plane.step)
             held = store.get_job("big")
             assert held is not None
-            assert capacity.is_held(held)
+            assert is_held(JobStatus.from_dict(held.status), MACHINE)
             # The same job let through, as if the limit were its size.
             store.update_status("big", {}, held.status_version)
             plane.max_pods = args.replicas

@@ -18,7 +18,7 @@ import yaml
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.launches import launch
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import discovery, held, manifests, metadata
+from trainguard.backends.k8s import discovery, manifests, metadata
 from trainguard.backends.k8s.cache import LIST_PAGE, Cache, key_of
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.fields import JOB_FIELDS, NODE_FIELDS, POD_FIELDS, project
@@ -30,6 +30,7 @@ from trainguard.backends.k8s.operator import _without_status
 from trainguard.backends.k8s.shared import generation_of, owned_by, owner_uid
 from trainguard.backends.k8s.status import read_status
 from trainguard.backends.k8s.ui import _last_exit, _model
+from trainguard.controller.admission import STATUS_OBJECT, is_held
 
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -354,7 +355,7 @@ def _job_resource() -> Obj:
 
 JOB_READERS: dict[str, Callable[[Obj], object]] = {
     "operator: the model (load_object)": lambda o: load_object(_without_status(o), "job").job,
-    "operator: read_status, held": lambda o: (read_status(o), held.is_held(o)),
+    "operator: read_status, held": lambda o: (read_status(o), is_held(read_status(o), STATUS_OBJECT)),
     "metrics: snapshots": lambda o: snapshots(lambda: [o])(),
     "ui: the model, the resource's version and creation": lambda o: (
         _model(o, PYTORCHJOB),

@@ -12,7 +12,8 @@ import pytest
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.operator import Operator
-from trainguard.backends.k8s.queue import BACKOFF_BASE, BACKOFF_MAX, WorkQueue
+from trainguard.backends.k8s.queue import WorkQueue
+from trainguard.controller.retries import BACKOFF_BASE, BACKOFF_MAX
 
 Obj = dict[str, Any]
 

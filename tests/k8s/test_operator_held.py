@@ -18,14 +18,16 @@ from tests.k8s.cluster import KubeCluster
 from tests.k8s.operator_harness import Scenario, pod_names, scenario
 from trainguard.api import TrainingJob
 from trainguard.backends.k8s import held
-from trainguard.backends.k8s.held import HELD_REASON, MAX_JOB_PODS
-from trainguard.backends.k8s.kinds import AITRAININGJOB, NATIVE, PYTORCHJOB
+from trainguard.backends.k8s.held import MAX_JOB_PODS
+from trainguard.backends.k8s.kinds import AITRAININGJOB, NATIVE, PYTORCHJOB, JobKind
 from trainguard.backends.k8s.operator import Operator
-from trainguard.backends.k8s.status import read_status
+from trainguard.backends.k8s.status import read_status, status_document
 from trainguard.controller import JobPhase
+from trainguard.controller.admission import STATUS_OBJECT, Hold, PodLimit, admit, count, is_held, oversize
 
 Obj = dict[str, Any]
 TJ = "trainingjob"
+HELD_REASON = STATUS_OBJECT.reason
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "img", "command": ["python", "train.py"]}]}}
 
 
@@ -49,6 +51,20 @@ def _job(**roles: Obj) -> TrainingJob:
     return TrainingJob.model_validate(_manifest("big", roles))
 
 
+def _too_large(job: TrainingJob, kind: JobKind, limit: int = MAX_JOB_PODS) -> str | None:
+    """The engine's decision in the operator's words: why it does not run the job, or None when it fits."""
+    over = oversize(job, PodLimit(limit, STATUS_OBJECT))
+    return None if over is None else held.explain(kind, over)
+
+
+def _hold(obj: Obj, limit: int) -> Hold | None:
+    """The engine's admission of the resource as the operator reads it: how to hold it, or None to run it."""
+    job = TrainingJob.model_validate(obj)
+    limits = PodLimit(limit, STATUS_OBJECT)
+    admission = admit(job, read_status(obj), limits, lambda over: held.explain(NATIVE, over), 1_000.0)
+    return admission if isinstance(admission, Hold) else None
+
+
 # ---- the size and the decision ----------------------------------------------------------------------
 
 
@@ -64,7 +80,7 @@ def _job(**roles: Obj) -> TrainingJob:
     ],
 )
 def test_a_jobs_pods_are_every_role_at_its_largest(roles: dict[str, Obj], pods: int) -> None:
-    assert held.job_pods(_job(**roles)) == pods
+    assert count(_job(**roles), STATUS_OBJECT) == pods
 
 
 @pytest.mark.parametrize(
@@ -84,7 +100,7 @@ def test_a_jobs_pods_are_every_role_at_its_largest(roles: dict[str, Obj], pods: 
     ],
 )
 def test_a_job_is_held_only_past_the_limit(roles: dict[str, Obj], held_for: str | None) -> None:
-    why = held.too_large(_job(**roles), NATIVE)
+    why = _too_large(_job(**roles), NATIVE)
     if held_for is None:
         assert why is None
     else:
@@ -93,7 +109,7 @@ def test_a_job_is_held_only_past_the_limit(roles: dict[str, Obj], held_for: str 
 
 
 def test_the_message_names_the_number_the_limit_and_the_fix() -> None:
-    why = held.too_large(_job(launcher={"replicas": 1}, worker={"replicas": 1500}), AITRAININGJOB, limit=1000)
+    why = _too_large(_job(launcher={"replicas": 1}, worker={"replicas": 1500}), AITRAININGJOB, limit=1000)
     assert why == (
         "job big has 1,501 pods (launcher 1, worker 1,500), and the operator runs at most 1,000 pods of a job "
         "(every pod is in the job's status, which the API server stores in one object of at most 1.5 MiB): "
@@ -102,23 +118,24 @@ def test_the_message_names_the_number_the_limit_and_the_fix() -> None:
 
 
 def test_the_fix_of_a_job_whose_other_roles_alone_are_too_many_names_the_total() -> None:
-    why = held.too_large(_job(a={"replicas": 6}, b={"replicas": 6}), NATIVE, limit=5)
+    why = _too_large(_job(a={"replicas": 6}, b={"replicas": 6}), NATIVE, limit=5)
     assert why is not None
     assert "lower the roles' replicas/maxReplicas to 5 pods in all, or split the job into several" in why
 
 
 def test_a_pytorchjob_is_told_its_own_fields() -> None:
-    why = held.too_large(_job(worker={"replicas": 3}), PYTORCHJOB, limit=2)
+    why = _too_large(_job(worker={"replicas": 3}), PYTORCHJOB, limit=2)
     assert why is not None
     assert "lower spec.pytorchReplicaSpecs.Worker.replicas/spec.elasticPolicy.maxReplicas to 2" in why
 
 
 def test_a_new_job_past_the_limit_gets_a_pending_status_a_condition_and_a_warning() -> None:
     obj = _resource(worker={"replicas": 3})
-    holding = held.hold(NATIVE, TrainingJob.model_validate(obj), obj, 1_000.0, limit=2)
+    holding = _hold(obj, limit=2)
     assert holding is not None
     assert holding.status is not None
-    status = holding.status
+    assert holding.event is not None
+    status = status_document(NATIVE, TrainingJob.model_validate(obj), holding.status)
     assert (status["phase"], status["reason"], status["message"]) == ("Pending", HELD_REASON, holding.message)
     assert [(c["type"], c["status"], c["reason"], c["message"]) for c in status["conditions"]] == [
         ("Pending", "True", HELD_REASON, holding.message)
@@ -132,19 +149,19 @@ def test_a_new_job_past_the_limit_gets_a_pending_status_a_condition_and_a_warnin
     read = read_status({**obj, "status": status})
     assert (read.phase, read.reason, read.started_at) == (JobPhase.PENDING, HELD_REASON, None)
     shown = {**obj, "status": status}
-    assert held.is_held(shown)
-    assert held.already_held(shown, holding)
+    assert is_held(read_status(shown), STATUS_OBJECT)
+    assert _hold(shown, limit=2) == Hold(holding.message, None, None)  # already held: nothing to do again
 
 
 def test_a_job_that_fits_is_not_held_and_a_started_one_keeps_its_status() -> None:
     obj = _resource(worker={"replicas": 2})
-    assert held.hold(NATIVE, TrainingJob.model_validate(obj), obj, 1_000.0, limit=2) is None
+    assert _hold(obj, limit=2) is None
     started = {**_resource(worker={"replicas": 3}), "status": {"phase": "Running", "startedAt": 900.0}}
-    holding = held.hold(NATIVE, TrainingJob.model_validate(started), started, 1_000.0, limit=2)
+    holding = _hold(started, limit=2)
     assert holding is not None
     assert holding.status is None
-    assert not held.is_held(started)
-    assert not held.already_held(started, holding)
+    assert not is_held(read_status(started), STATUS_OBJECT)
+    assert holding.event is not None  # not held before: its event is sent
 
 
 # ---- one reconcile, against a fake API server ---------------------------------------------------------

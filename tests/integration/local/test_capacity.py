@@ -26,6 +26,8 @@ from trainguard.backends.local.plane import ControlPlane
 from trainguard.backends.local.records import JobRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.service import RequestError, Service
 from trainguard.backends.local.store import Store
+from trainguard.controller.admission import MACHINE, PodLimit, count, is_held, oversize
+from trainguard.controller.status import JobStatus
 
 from .jobs import SLEEPING, simple_job
 
@@ -35,6 +37,11 @@ LIMIT = 8
 def _job(name: str = "j", **roles: int) -> TrainingJob:
     specs = {role: {"replicas": count} for role, count in (roles or {"worker": 1}).items()}
     return TrainingJob.model_validate({"metadata": {"name": name}, "spec": {"replicaSpecs": specs}})
+
+
+def _held(record: JobRecord) -> bool:
+    """Whether the stored status is a held job's, as the engine reads it."""
+    return is_held(JobStatus.from_dict(record.status), MACHINE)
 
 
 # ---- pure parts --------------------------------------------------------------------------------------------
@@ -67,13 +74,14 @@ def test_the_limit_comes_from_the_environment(environ: dict[str, str], limit: in
     ],
 )
 def test_size_counts_every_role(roles: dict[str, int], replicas: dict[str, int] | None, size: int) -> None:
-    assert capacity.size(_job(**roles), replicas) == size
+    assert count(_job(**roles), MACHINE, replicas) == size
 
 
 @given(counts=st.lists(st.integers(0, MAX_REPLICAS), min_size=1, max_size=4), limit=st.integers(1, 10**6))
 def test_a_job_fits_exactly_when_its_pods_are_within_the_limit(counts: list[int], limit: int) -> None:
-    job = _job(**{f"r{i}": count for i, count in enumerate(counts)})
-    why = capacity.too_big(job, limit)
+    job = _job(**{f"r{i}": pods for i, pods in enumerate(counts)})
+    over = oversize(job, PodLimit(limit, MACHINE))
+    why = None if over is None else capacity.explain(over)
     assert (why is None) == (sum(counts) <= limit)
     if why is not None:
         assert f"{sum(counts):,} pods" in why
@@ -85,10 +93,11 @@ def test_a_job_fits_exactly_when_its_pods_are_within_the_limit(counts: list[int]
 def test_started_held_and_desired_read_the_stored_status() -> None:
     job = _job(worker=5)
     fresh = JobRecord("j", "u", job.to_dict(), 1, {}, 1, 0.0, 1)
-    held = JobRecord("j", "u", job.to_dict(), 1, capacity.held_status(job, "why"), 2, 0.0, 1)
+    waits = {"phase": "Pending", "reason": "Unschedulable", "message": "job j waits: why"}
+    held = JobRecord("j", "u", job.to_dict(), 1, waits, 2, 0.0, 1)
     running = JobRecord("j", "u", job.to_dict(), 1, {"startedAt": 5.0, "desired": {"worker": 2}}, 3, 0.0, 1)
     assert [capacity.started(r) for r in (fresh, held, running)] == [False, False, True]
-    assert [capacity.is_held(r) for r in (fresh, held, running)] == [False, True, False]
+    assert [_held(r) for r in (fresh, held, running)] == [False, True, False]
     assert capacity.desired(fresh, job) == {"worker": 5}
     assert capacity.desired(running, job) == {"worker": 2}
 
@@ -215,7 +224,7 @@ def test_a_held_job_scaled_to_fit_starts_and_a_started_one_never_grows_past_the_
     local = planes()
     local.submit("big", 50, maxReplicas=100, minReplicas=1)
     local.plane.step()
-    assert capacity.is_held(local.record("big"))
+    assert _held(local.record("big"))
     answer = local.service.op_scale("big", "worker", 3)  # not started: its spec's replicas change
     assert answer["replicas"] == 3
     assert local.record("big").spec["spec"]["replicaSpecs"]["worker"]["replicas"] == 3

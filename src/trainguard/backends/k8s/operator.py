@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from trainguard.api import SpecError
+from trainguard.api import SpecError, TrainingJob
 from trainguard.api.load import load_object
 from trainguard.backends.k8s import agentreports, held, manifests, metadata, metrics
 from trainguard.backends.k8s.backend import JobBackend
@@ -32,13 +32,16 @@ from trainguard.backends.k8s.fields import JOB_FIELDS, NODE_FIELDS, POD_FIELDS
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
-from trainguard.backends.k8s.queue import BACKOFF_MAX, WorkQueue
+from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.backends.k8s.shared import Shared
-from trainguard.backends.k8s.status import read_status
+from trainguard.backends.k8s.status import read_status, status_document
 from trainguard.backends.k8s.ui import KubeSource
 from trainguard.controller import JobStatus, SettledSlots, reconcile
+from trainguard.controller.admission import Hold, admit
 from trainguard.controller.backend import EmitEvent, EventType
 from trainguard.controller.launchspec import check_runnable
+from trainguard.controller.loop import StepResult
+from trainguard.controller.retries import BACKOFF_MAX
 from trainguard.observability.metrics import ControllerStats
 from trainguard.observability.prometheus import JobsCollector
 from trainguard.ui import server as ui_server
@@ -223,12 +226,8 @@ class Operator:
     def _failed(self, key: JobKey, error: Exception) -> None:
         """A reconcile that raised: try the job again after its backoff (``WorkQueue.backoff``), with one log
         line per step (the traceback the first time) and a Warning event on the job saying when."""
-        failures, delay = self.queue.backoff(key)
-        if failures == 1:
-            log.exception("reconcile of %s/%s/%s failed; trying again in %.1f s", *key, delay)
-        else:
-            log.warning("reconcile of %s/%s/%s failed again (%d in a row): %s: %s; trying again in %.1f s",
-                        *key, failures, type(error).__name__, error, delay)  # fmt: skip
+        failures, delay = retry = self.queue.backoff(key)
+        retry.log(log, "reconcile of {}/{}/{}".format(*key), error)
         kind_name, namespace, name = key
         obj = self.jobs[kind_name].get(namespace, name)
         if obj is None:
@@ -264,12 +263,13 @@ class Operator:
         except ValueError as error:  # a torchrun command that cannot run (LaunchError)
             self._reject(kind, obj, f"{source}: {error}")
             return
-        holding = held.hold(kind, job, obj, self.clock())
-        if holding is not None:
-            self._hold(kind, obj, holding)
+        status = read_status(obj)
+        admission = admit(job, status, held.LIMIT, lambda over: held.explain(kind, over), self.clock())
+        if isinstance(admission, Hold):
+            self._hold(kind, obj, job, admission)
             return  # not again until the job changes: the watch brings the edit that makes it fit
-        # A job held until now starts from nothing, as a new one: its status is only the reason it waited.
-        status = JobStatus() if held.is_held(obj) else read_status(obj)
+        if admission.fresh:  # held until now: it starts from nothing, as a new job
+            status = JobStatus()
         backend = JobBackend(self.shared, kind, obj)
         now = self.clock()
         result = reconcile(job, status, backend.observe(job), now, self.settled)
@@ -278,12 +278,10 @@ class Operator:
         applied = backend.apply(job, result.actions)
         if backend.written is not None:
             self.jobs[kind_name].put(backend.obj)
-        if applied.conflict:
-            self.queue.add_after(key, 0.05)  # someone wrote first: read again, decide again
-            return
-        wake = result.wake_at
-        if wake is not None:
-            self.queue.add_after(key, wake - self.clock())
+        # After a conflict, at once: the watch brings the newer status, and the job is decided again from it.
+        again = StepResult.of(result, applied).again_at(self.clock())
+        if again is not None:
+            self.queue.add_after(key, again - self.clock())
 
     def _reject(self, kind: JobKind, obj: Obj, message: str) -> None:
         """A job the model refuses: say why in its status (once) rather than retrying forever."""
@@ -297,18 +295,17 @@ class Operator:
         except ApiError as error:
             log.warning("%s/%s: cannot record the spec error: %s", meta["namespace"], meta["name"], error)
 
-    def _hold(self, kind: JobKind, obj: Obj, holding: held.Hold) -> None:
+    def _hold(self, kind: JobKind, obj: Obj, job: TrainingJob, holding: Hold) -> None:
         """A job too large to run (``held``): its status and one Warning event say why, once per size; a
         failed write raises (the operator's backoff tries again), a conflict waits for the newer version."""
         meta = obj["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        if held.already_held(obj, holding) or not self.leader.is_leader():
-            return
+        if holding.event is None or not self.leader.is_leader():
+            return  # said already
         if holding.status is not None:
+            document = status_document(kind, job, holding.status)
             try:
-                written = self.kube.replace(
-                    kind.path(namespace, name, "status"), {**obj, "status": holding.status}
-                )
+                written = self.kube.replace(kind.path(namespace, name, "status"), {**obj, "status": document})
             except ApiError as error:
                 if error.status in (404, 409):
                     return  # deleted, or changed meanwhile: the watch brings the newer version

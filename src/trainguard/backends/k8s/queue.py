@@ -1,10 +1,8 @@
 """A work queue of job keys: a key is processed by one worker at a time, a key added while it is being
 processed is processed again afterwards, and keys can be scheduled for later (a backoff or deadline).
 
-A key whose processing fails is retried after a delay of its own that doubles with each failure in a row
-(``backoff``: ``BACKOFF_BASE`` seconds, then twice that, up to ``BACKOFF_MAX``), as client-go's rate-limited
-queue does, and starts again from the base once it succeeds (``forget``): one broken job is retried less and
-less often, and never holds back the others."""
+A key whose processing fails is retried after its backoff (``backoff``; the engine's figures, the same on every
+driver: ``trainguard.controller.retries``), and starts again from the base once it succeeds (``forget``)."""
 
 from __future__ import annotations
 
@@ -14,11 +12,9 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-K = TypeVar("K", bound=Hashable)
+from trainguard.controller.retries import Retries, Retry
 
-#: The first retry of a failed key, in seconds; each failure in a row doubles it, up to ``BACKOFF_MAX``.
-BACKOFF_BASE = 0.5
-BACKOFF_MAX = 300.0
+K = TypeVar("K", bound=Hashable)
 
 
 class WorkQueue(Generic[K]):
@@ -31,7 +27,7 @@ class WorkQueue(Generic[K]):
         self._seq = 0
         self._closed = False
         self._cv = threading.Condition()
-        self._failures: dict[K, int] = {}
+        self._retries: Retries[K] = Retries()
 
     def add(self, key: K) -> None:
         with self._cv:
@@ -48,18 +44,17 @@ class WorkQueue(Generic[K]):
             heapq.heappush(self._later, (self.monotonic() + max(seconds, 0.0), self._seq, key))
             self._cv.notify()
 
-    def backoff(self, key: K) -> tuple[int, float]:
-        """``key`` failed: schedule it again after its backoff. Returns (failures in a row, the delay)."""
+    def backoff(self, key: K) -> Retry:
+        """``key`` failed: schedule it again after its backoff. Returns the step (failures in a row, delay)."""
         with self._cv:
-            failures = self._failures[key] = self._failures.get(key, 0) + 1
-        delay = min(BACKOFF_BASE * 2 ** min(failures - 1, 30), BACKOFF_MAX)
-        self.add_after(key, delay)
-        return failures, delay
+            retry = self._retries.failed(key)
+        self.add_after(key, retry.delay)
+        return retry
 
     def forget(self, key: K) -> None:
         """``key`` succeeded: its next failure backs off from the base again."""
         with self._cv:
-            self._failures.pop(key, None)
+            self._retries.succeeded(key)
 
     def get(self, timeout: float) -> K | None:
         """The next key to process (mark it ``done`` afterwards), or None after ``timeout`` or on close."""

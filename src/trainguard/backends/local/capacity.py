@@ -8,6 +8,9 @@ starts once it fits (its replicas lowered with ``scale`` or ``apply``). A distri
 pods, so starting the few that fit would only keep them waiting for the rest (gang scheduling, as Volcano
 does it). A job that has started is never made larger than the limit: such a ``scale`` or ``apply`` is
 refused and changes nothing.
+
+The decision is the engine's (``trainguard.controller.admission``, limit kind ``MACHINE``); here are the
+number, the words that name the runtime's own commands, and the nodes a job that fits gets.
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ from trainguard.api import TrainingJob
 from trainguard.backends.local.placement import free_of, room
 from trainguard.backends.local.records import JobRecord, NodeRecord
 from trainguard.backends.local.store import Store
+from trainguard.controller.admission import Oversize
+from trainguard.controller.status import JobStatus
 
 ENV_MAX_PODS = "TRAINGUARD_MAX_PODS"
 DEFAULT_MAX_PODS = 256
 #: ``TRAINGUARD_MAX_PODS`` is never taken above this: one reconcile of a job this size takes seconds, not
 #: minutes (benchmarks/local_reconcile.py), so no setting lets one job keep the control plane busy for long.
 CEILING_MAX_PODS = 4096
-#: The status reason of a job held because it does not fit.
-HELD_REASON = "Unschedulable"
 
 
 def max_pods(environ: Mapping[str, str] = os.environ) -> int:
@@ -40,21 +43,12 @@ def max_pods(environ: Mapping[str, str] = os.environ) -> int:
     return min(int(text), CEILING_MAX_PODS)
 
 
-def size(job: TrainingJob, replicas: Mapping[str, int] | None = None) -> int:
-    """Pods of the job at its replicas (``replicas``: role -> count, for the roles that have another)."""
-    given = replicas or {}
-    return sum(given.get(role, spec.replicas) for role, spec in job.spec.replica_specs.items())
-
-
-def too_big(job: TrainingJob, limit: int, replicas: Mapping[str, int] | None = None) -> str | None:
-    """Why the job cannot run here at that size, or None when it fits."""
-    pods = size(job, replicas)
-    if pods <= limit:
-        return None
+def explain(over: Oversize) -> str:
+    """Why the job cannot run here at that size: the number, the limit and the fix."""
     return (
-        f"it has {pods:,} pods and the local runtime runs at most {limit:,} pods of a job on this machine "
-        f"({ENV_MAX_PODS}); lower its replicas ('trainguard scale {job.name} --role ROLE --replicas N' or "
-        f"'trainguard apply'), or run it on Kubernetes"
+        f"it has {over.pods:,} pods and the local runtime runs at most {over.limit:,} pods of a job on this "
+        f"machine ({ENV_MAX_PODS}); lower its replicas ('trainguard scale {over.job} --role ROLE --replicas N' "
+        "or 'trainguard apply'), or run it on Kubernetes"
     )
 
 
@@ -69,13 +63,10 @@ def desired(record: JobRecord, job: TrainingJob) -> dict[str, int]:
     return {role: int(known.get(role, spec.replicas)) for role, spec in job.spec.replica_specs.items()}
 
 
-def held_status(job: TrainingJob, why: str) -> dict[str, Any]:
-    """The status of a job that waits because it does not fit (replaced when it starts)."""
-    return {"phase": "Pending", "reason": HELD_REASON, "message": f"job {job.name} waits: {why}"}
-
-
-def is_held(record: JobRecord) -> bool:
-    return not started(record) and record.status.get("reason") == HELD_REASON
+def held_status(status: JobStatus) -> dict[str, Any]:
+    """The stored status of a job that waits because it does not fit (the engine's ``Hold.status``), replaced
+    when it starts: its phase, reason and message, nothing else."""
+    return {"phase": status.phase.value, "reason": status.reason, "message": status.message}
 
 
 # ---- virtual nodes ---------------------------------------------------------------------------------------

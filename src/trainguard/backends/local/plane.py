@@ -5,7 +5,9 @@ store's compare-and-swap only ever meets writers from other processes. A pass ta
 request waits for at most one job's reconcile, never for a pass over all of them. Each job's reconcile reads
 the stored status, observes, reconciles (``trainguard.controller.reconcile``) and applies; the status is
 written last, so a control plane killed at any moment starts again from a status that never claims more than
-was done. A job too large for this machine is held (``capacity``): not reconciled until it fits.
+was done. A job too large for this machine is held (``capacity``): not reconciled until it fits. A job
+whose reconcile raises is tried again after its backoff (``trainguard.controller.retries``: one log line a
+step, the traceback the first time), or at once when its spec changes or it is deleted.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from trainguard.backends.local.runtime import Runtime
 from trainguard.backends.local.statefile import Conflict
 from trainguard.backends.local.store import Store
 from trainguard.backends.local.waker import Waker
-from trainguard.controller import SettledSlots
+from trainguard.controller import JobStatus, SettledSlots
+from trainguard.controller.admission import MACHINE, Hold, PodLimit, admit, count
 from trainguard.controller.loop import step
+from trainguard.controller.retries import Retries
 from trainguard.observability.metrics import ControllerStats
 
 log = logging.getLogger("trainguard.local")
@@ -107,6 +111,9 @@ class ControlPlane:
         #: The rendezvous store of each torchrun job, outside its pods.
         self.stores = StoreHosts(home, base_env)
         self._next_look: dict[str, float] = {}
+        #: Each job's failures in a row, and when a failed one is tried again (unless its spec changes first).
+        self.retries: Retries[str] = Retries()
+        self._retry_at: dict[str, tuple[float, tuple[int, bool] | None]] = {}
         #: Reconcile latency, queue depth and errors, for the metrics endpoint.
         self.stats = ControllerStats()
         #: Where the metrics are served (set by the daemon; ``metrics.Endpoint.to_dict()``).
@@ -123,6 +130,11 @@ class ControlPlane:
                 if job is not None:
                     jobs[record.name] = (record, job)
             self.runtime.recover(jobs)
+
+    @property
+    def limit(self) -> PodLimit:
+        """``max_pods``, as the engine decides by it."""
+        return PodLimit(self.max_pods, MACHINE)
 
     @staticmethod
     def job_model(record: JobRecord) -> TrainingJob | None:
@@ -157,25 +169,62 @@ class ControlPlane:
         busy = False
         names = self.store.job_names(include_deleted=True)
         now = self.clock()
-        self.stats.set_queue_depth(sum(1 for name in names if self._next_look.get(name, 0.0) <= now))
+        self.stats.set_queue_depth(
+            sum(1 for name in names if max(self._next_look.get(name, 0.0), self._retry_time(name)) <= now)
+        )
         for name in names:
+            if self._backing_off(name, None):
+                busy = True
+                continue
             started = time.monotonic()
             due = False
+            seen: tuple[int, bool] | None = None
             try:
                 with self.lock.loop_turn():
                     record = self.store.get_job(name, include_deleted=True)
                     if record is None:  # forgotten meanwhile
-                        self._next_look.pop(name, None)
+                        self._forget(name)
+                        continue
+                    seen = (record.spec_version, record.deleted)
+                    if self._backing_off(name, seen):
+                        busy = True
                         continue
                     due = record.deleted or self._next_look.get(name, 0.0) <= self.clock()
                     busy |= self._step_job(record)
-            except Exception:  # one broken job must not stop the others
-                log.exception("job %s: reconcile failed", name)
-                self.stats.failed()
+                self.retries.succeeded(name)
+                self._retry_at.pop(name, None)
+            except Exception as error:  # one broken job must not stop the others
+                self._failed(name, error, seen)
                 busy = True
             if due:
                 self.stats.observe(time.monotonic() - started)
         return busy
+
+    def _failed(self, name: str, error: Exception, seen: tuple[int, bool] | None) -> None:
+        """A job whose reconcile raised: try it again after its backoff, with one log line a step."""
+        self.stats.failed()
+        retry = self.retries.failed(name)
+        retry.log(log, f"reconcile of job {name}", error)
+        self._retry_at[name] = (self.clock() + retry.delay, seen)
+
+    def _backing_off(self, name: str, seen: tuple[int, bool] | None) -> bool:
+        """Whether the job failed lately and waits for its backoff. ``seen``: its spec version and whether it
+        is deleted, as read now (None: not read yet). A change of either ends the wait, as an edit reaches the
+        operator through its watch; a job that failed before it could be read waits without being read."""
+        waiting = self._retry_at.get(name)
+        if waiting is None or waiting[0] <= self.clock():
+            return False
+        failed_with = waiting[1]
+        return failed_with is None or failed_with == seen
+
+    def _retry_time(self, name: str) -> float:
+        waiting = self._retry_at.get(name)
+        return waiting[0] if waiting is not None else 0.0
+
+    def _forget(self, name: str) -> None:
+        self._next_look.pop(name, None)
+        self._retry_at.pop(name, None)
+        self.retries.succeeded(name)
 
     def _step_job(self, record: JobRecord) -> bool:
         if record.deleted:
@@ -186,17 +235,19 @@ class ControlPlane:
         job = self.job_model(record)
         if job is None:
             return False
-        if not capacity.started(record):
-            admitted = self._admit(record, job)
-            if admitted is None:
-                return True  # held: waits until it fits, and keeps the control plane up meanwhile
-            record = admitted
-        status = self.backend.read_status(record)
+        admitted = self._admit(record, job)
+        if admitted is None:
+            return True  # held: waits until it fits, and keeps the control plane up meanwhile
+        record, status = admitted
         if not status.phase.is_terminal and self.stores.needed(job, record.port):
             self.stores.ensure(job, record.uid, record.port)  # before any pod's agent looks for it
         self.runtime.place_pending(record, job)
         self.runtime.refresh(record.name, keep=True)  # the kubelet's part, before the controller looks
         result = step(self.backend, job, status, now, self.settled)
+        if result.applied.conflict:  # written meanwhile: read the stored status again, decide again at once
+            self._next_look[record.name] = 0.0
+            self.waker.wake()
+            return True
         ttl, completed = job.spec.ttl_seconds_after_finished, result.status.completed_at
         if (
             result.status.phase.is_terminal
@@ -217,29 +268,36 @@ class ControlPlane:
         self._next_look[record.name] = now + FINISHED_TICK_SECONDS if finished and not alive else 0.0
         return alive or not finished
 
-    def _admit(self, record: JobRecord, job: TrainingJob) -> JobRecord | None:
-        """A job not taken up yet: None while it is too large to run here (its status says why, an event
-        says so once per size); else the record to reconcile (a job that was held gets its nodes now)."""
-        why = capacity.too_big(job, self.max_pods)
-        if why is not None:
-            status = capacity.held_status(job, why)
-            if record.status != status:
+    def _admit(self, record: JobRecord, job: TrainingJob) -> tuple[JobRecord, JobStatus] | None:
+        """The engine's admission, carried out: None while the job is too large to run here (its status says
+        why, an event says so once per size); else the record and status to reconcile (a job that was held
+        gets its nodes now, and starts from an empty status)."""
+        status = self.backend.read_status(record)
+        admission = admit(job, status, self.limit, capacity.explain, self.clock())
+        if isinstance(admission, Hold):
+            if admission.status is not None:
                 try:
-                    self.store.update_status(record.name, status, record.status_version)
+                    self.store.update_status(
+                        record.name, capacity.held_status(admission.status), record.status_version
+                    )
                 except Conflict:  # written meanwhile: the next pass decides again
                     return None
-                event = EventRecord(
-                    record.name, self.clock(), "Warning", "FailedScheduling", record.name, why
+            event = admission.event
+            if event is not None:
+                said = EventRecord(
+                    record.name, event.at, event.type.value, event.reason, record.name, event.message
                 )
-                self.store.append_event_once(f"{record.uid}/held/{capacity.size(job)}", event)
-                log.info("job %s held: %s", record.name, why)
+                self.store.append_event_once(event.key, said)
+                log.info("job %s held: %s", record.name, event.message)
             return None
-        if capacity.is_held(record):  # it fits now: its nodes, and a status the controller starts from
+        if admission.fresh:  # it fits now: its nodes, and a status the controller starts from
             capacity.ensure_nodes(self.store, job, record.nodes_wanted, self.max_pods)
             version = self.store.update_status(record.name, {}, record.status_version)
-            log.info("job %s fits now (%d pods); starting it", record.name, capacity.size(job))
-            return replace(record, status={}, status_version=version)
-        return record
+            pods = count(job, MACHINE)
+            log.info("job %s fits now (%d pods); starting it", record.name, pods)
+            record = replace(record, status={}, status_version=version)
+            status = self.backend.read_status(record)
+        return record, status
 
     # ---- deleting ----------------------------------------------------------------------------------
 
@@ -268,7 +326,7 @@ class ControlPlane:
         shutil.rmtree(self.home.job_dir(record.name), ignore_errors=True)
         shutil.rmtree(self.home.logs_dir / record.name, ignore_errors=True)
         self.store.forget_job(record.name)
-        self._next_look.pop(record.name, None)
+        self._forget(record.name)
         log.info("job %s deleted", record.name)
         return False
 

@@ -20,8 +20,10 @@ from trainguard.backends.local.processes import signal_number
 from trainguard.backends.local.records import JobRecord
 from trainguard.backends.local.statefile import AlreadyExists, Conflict
 from trainguard.backends.local.views import job_view
+from trainguard.controller.admission import Admit, Hold, admit, oversize
 from trainguard.controller.agent_options import grace_seconds
 from trainguard.controller.launchspec import check_runnable
+from trainguard.controller.status import JobStatus
 from trainguard.policy.elastic import scale_refusal
 
 #: Exit status of a request the user must change (unknown job, value out of range, ...).
@@ -93,11 +95,12 @@ class Service:
                     f"job {name!r} exists already; 'trainguard apply' updates it, 'trainguard delete {name}' "
                     "removes it"
                 ) from None
-            held = capacity.too_big(job, limit)
-            if held is None:
+            admission = admit(job, JobStatus(), self.plane.limit, capacity.explain, record.created_at)
+            if isinstance(admission, Admit):
                 capacity.ensure_nodes(self.store, job, nodes, limit)  # a held job gets its nodes when it fits
         self.plane.waker.wake()
-        return {"name": name, "uid": uid, **({"held": f"job {name} waits: {held}"} if held else {})}
+        held = {"held": admission.message} if isinstance(admission, Hold) else {}
+        return {"name": name, "uid": uid, **held}
 
     def op_apply(self, spec: dict[str, Any], workdir: str, source: str = "") -> dict[str, Any]:
         """Update a submitted job (e.g. its replicas), or submit it when there is none of that name."""
@@ -291,11 +294,10 @@ class Service:
             for role, spec in job.spec.replica_specs.items()
         }
         sizes.update(scaled or {})
-        why = capacity.too_big(job, self.plane.max_pods, sizes)
-        if why is not None:
-            pods = capacity.size(job, sizes)
+        over = oversize(job, self.plane.limit, sizes)
+        if over is not None:
             raise RequestError(
-                f"{what}: the job would have {pods:,} pods; the local runtime runs at most "
+                f"{what}: the job would have {over.pods:,} pods; the local runtime runs at most "
                 f"{self.plane.max_pods:,} pods of a job ({capacity.ENV_MAX_PODS}): choose fewer; "
                 "the job is unchanged"
             )

@@ -7,7 +7,9 @@ When the controller runs:
   and when the controller asked to be woken (``wake_at``: a backoff ends, a start deadline, the job's limit);
 - after other changes it has not seen yet (pods placed, started, progress), batched over ``batch`` seconds
   as a controller's watch would batch them;
-- when a repaired node gives a shrunk role room to grow back.
+- when a repaired node gives a shrunk role room to grow back;
+- as every driver does after a conflicting status write (at once, from the stored status) and after a
+  reconcile that raised (``trainguard.controller.retries``: after the job's backoff, one log line a step).
 
 The job trains while every pod of its current membership runs healthily. A fault stops it at once (the
 ranks of a synchronous job wait for the lost one); the job resumes ``restart_cost`` seconds after every live
@@ -17,6 +19,7 @@ saves a checkpoint and restarts with the larger world.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,12 +35,16 @@ from trainguard.controller import (
     JobStatus,
     ObservedPhase,
     PodStatus,
+    ReconcileResult,
     RestartInPlace,
     SettledSlots,
     TerminatePod,
     step,
 )
 from trainguard.controller.phases import ALIVE_PHASES, PodPhase
+from trainguard.controller.retries import Retries
+
+log = logging.getLogger(__name__)
 
 #: What a process killed by the NCCL/c10d watchdog (SIGABRT) exits with.
 ABORT_EXIT_CODE = 134
@@ -120,6 +127,8 @@ class Engine:
     _needs_progress: set[str] = field(default_factory=set)
     #: Slots found settled, skipped by the next reconciles (the controller's memory, owned here).
     _settled: SettledSlots = field(default_factory=SettledSlots)
+    #: The job's failed reconciles in a row.
+    _retries: Retries[str] = field(default_factory=Retries)
     _accounted_to: float = 0.0
 
     @property
@@ -201,11 +210,27 @@ class Engine:
 
     def _reconcile(self) -> None:
         version = self.cluster.version
-        result = step(self.cluster, self.job, self.status, self.now, self._settled)
-        self.status = result.status
+        try:
+            stepped = step(self.cluster, self.job, self.status, self.now, self._settled)
+        except Exception as error:  # tried again after the job's backoff, as on every driver
+            retry = self._retries.failed(self.job.name)
+            retry.log(log, f"reconcile of job {self.job.name} at {self.now:.1f} s", error)
+            self._request(self.now + retry.delay)
+            return
+        self._retries.succeeded(self.job.name)
         self.reconciles += 1
         self._seen_version = version
         self._last_reconcile = self.now
+        if stepped.applied.conflict:  # the status was not stored: read it again (and decide again at once)
+            self.status = self.cluster.stored or JobStatus()
+        else:
+            self._take_result(stepped)
+        again = stepped.again_at(self.now)
+        if again is not None:
+            self._request(again)
+
+    def _take_result(self, result: ReconcileResult) -> None:
+        self.status = result.status
         for action in result.actions:
             if isinstance(action, RestartInPlace | TerminatePod):
                 if self._broken.get(action.pod) == action.generation:
@@ -213,8 +238,6 @@ class Engine:
                 if isinstance(action, RestartInPlace):
                     self._needs_progress.add(action.pod)
         self._take_status()
-        if result.wake_at is not None:
-            self._request(result.wake_at)
 
     def _take_status(self) -> None:
         if (
