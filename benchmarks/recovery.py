@@ -46,7 +46,7 @@ from pathlib import Path
 import psutil
 from _results import keep, machine
 
-from trainguard.backends.local.nudge import workers
+from trainguard.agent.nudge import workers
 from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
 
 EVERY = 10
@@ -214,7 +214,8 @@ def trainguard_trial(
         _wait(lambda: (last := run.last_step()) is not None and last.step >= kill_at, 300)
         agent = session.pods(job)[f"{job}-worker-1"]["pid"]
         [torchrun] = psutil.Process(agent).children()
-        [victim] = workers(torchrun.pid)
+        [worker] = workers(torchrun.pid)
+        victim = psutil.Process(worker.pid)
         before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != f"{job}-worker-1"}
         trial = _measure(run, victim, timeout)
         if not live:

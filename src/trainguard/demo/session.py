@@ -199,7 +199,7 @@ class Session:
         """Each running pod's training processes (under its agent's command), by pod."""
         import psutil
 
-        from trainguard.backends.local.nudge import workers
+        from trainguard.agent.nudge import workers
 
         found: dict[str, tuple[int, ...]] = {}
         for name, pod in self.pods(job).items():

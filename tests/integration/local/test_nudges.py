@@ -14,8 +14,7 @@ import psutil
 import pytest
 from tests.unit.agent.waiting import wait_until
 
-from trainguard.agent.nudge import Nudge, parse_nudge
-from trainguard.backends.local.nudge import workers
+from trainguard.agent.nudge import Nudge, parse_nudge, workers
 from trainguard.backends.local.reports import parse
 from trainguard.controller.nudges import NUDGE_AFTER_SECONDS
 

@@ -136,9 +136,14 @@ def torchrun_of(session: Session, job: str, pod: str) -> psutil.Process:
 
 
 def workers_of(session: Session, job: str, pod: str) -> list[psutil.Process]:
-    from trainguard.backends.local.nudge import workers
+    """The pod's workers (``trainguard.agent.nudge.workers``), as psutil processes to signal and wait for."""
+    from trainguard.agent.nudge import workers
 
-    return workers(torchrun_of(session, job, pod).pid)
+    found = []
+    for worker in workers(torchrun_of(session, job, pod).pid):
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            found.append(psutil.Process(worker.pid))
+    return found
 
 
 # ---- a pod that vanishes without resetting its connections -------------------------------------------------

@@ -14,9 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-import psutil
-
-from trainguard.agent.nudge import format_nudge, is_fork_server, is_helper
+from trainguard.agent.nudge import format_nudge
 
 
 def create(path: Path) -> None:
@@ -41,21 +39,3 @@ def _replace(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(staging)
         raise
-
-
-def workers(command: int) -> list[psutil.Process]:
-    """The worker processes under a torchrun agent: its children, or the fork server's (warm start),
-    without multiprocessing's helper processes."""
-    try:
-        children = psutil.Process(command).children()
-    except psutil.Error:
-        return []
-    found = []
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            cmdline = " ".join(child.cmdline())
-            if is_fork_server(child.pid, cmdline):
-                found.extend(child.children())
-            elif not is_helper(cmdline):
-                found.append(child)
-    return found

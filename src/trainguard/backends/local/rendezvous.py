@@ -43,10 +43,10 @@ from typing import Any
 
 import psutil
 
+from trainguard.agent.nudge import workers
 from trainguard.api import TrainingJob
 from trainguard.backends.local import processes
 from trainguard.backends.local.home import ENV_HOME, Home
-from trainguard.backends.local.nudge import workers
 from trainguard.backends.local.podenv import LOOPBACK
 from trainguard.backends.local.records import PodState
 from trainguard.backends.local.runtime import POD_ID_ENV
