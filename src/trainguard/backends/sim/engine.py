@@ -215,6 +215,8 @@ class Engine:
         except Exception as error:  # tried again after the job's backoff, as on every driver
             retry = self._retries.failed(self.job.name)
             retry.log(log, f"reconcile of job {self.job.name} at {self.now:.1f} s", error)
+            # What it was shown counts as seen: only a later change comes sooner, as a watch event would.
+            self._seen_version, self._last_reconcile = version, self.now
             self._request(self.now + retry.delay)
             return
         self._retries.succeeded(self.job.name)
