@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from agent_harness import wait_for
 
-from trainguard.agent.sockets import socket_inodes
 from trainguard.agent.release import (
     UNANSWERED_SECONDS,
     Held,
@@ -27,6 +26,7 @@ from trainguard.agent.release import (
     release_connections,
     release_lost,
 )
+from trainguard.agent.sockets import socket_inodes
 
 pytestmark = pytest.mark.integration
 

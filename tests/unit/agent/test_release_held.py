@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainguard.agent.sockets import read_connections, socket_inodes
 from trainguard.agent.release import (
     HOLD_SECONDS,
     UNANSWERED_SECONDS,
     Held,
     in_lost_round,
 )
+from trainguard.agent.sockets import read_connections, socket_inodes
 
 _HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 #: 10.0.0.5 and 10.0.0.6 as /proc/net/tcp writes them (little-endian hex), port 22 (0016).
