@@ -17,9 +17,10 @@ import psutil
 import pytest
 
 from trainguard.backends.local import discovery
-from trainguard.backends.local.hosts import HOSTS_DIR_ENV, POD_NAME_ENV, host_file
+from trainguard.backends.local.hosts import HOSTS_DIR_ENV, host_file
 from trainguard.backends.local.hosts.ssh import Invocation, Usage, parse
 from trainguard.backends.local.hosts.wire import HostFile
+from trainguard.pod.contract import ENV_POD_NAME
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +84,7 @@ def host(hosts_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def start_host(hosts_dir: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, HOSTS_DIR_ENV: str(hosts_dir), POD_NAME_ENV: POD}
+    env = {**os.environ, HOSTS_DIR_ENV: str(hosts_dir), ENV_POD_NAME: POD}
     process = subprocess.Popen(
         [sys.executable, "-m", "trainguard.backends.local.hosts"], env=env, stdout=subprocess.DEVNULL
     )
