@@ -59,7 +59,7 @@ def test_a_job_seen_faulted_and_scaled_from_its_page(
     expect = playwright_api.expect
     page.goto(secret_url)
     expect(page.locator("#access")).to_have_text("local · actions allowed")
-    # The jobs list shows the job, live.
+    # The jobs list shows the job, as it changes.
     link = page.locator("a.job-link", has_text="pages")
     expect(link).to_be_visible()
     expect(page.locator("#jobs")).to_contain_text("worker 2/2 (1\u20133)")

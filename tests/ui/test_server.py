@@ -1,4 +1,4 @@
-"""The job pages' HTTP side against a real local control plane: what it serves, who may act, live updates."""
+"""The job pages' HTTP side against a real local control plane: what it serves, who may act, its updates as they happen."""
 
 from __future__ import annotations
 

@@ -108,16 +108,18 @@ def test_the_report_puts_both_runs_side_by_side_with_each_recovery_and_the_histo
     assert "1 of 2 restarted" in text
 
 
-@pytest.mark.parametrize("live", [True, False])
-def test_the_progress_line_is_live_on_a_terminal_and_sparse_otherwise(tmp_path: Path, live: bool) -> None:
+@pytest.mark.parametrize("in_place", [True, False])
+def test_the_progress_line_is_redrawn_on_a_terminal_and_sparse_otherwise(
+    tmp_path: Path, in_place: bool
+) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text(
         json.dumps({"t": 1.0, "event": "step", "step": 5, "epoch": 0, "world": 3, "loss": 0.5}) + "\n"
     )
-    display = Display(live=live)
+    display = Display(in_place=in_place)
     display.progress.stream = io.StringIO()
     for _ in range(3):
         display.status("with faults", Run(path), 15, "running")
     output = display.progress.stream.getvalue()
     assert "epoch 1/15, step 5, 3 workers" in output
-    assert output.count("step 5") == (3 if live else 1)
+    assert output.count("step 5") == (3 if in_place else 1)

@@ -54,7 +54,7 @@ def die_with_parent() -> Callable[[], None] | None:
 
 
 def descendants() -> list[proc.Process]:
-    """Every live or unreaped process under the agent."""
+    """Every running or unreaped process under the agent."""
     return proc.children(os.getpid(), recursive=True)
 
 

@@ -235,12 +235,12 @@ class _Composer(Composer):
         self._path: list[str | int] = []
         self._expanded_nodes = 0
         self._expanded_chars = 0
-        # Expanded size and height of each finished node, by id (nodes live as long as the loader).
+        # Expanded size and height of each finished node, by id (nodes are kept as long as the loader).
         self._sizes: dict[int, tuple[int, int]] = {}
         self._heights: dict[int, int] = {}
 
     def compose_document(self) -> Node | None:
-        # Node ids are only unique among live nodes: forget those of earlier documents.
+        # Node ids are only unique among the nodes still held: forget those of earlier documents.
         self._sizes.clear()
         self._heights.clear()
         node: Node | None = super().compose_document()

@@ -356,7 +356,7 @@ class TrainingJob(_Model):
     kind: Literal["TrainingJob"] = KIND
     metadata: ObjectMeta
     spec: TrainingJobSpec
-    #: Whatever a cluster wrote back; trainguard's own status lives in the store, not in the spec model.
+    #: Whatever a cluster wrote back; trainguard's own status is kept in the store, not in the spec model.
     status: dict[str, Any] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")

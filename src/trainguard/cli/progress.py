@@ -2,7 +2,7 @@
 
 On a terminal the current state is one block redrawn in place (ANSI cursor movement), with the time waited
 so far; elsewhere (a pipe, a CI log) every change is one plain line and nothing is redrawn. Lines that must
-stay (events, steps done) are ``note``-d: printed above the live block, or as they come.
+stay (events, steps done) are ``note``-d: printed above the redrawn block, or as they come.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ class Progress:
         self,
         stream: TextIO | None = None,
         *,
-        live: bool | None = None,
+        in_place: bool | None = None,
         show_elapsed: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream if stream is not None else sys.stdout
-        self.live = self.stream.isatty() if live is None else live
+        self.in_place = self.stream.isatty() if in_place is None else in_place
         self._show_elapsed = show_elapsed
         self._clock = clock
         self._started = clock()
@@ -35,15 +35,15 @@ class Progress:
     def update(self, text: str, key: str = "") -> None:
         """The state now (one or more lines); several keys are shown one below the other."""
         self._blocks[key] = text
-        if self.live:
+        if self.in_place:
             self._redraw()
         elif self._printed.get(key) != text:
             self._printed[key] = text
             self._write(text + "\n")
 
     def note(self, line: str) -> None:
-        """A line that stays: above the live block on a terminal, as it comes otherwise."""
-        if self.live:
+        """A line that stays: above the redrawn block on a terminal, as it comes otherwise."""
+        if self.in_place:
             self._erase()
             self._write(line + "\n")
             self._redraw()

@@ -64,10 +64,10 @@ class Outcome:
 
 
 class Display:
-    """One live line per run on a terminal; elsewhere a plain line now and then, and every note."""
+    """One line per run redrawn in place on a terminal; elsewhere a plain line now and then, and every note."""
 
-    def __init__(self, live: bool | None = None) -> None:
-        self.progress = Progress(live=live)
+    def __init__(self, in_place: bool | None = None) -> None:
+        self.progress = Progress(in_place=in_place)
         self._last_plain = 0.0
 
     def status(self, title: str, run: Run, epochs: int, doing: str) -> None:
@@ -80,7 +80,7 @@ class Display:
             text = f"{title}: epoch {epoch}/{epochs}, step {last.step}, {last.world} workers, loss {loss}"
         if doing:
             text += f" - {doing}"
-        if self.progress.live or time.monotonic() - self._last_plain >= 10:
+        if self.progress.in_place or time.monotonic() - self._last_plain >= 10:
             self._last_plain = time.monotonic()
             self.progress.update(text)
 

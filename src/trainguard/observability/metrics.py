@@ -3,7 +3,7 @@
 Nothing here is counted as it happens: every job metric is derived from the job's status (phase, pods,
 history, hang restart counts) each time it is read, so a controller that restarts neither resets nor doubles a counter, and the
 counters agree with ``status.history`` exactly. Only the controller's own figures (reconcile latency, queue
-depth, errors) live in the process, in ``ControllerStats``; like any process metric they start again with it.
+depth, errors) are kept in the process, in ``ControllerStats``; like any process metric they start again with it.
 
 This module knows no metrics library: a backend turns ``Family`` values into its exporter's types where it
 serves them (the local control plane: ``trainguard.backends.local.metrics``).

@@ -2,7 +2,7 @@
 
 Order: the role's ``faultTolerantPolicy`` (first matching entry wins and decides alone), then the job's
 ModelArts-style job retry (environment faults, or any failure when unconditional), then the role's own
-``restartPolicy``. Hang handling and StartTimeout come before all of this and live in decide.py.
+``restartPolicy``. Hang handling and StartTimeout come before all of this and are in decide.py.
 
 - An ``exitCodes`` entry matches an exit (or OOM kill) with a listed code; code 0 is success and never matches.
 - An ``exceptionalEvent`` entry matches nodeNotReady, PodForceDeleted, PodEvicted or hang.

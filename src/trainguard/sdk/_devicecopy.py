@@ -13,7 +13,7 @@ GPU only (``wait_event``: the CPU goes on queueing work). Two ways, chosen per s
   training waits for that only; the buffer then drains to the slot over the next steps. A snapshot can be
   taken again once it has drained: every ``k`` steps, ``k`` the smallest interval whose copy hides behind
   ``k`` steps.
-- **Direct** (no room for a second copy on the GPU): the copy reads the live tensors. The tensors that are not
+- **Direct** (no room for a second copy on the GPU): the copy reads the training's own tensors. The tensors that are not
   the optimizers' (buffers, which the next forward changes) go first and the next kernels wait for them; the
   optimizers' parameters and state go while the next forward and backward run, and the next optimizer step
   waits for them (``before_step``): it waits only for what it would overwrite.
@@ -127,7 +127,7 @@ class DeviceCopy:
                 stage = self._staging(device, total)
             except torch.cuda.OutOfMemoryError:
                 self.mode = DIRECT
-                log.warning("no room on %s to stage a snapshot of %d MB: copying from the live tensors",
+                log.warning("no room on %s to stage a snapshot of %d MB: copying from the training's own tensors",
                             device, total >> 20)  # fmt: skip
         guard = None
         with torch.cuda.stream(side):

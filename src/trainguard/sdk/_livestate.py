@@ -1,5 +1,5 @@
 """What live mode does to the state it keeps: its optimizers hooked and their gradients dropped, the device it
-lives on, and a newcomer's warm-up run before it joins (``trainguard.sdk.live``)."""
+is on, and a newcomer's warm-up run before it joins (``trainguard.sdk.live``)."""
 
 from __future__ import annotations
 

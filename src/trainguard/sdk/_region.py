@@ -14,7 +14,7 @@ from trainguard.sdk._shm import NoRoom, Slot, reserve
 
 class StateRegion:
     """A writer's training state kept in place: the tensors an optimizer changes (its parameters and state)
-    live in a data file of shared memory, so that a snapshot copies only the rest (``Snapshots(in_place=True)``).
+    are kept in a data file of shared memory, so that a snapshot copies only the rest (``Snapshots(in_place=True)``).
 
     Its directory holds one slot: ``slot-G.data`` (G, the generation: a new file each time the set of tensors
     kept changes), the kept storages first and a tail for the rest of a state, and ``slot-G.meta`` while the

@@ -117,7 +117,7 @@ class Lateness:
     """Whether the previous members that still beat but have not arrived are late: left out of the round as if
     stuck (in a device's kernel, a data loader). Their ``bound`` counts from the first previous member's arrival
     that the observer sees, not from its own: a newcomer that arrives alone never leaves out a survivor that
-    beats (it would form a round that holds no live state, and take its step from disk); a survivor that
+    beats (it would form a round that holds no state kept in memory, and take its step from disk); a survivor that
     stepped on more slowly than a collective's bound, on a loaded machine, is waited for by the newcomers."""
 
     def __init__(self, bound: float) -> None:

@@ -5,7 +5,7 @@ A file in shared memory outlives the process that wrote it: a worker that torchr
 directory is the node's: trainguard's runtime gives every pod of a node the same one and removes it when the
 node is lost or the job ends.
 
-One writer's snapshots live in a directory of their own (``own-<key>`` for a worker's own, ``buddy-<key>`` for
+One writer's snapshots are kept in a directory of their own (``own-<key>`` for a worker's own, ``buddy-<key>`` for
 the copies a peer replicates here) as numbered **slots**, each two files: ``slot-N.data``, the bytes of every
 tensor storage one after the other (64-byte aligned), and ``slot-N.meta``, a pickle of the state with its
 tensors replaced by references into the data, with the step, the rank and the world. A slot is written in that

@@ -22,7 +22,7 @@ for ...:
   those that fit the state, and says why it passed over any other.
 - **A GPU state** is copied on a side stream, after the work queued so far, into the slot's mapping registered
   with CUDA (pinned): staged on the device first when it has room, so training waits milliseconds, else straight
-  from the live tensors, the next optimizer step waiting on the GPU for its own (``_devicecopy``). Every ``k``
+  from the training's own tensors, the next optimizer step waiting on the GPU for its own (``_devicecopy``). Every ``k``
   steps: the smallest interval whose copy hides behind it, chosen once and the same on every rank (``every``).
 - **In place** (``in_place=True``, a replicated state): the optimizers' parameters and state move into a file
   of shared memory (``_region.StateRegion``) and train there; a snapshot copies only the rest of the state and
@@ -297,7 +297,7 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         self._commit(pending, body, step)
 
     def _commit(self, pending: _shm.Pending, body: bytes, step: int) -> None:
-        # The meta read back from its bytes, not the live objects: the state may have changed since save().
+        # The meta read back from its bytes, not the objects in use: the state may have changed since save().
         slot = self._writer.commit_raw(pending, body, _shm.load_meta(body))
         with self._changed:
             self._latest = slot

@@ -1,4 +1,4 @@
-"""The job pages over HTTP: the page, its JSON, live updates (server-sent events) and actions.
+"""The job pages over HTTP: the page, its JSON, its updates (server-sent events) and actions.
 
 - ``GET /`` the page; ``GET /static/<file>`` its modules and style (from the package: no CDN).
 - ``GET /api/session``: whether this browser may act, and its token for the actions.

@@ -125,7 +125,7 @@ class LocalRuntime:
         _wait_gone(pid)
 
     def pod_processes(self) -> dict[str, list[psutil.Process]]:
-        """pod name -> the live agents of this home that run it (more than one would be a duplicate)."""
+        """pod name -> the running agents of this home that run it (more than one would be a duplicate)."""
         found: dict[str, list[psutil.Process]] = {}
         for process, env in self._own_processes():
             marker = env.get("TRAINGUARD_POD_ID")
@@ -141,7 +141,7 @@ class LocalRuntime:
         return {name: processes.leaders(procs) for name, procs in found.items()}
 
     def own_commands(self, needle: str) -> list[psutil.Process]:
-        """This home's live processes whose command line contains `needle`."""
+        """This home's running processes whose command line contains `needle`."""
         found = []
         for process, _ in self._own_processes():
             with contextlib.suppress(psutil.Error):

@@ -132,7 +132,7 @@ def test_placing_from_counts_is_placing_from_pods(
 # ---- the store's counting queries ------------------------------------------------------------------------
 
 
-def test_the_store_counts_slots_and_live_pods_without_reading_pods(tmp_path: Path) -> None:
+def test_the_store_counts_slots_and_alive_pods_without_reading_pods(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
     store.add_nodes([NodeRecord("node-0", 2), NodeRecord("node-1", 1)])
     store.add_nodes([NodeRecord("node-0", 9)])  # an existing name is left as it is

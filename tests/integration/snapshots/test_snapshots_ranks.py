@@ -117,7 +117,7 @@ def test_in_place_a_rank_killed_inside_its_optimizer_step_gets_the_step_from_a_p
     saved = torch.load(tmp_path / "saved-1.pt")
     first = next(iter(saved["model"].values()))  # the first parameter, as rank 1 saved it at the last step
     assert killed["before"] == hashlib.sha256(first.contiguous().numpy().tobytes()).hexdigest()
-    # Each rank's optimizer tensors live in its node's memory; the step pre-hook removed rank 1's snapshot
+    # Each rank's optimizer tensors are kept in its node's memory; the step pre-hook removed rank 1's snapshot
     # before the update: its region is there, with no snapshot.
     assert [len(list((tmp_path / f"node-{rank}").glob("own-*.live/slot-*.meta"))) for rank in range(3)] == [
         1,

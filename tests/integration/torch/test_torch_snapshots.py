@@ -48,7 +48,7 @@ def _replaced(session: Session, job: str, pod: str, fault: Callable[[], object])
 @pytest.mark.parametrize("in_place", [False, True], ids=["copied", "in-place"])
 def test_faults_and_a_resize_lose_at_most_one_step(session: Session, in_place: bool) -> None:
     """Copied: each snapshot a copy of the state. In place (``--in-place``): the parameters and the optimizer's
-    state live in shared memory, a rank killed inside its optimizer step gets the step from a peer."""
+    state are kept in shared memory, a rank killed inside its optimizer step gets the step from a peer."""
     spec = digits_job(
         "digits-mem", session.root, epochs=60, step_delay=0.05, checkpoint_every=PERSIST_EVERY,
         extra_args=("--snapshots", *(("--in-place",) if in_place else ())),

@@ -25,7 +25,7 @@ class FakeClock:
 
 def test_plain_output_prints_each_change_once_and_never_redraws() -> None:
     out = io.StringIO()
-    progress = Progress(out, live=False)
+    progress = Progress(out, in_place=False)
     for text in ("1/3 running", "1/3 running", "2/3 running", "3/3 running"):
         progress.update(text)
     progress.note("event: pod started")
@@ -35,16 +35,16 @@ def test_plain_output_prints_each_change_once_and_never_redraws() -> None:
 
 def test_a_terminal_gets_the_block_redrawn_in_place_with_the_time_waited() -> None:
     out, clock = io.StringIO(), FakeClock()
-    progress = Progress(out, live=True, clock=clock)
+    progress = Progress(out, in_place=True, clock=clock)
     progress.update("1/3 running\n2 starting")
     clock.now = 4.2
     progress.update("3/3 running")
     assert out.getvalue() == "1/3 running  (0s)\n2 starting\n\x1b[2F\x1b[J3/3 running  (4s)\n"
 
 
-def test_notes_stay_above_the_live_block_and_blocks_stack_by_key() -> None:
+def test_notes_stay_above_the_redrawn_block_and_blocks_stack_by_key() -> None:
     out = io.StringIO()
-    progress = Progress(out, live=True, show_elapsed=False)
+    progress = Progress(out, in_place=True, show_elapsed=False)
     progress.update("job a: Running", key="a")
     progress.update("job b: Pending", key="b")
     progress.note("a-worker-0 restarted")
@@ -59,18 +59,18 @@ def test_notes_stay_above_the_live_block_and_blocks_stack_by_key() -> None:
 
 
 def test_a_plain_stream_is_detected() -> None:
-    assert Progress(io.StringIO()).live is False
+    assert Progress(io.StringIO()).in_place is False
 
 
 def test_wait_until_returns_when_done_or_at_the_deadline() -> None:
     clock = FakeClock()
     answers = iter([(False, "0/2"), (False, "1/2"), (True, "2/2")])
-    progress = Progress(io.StringIO(), live=False, clock=clock)
+    progress = Progress(io.StringIO(), in_place=False, clock=clock)
     assert wait_until(lambda: next(answers), progress, timeout=10, sleep=clock.sleep) == (True, "2/2")
     assert clock.now == 1.0
 
     clock = FakeClock()
-    progress = Progress(io.StringIO(), live=False, clock=clock)
+    progress = Progress(io.StringIO(), in_place=False, clock=clock)
     assert wait_until(lambda: (False, "0/2"), progress, timeout=3, sleep=clock.sleep) == (False, "0/2")
     assert clock.now == 3.0
 

@@ -141,14 +141,14 @@ def test_a_lost_node_moves_the_pod_and_a_shrunk_pod_leaves_its_lane() -> None:
     )
 
 
-def test_a_finished_job_ends_every_lane_at_completion_and_a_live_one_at_now() -> None:
+def test_a_finished_job_ends_every_lane_at_completion_and_an_ongoing_one_at_now() -> None:
     h = Harness.start(worker_job(1))
     h.running()
     h.tick()
     h.tick()
-    live = build("job", h.status.to_dict(), now=100.0)
-    assert live.end == 100.0
-    assert spans(live, "job-worker-0")[-1][1:] == (100.0, "running")
+    ongoing = build("job", h.status.to_dict(), now=100.0)
+    assert ongoing.end == 100.0
+    assert spans(ongoing, "job-worker-0")[-1][1:] == (100.0, "running")
     h.cluster.exit("job-master-0", 0)
     h.run_until(lambda h: h.status.phase is JobPhase.SUCCEEDED)
     done = build("job", h.status.to_dict(), now=100.0)

@@ -60,17 +60,17 @@ def event(kind: FaultKind, pod: PodRef, at: float = 0.0) -> Fault:
     return Fault(kind, pod, at, exit_code=code)
 
 
-def healthy_live(training_job: TrainingJob, faulted: PodRef) -> dict[str, int]:
+def alive_except(training_job: TrainingJob, faulted: PodRef) -> dict[str, int]:
     """Every pod alive except the faulted one."""
-    live = {name: spec.replicas for name, spec in training_job.spec.replica_specs.items()}
-    live[resolve_role(training_job, faulted.role)[0]] -= 1
-    return live
+    alive = {name: spec.replicas for name, spec in training_job.spec.replica_specs.items()}
+    alive[resolve_role(training_job, faulted.role)[0]] -= 1
+    return alive
 
 
 def first_decision(training_job: TrainingJob, fault: Fault, state: PolicyState | None = None) -> Decision:
     assert fault.pod is not None
     return decide(
-        training_job, state or PolicyState(), fault, fault.at, healthy_live(training_job, fault.pod)
+        training_job, state or PolicyState(), fault, fault.at, alive_except(training_job, fault.pod)
     )
 
 
@@ -83,7 +83,7 @@ def run(
     decisions: list[Decision] = []
     for fault in faults:
         assert fault.pod is not None
-        decision = decide(training_job, state, fault, fault.at, healthy_live(training_job, fault.pod))
+        decision = decide(training_job, state, fault, fault.at, alive_except(training_job, fault.pod))
         decisions.append(decision)
         state = apply_decision(state, decision, fault.at)
     return decisions, state

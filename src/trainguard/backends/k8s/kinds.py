@@ -1,4 +1,4 @@
-"""The custom resources the operator serves, and where they live in the API."""
+"""The custom resources the operator serves, and where they are in the API."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ FILES = {
 }
 
 #: A host that does not answer: a new connection gives up after CONNECT_TIMEOUT seconds, an open one after
-#: ALIVE_COUNT unanswered probes ALIVE_INTERVAL seconds apart (a live host answers even while its worker waits).
+#: ALIVE_COUNT unanswered probes ALIVE_INTERVAL seconds apart (a host that is up answers even while its worker waits).
 CONNECT_TIMEOUT = 10
 ALIVE_INTERVAL = 5
 ALIVE_COUNT = 3

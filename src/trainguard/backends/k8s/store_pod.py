@@ -46,12 +46,12 @@ class StorePod:
         store = self.shared.pods.get(self.namespace, name)
         if store is not None and not owned_by(store, uid):
             return  # an earlier job's of the same name, on its way out (garbage collection)
-        live = [
+        alive = [
             p
             for p in self.shared.pods.select(self.namespace, {LABEL_JOB: job.name})
             if is_ours(p) and owned_by(p, uid) and (p.get("status") or {}).get("phase") not in ENDED
         ]
-        if not live and not launching:
+        if not alive and not launching:
             if store is not None and not store["metadata"].get("deletionTimestamp"):
                 delete_pod(self.kube, self.namespace, name, store["metadata"]["uid"], grace=None)
             return

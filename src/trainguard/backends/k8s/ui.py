@@ -95,10 +95,10 @@ class KubeSource:
         names = [p["name"] for p in (view.get("status") or {}).get("pods", [])]
         if pod not in names:
             raise PageError(f"job {key} has no pod {pod!r} (pods: {', '.join(names) or 'none'})", 404)
-        live = self.pods.get(namespace, pod)
-        if live is not None and not owned_by(live, view["metadata"].get("uid")):
+        current = self.pods.get(namespace, pod)
+        if current is not None and not owned_by(current, view["metadata"].get("uid")):
             return []  # another job's pod of that name (this job's is not there now)
-        container = ((live or {}).get("spec", {}).get("containers") or [{}])[0].get("name")
+        container = ((current or {}).get("spec", {}).get("containers") or [{}])[0].get("name")
         query: dict[str, Any] = {"tailLines": lines, **({"container": container} if container else {})}
         try:
             return self.kube.text(f"/api/v1/namespaces/{namespace}/pods/{pod}/log", **query).splitlines()
@@ -149,16 +149,16 @@ class KubeSource:
         status = dict(obj.get("status") or {})
         pods = []
         for pod in status.get("pods") or []:
-            live = self._own_pod(obj, pod["name"])
-            pods.append({**pod, **_last_exit(live)} if live is not None else pod)
+            current = self._own_pod(obj, pod["name"])
+            pods.append({**pod, **_last_exit(current)} if current is not None else pod)
         status["pods"] = pods
         return {**obj, "status": status}
 
     def _own_pod(self, obj: Obj, name: str) -> Obj | None:
         """The job's pod of this name, if it has one now (by uid: a pod of that name may be another job's)."""
         meta = obj["metadata"]
-        live = self.pods.get(meta["namespace"], name)
-        return live if live is not None and owned_by(live, meta.get("uid")) else None
+        current = self.pods.get(meta["namespace"], name)
+        return current if current is not None and owned_by(current, meta.get("uid")) else None
 
     def _pod_names(self, obj: Obj) -> set[str]:
         """The names of the job's pods: those its status lists, and those it owns now (its rendezvous store's

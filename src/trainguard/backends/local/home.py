@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_HOME = "TRAINGUARD_HOME"
-#: Where the jobs' memory snapshots (``trainguard.Snapshots``) live: shared memory.
+#: Where the jobs' memory snapshots (``trainguard.Snapshots``) are kept: shared memory.
 SHARED_MEMORY = Path("/dev/shm")
 
 

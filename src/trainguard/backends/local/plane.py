@@ -162,7 +162,7 @@ class ControlPlane:
             self.waker.wait(TICK_SECONDS)
 
     def step(self) -> bool:
-        """One pass over every job; True while any job is live or any pod process remains.
+        """One pass over every job; True while any job is unfinished or any pod process remains.
 
         The lock is taken for one job at a time, and each job is read again under it: a request in between
         (a delete, a scale) is seen by the job's own reconcile, and waits for no other job's."""

@@ -49,7 +49,7 @@ def start(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None, log: Pa
 
 
 def find(pid: int | None, create_time: float | None) -> psutil.Process | None:
-    """The live process with that pid *and* creation time, or None (ended, reaped, or the pid reused)."""
+    """The running process with that pid *and* creation time, or None (ended, reaped, or the pid reused)."""
     if not pid or create_time is None:
         return None
     try:
@@ -115,7 +115,7 @@ def leaders(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def kill_marked(name: str, value: str) -> list[int]:
-    """SIGKILL every live process whose environment has ``name=value``; returns their pids.
+    """SIGKILL every running process whose environment has ``name=value``; returns their pids.
 
     A pod's processes inherit its marker unless a command clears its environment, so this finds what left
     the pod's tree (a child forked as the tree was being killed, a daemon adopted by init)."""

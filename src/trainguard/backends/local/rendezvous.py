@@ -250,8 +250,8 @@ class Tender:
         self.seen.update(name for name in incarnation.values() if name)
         self.completed_once = self.completed_once or state.complete or state.round > 0
         if not state.complete and not state.closed and state.deadline is not None and state.deadline > now:
-            live = running or set()
-            waited_for = live if not self.completed_once else live & self.seen
+            alive = running or set()
+            waited_for = alive if not self.completed_once else alive & self.seen
             joined = {incarnation.get(node) for node in state.participants}
             if waited_for and waited_for <= joined:
                 log.info("round %d: %s joined; completing it", state.round, ", ".join(sorted(waited_for)))
@@ -263,7 +263,7 @@ class Tender:
 
 
 def _incarnation(pid: int) -> str | None:
-    """The pod incarnation ("<pod>/<launch>") of a live agent process, or None when it is gone."""
+    """The pod incarnation ("<pod>/<launch>") of a running agent process, or None when it is gone."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -304,7 +304,7 @@ class JobPods:
         }
 
     def orphaned(self, now: float) -> bool:
-        """True once the job has been gone, or has had no live pod, for ORPHAN_EXIT_SECONDS."""
+        """True once the job has been gone, or has had no pod alive, for ORPHAN_EXIT_SECONDS."""
         try:
             record = self.store.get_job(self.job)
             alive = record is not None and any(pod.alive for pod in self.store.list_pods(self.job))

@@ -147,7 +147,7 @@ class Service:
         names = [pod] if pod else [row.name for row in rows]
         return {
             "pods": {name: str(self.plane.home.pod_log(job, name)) for name in names},
-            "live": self._view(record)["status"]["phase"] not in ("Succeeded", "Failed", "Timeout"),
+            "ongoing": self._view(record)["status"]["phase"] not in ("Succeeded", "Failed", "Timeout"),
         }
 
     def op_scale(self, job: str, role: str, replicas: int) -> dict[str, Any]:

@@ -200,7 +200,7 @@ def summary_line(view: dict[str, Any], now: float) -> str:
     return text + (f" - hang restarts {hangs}" if hangs else "")
 
 
-def live_view(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float) -> str:
+def redrawn_block(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float) -> str:
     """The block ``trainguard run`` redraws on a terminal: summary, pods by role and node, latest events."""
     parts = [summary_line(view, now), "", pods_table(view)]
     if events:

@@ -12,8 +12,8 @@ When the controller runs:
   reconcile that raised (``trainguard.controller.retries``: after the job's backoff, one log line a step).
 
 The job trains while every pod of its current membership runs healthily. A fault stops it at once (the
-ranks of a synchronous job wait for the lost one); the job resumes ``restart_cost`` seconds after every live
-pod runs again (rendezvous, loading the checkpoint). When the controller grows a shrunk role back, the job
+ranks of a synchronous job wait for the lost one); the job resumes ``restart_cost`` seconds after every pod of its
+membership runs again (rendezvous, loading the checkpoint). When the controller grows a shrunk role back, the job
 saves a checkpoint and restarts with the larger world.
 """
 

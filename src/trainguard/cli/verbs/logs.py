@@ -1,5 +1,5 @@
 """``trainguard logs JOB [POD] [-f]``: the output of a job's pods (all of them, each line prefixed by its
-pod, or one pod's as it is). Logs live in ``$TRAINGUARD_HOME/logs/<job>/<pod>.log`` and keep every
+pod, or one pod's as it is). Logs are in ``$TRAINGUARD_HOME/logs/<job>/<pod>.log`` and keep every
 incarnation of the pod; ``-f`` follows them until the job ends."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     tail = _Tail(prefix=args.pod is None)
     tail.pump(answer["pods"])
     try:
-        while args.follow and answer["live"]:
+        while args.follow and answer["ongoing"]:
             time.sleep(POLL_SECONDS)
             answer = call("logs", job=args.job, pod=args.pod)
             tail.pump(answer["pods"])

@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         view = call("get", job=args.job)
         name, status = status_of(view)
-        live = status.get("phase") not in ("Succeeded", "Failed", "Timeout")
-        timeline = build(name, status, now=time.time() if live else None)
+        ongoing = status.get("phase") not in ("Succeeded", "Failed", "Timeout")
+        timeline = build(name, status, now=time.time() if ongoing else None)
     draw(timeline, output)
     if args.data:
         _write(Path(args.data), json.dumps(timeline.to_dict(), indent=2) + "\n")

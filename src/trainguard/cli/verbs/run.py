@@ -20,7 +20,7 @@ from trainguard.cli.verbs._local import add_overlay, call, load
 
 #: How often the follower asks for the job's state.
 POLL_SECONDS = 0.5
-_LIVE_EVENTS = 6
+_REDRAWN_EVENTS = 6
 
 
 def register(subparsers: Any) -> None:
@@ -61,20 +61,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"follow with: trainguard get {names[0]}   (logs: trainguard logs {names[0]})")
         return 0
     try:
-        return follow(names, live=sys.stdout.isatty())
+        return follow(names, in_place=sys.stdout.isatty())
     except KeyboardInterrupt:
         print(f"\nstopped following; the job keeps running (trainguard get {names[0]})")
         return 130
 
 
-def follow(names: list[str], live: bool) -> int:
+def follow(names: list[str], in_place: bool) -> int:
     """Show the jobs until all of them ended; 0 when all succeeded."""
-    printer = _Live() if live else _Plain()
+    printer = _InPlace() if in_place else _Plain()
     while True:
         finished: dict[str, str] = {}
         for name in names:
             view = call("get", job=name)
-            events = call("events", job=name, limit=_LIVE_EVENTS if live else None)
+            events = call("events", job=name, limit=_REDRAWN_EVENTS if in_place else None)
             printer.show(view, events)
             if views.is_finished(view):
                 finished[name] = view["status"]["phase"]
@@ -86,14 +86,14 @@ def follow(names: list[str], live: bool) -> int:
         time.sleep(POLL_SECONDS)
 
 
-class _Live:
+class _InPlace:
     """Redraws one block per job in place (``trainguard.cli.progress``)."""
 
     def __init__(self) -> None:
-        self._progress = Progress(live=True, show_elapsed=False)
+        self._progress = Progress(in_place=True, show_elapsed=False)
 
     def show(self, view: dict[str, Any], events: list[dict[str, Any]]) -> None:
-        self._progress.update(views.live_view(view, events, time.time()), key=view["metadata"]["name"])
+        self._progress.update(views.redrawn_block(view, events, time.time()), key=view["metadata"]["name"])
 
     def close(self) -> None:
         self._progress.close()

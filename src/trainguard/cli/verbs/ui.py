@@ -18,7 +18,7 @@ from trainguard.cli.verbs._local import call
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "ui",
-        help="open the job pages (live status, fault-recovery history, what-if), or print their address",
+        help="open the job pages (status as it changes, fault-recovery history, what-if), or print their address",
         description="Open the local control plane's job pages in a browser, or print their address with --url. "
         "The address carries a secret that allows actions (scale, chaos); keep it to yourself. Served on "
         "127.0.0.1; set TRAINGUARD_UI_PORT before the control plane starts for a fixed port (off: none).",
