@@ -69,7 +69,7 @@ from trainguard.sdk._gpusnapshots import GpuSnapshots
 from trainguard.sdk._inplace import InPlace, storage_of
 from trainguard.sdk._region import StateRegion
 from trainguard.sdk._restore import agree, follow, held_here
-from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError
+from trainguard.sdk._snapplan import MEMORY, Held, Plan
 from trainguard.sdk._world import current_world
 
 log = logging.getLogger("trainguard.snapshots")
@@ -80,12 +80,6 @@ PRUNE_EVERY = 5
 FINAL_SEND_SECONDS = 10.0
 
 __all__ = [
-    "BUDDY",
-    "DISK",
-    "MEMORY",
-    "PEER",
-    "SKIPPED",
-    "ReshardError",
     "Restored",
     "Snapshots",
     "default_directory",

@@ -19,9 +19,10 @@ from trainguard.sdk import _shm
 from trainguard.sdk import snapshots as snapshots_module
 from trainguard.sdk._buddy import Receiver as _Receiver
 from trainguard.sdk._buddy import send as _send
-from trainguard.sdk._disk import FALLBACK_DISK_EVERY
+from trainguard.sdk._disk import FALLBACK_DISK_EVERY, SKIPPED
+from trainguard.sdk._snapplan import DISK, MEMORY
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import DISK, MEMORY, SKIPPED, Snapshots
+from trainguard.sdk.snapshots import Snapshots
 
 torch = pytest.importorskip("torch")
 

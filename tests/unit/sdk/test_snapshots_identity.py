@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from trainguard.sdk import _shm
+from trainguard.sdk._snapplan import MEMORY
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import MEMORY, Snapshots, run_identity
+from trainguard.sdk.snapshots import Snapshots, run_identity
 
 torch = pytest.importorskip("torch")
 
