@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from trainguard.sdk import _shm
+from trainguard.sdk import _layout, _shm
 from trainguard.sdk._dist import all_gather, distributed
 from trainguard.sdk._snapplan import MEMORY
 
@@ -69,7 +69,7 @@ class GpuSnapshots:
         CPU state."""
         return self._device.mode if self._device is not None and self._device.mode else "cpu"
 
-    def _save_device(self, plan: _shm.Layout, body: bytes, step: int, guarded: set[int]) -> str:
+    def _save_device(self, plan: _layout.Layout, body: bytes, step: int, guarded: set[int]) -> str:
         """A state with GPU tensors: its CPU part is copied now, its GPU part on a side stream into the slot's
         pinned mapping (``_devicecopy``); a thread commits the slot once the GPU has copied the last byte."""
         device = self._device_copy()
@@ -78,7 +78,7 @@ class GpuSnapshots:
         pending = self._writer.begin(plan.size)
         try:
             device.register(pending.address, pending.size)
-            _shm.copy_into(pending.address, on_cpu, self._pool)
+            _layout.copy_into(pending.address, on_cpu, self._pool)
             flight = device.start(on_gpu, pending.address, guarded)
         except BaseException:
             self._writer.abandon(pending)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainguard.sdk import _shm
+from trainguard.sdk import _layout, _shm
 from trainguard.sdk._disk import HEADROOM
 from trainguard.sdk._region import StateRegion
 from trainguard.sdk._snapplan import MEMORY
@@ -72,8 +72,8 @@ class InPlace:
         plan = self._in_place_plan(state, {}) if region.holds(kept) else None
         if plan is None:  # the first save, the optimizers' tensors changed, or the rest outgrew the tail
             storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kept}
-            need = sum(_shm.aligned(size) for size in storages.values())
-            rest = _shm.layout(state, lambda address: 0 if address in storages else None).size
+            need = sum(_layout.aligned(size) for size in storages.values())
+            rest = _layout.layout(state, lambda address: 0 if address in storages else None).size
             tail = rest + rest // 4 + (1 << 20)  # room for the rest to grow a little without another move
             if (need + tail) * HEADROOM > _shm.bytes_free(self.directory) + region.size:
                 return self._refuse(state, step, need + tail)
@@ -81,7 +81,7 @@ class InPlace:
             assert plan is not None
         region.dirty()  # a second save of the same step (SIGTERM's) writes the tail again
         meta = self._meta(step, plan.skeleton)
-        _shm.copy_into(region.base, plan.copies, self._pool)
+        _layout.copy_into(region.base, plan.copies, self._pool)
         body = _shm.meta_body(meta, region.size)
         slot = region.commit(body, _shm.load_meta(body))
         with self._changed:
@@ -94,7 +94,7 @@ class InPlace:
         self._prune(step, region.directory)
         return MEMORY
 
-    def _in_place_plan(self, state: Any, moved: dict[int, int]) -> _shm.Layout | None:
+    def _in_place_plan(self, state: Any, moved: dict[int, int]) -> _layout.Layout | None:
         """Where ``state`` goes in the state region (None when its rest does not fit the tail): the kept
         storages where they are (``moved``: where those of a state taken before a move went), the rest copied
         into the tail."""
@@ -105,7 +105,7 @@ class InPlace:
             offset = region.offset_of(address)
             return moved.get(address) if offset is None else offset
 
-        plan = _shm.layout(state, placed, region.kept_end)
+        plan = _layout.layout(state, placed, region.kept_end)
         return plan if plan.size <= region.size else None
 
     def _before_step(self, *_: Any) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from trainguard.sdk import _shm
+from trainguard.sdk import _layout, _shm
 from trainguard.sdk._dist import all_gather, distributed
 from trainguard.sdk._snapplan import DISK, PEER, Held, Plan, choose, serves
 
@@ -55,7 +55,7 @@ def foreign(slot: _shm.Slot, run: str, like: Any) -> str:
             return f"it belongs to run {theirs!r}, this is run {run!r} (stale: removed)"
         return f"it belongs to run {theirs!r}, this is run {run!r}"
     if like is not None:
-        why = _shm.fits(slot.meta["skeleton"], like)
+        why = _layout.fits(slot.meta["skeleton"], like)
         if why:
             return f"its state does not fit this one: {why}"
     return ""
@@ -121,12 +121,12 @@ def transfer(fetch: Any, plan: Plan, mine: list[Held], state: Any, rank: int, re
     if rank in fetch.to:
         received = torch.empty(size, dtype=torch.uint8)
         dist.recv(received, src=fetch.source)
-        storages = _shm.split(
+        storages = _layout.split(
             skeleton,
             size,
             lambda buffer, offset: buffer.copy_(received[offset : offset + buffer.numel()]),
         )
-        return _shm.rebuild(skeleton, storages)
+        return _layout.rebuild(skeleton, storages)
     return state
 
 

@@ -35,28 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from trainguard.sdk._layout import (
-    ALIGN,
-    CHUNK_BYTES,
-    Layout,
-    address_of,
-    aligned,
-    copy_into,
-    fits,
-    layout,
-    rebuild,
-    split,
-    structure,
-)
-
-# The slots, and the layout of a state in a slot's data (``_layout``: ``ALIGN`` ... ``structure``), re-exported
-# for every reader and writer of slots.
-__all__ = [
-    "ALIGN", "CHUNK_BYTES", "FORMAT", "MAX_SLOTS", "STALE_SECONDS", "STALE_STEPS", "Layout", "NoRoom", "Pending",
-    "Replaced", "Slot", "SlotWriter", "SnapshotFormatError", "address_of", "aligned", "bytes_free", "bytes_of",
-    "committed", "copy_into", "fits", "layout", "load_meta", "meta_body", "prune_stale", "read_data",
-    "read_exactly", "read_into_private", "rebuild", "reserve", "slot_at", "split", "structure", "tree_size"
-]  # fmt: skip
+from trainguard.sdk._layout import address_of, rebuild, split
 
 FORMAT = "trainguard.snapshot/1"
 MAX_SLOTS = 4

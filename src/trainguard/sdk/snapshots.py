@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.pod import contract
-from trainguard.sdk import _shm
+from trainguard.sdk import _layout, _shm
 from trainguard.sdk._buddy import Receiver, Sender, pair
 from trainguard.sdk._disk import HEADROOM, SKIPPED, DiskTier
 from trainguard.sdk._dist import distributed
@@ -69,7 +69,7 @@ from trainguard.sdk._gpusnapshots import GpuSnapshots
 from trainguard.sdk._inplace import InPlace, storage_of
 from trainguard.sdk._region import StateRegion
 from trainguard.sdk._restore import agree, follow, held_here
-from trainguard.sdk._snapplan import BUDDY, DISK, MEMORY, PEER, Held, Plan, ReshardError
+from trainguard.sdk._snapplan import MEMORY, Held, Plan
 from trainguard.sdk._world import current_world
 
 log = logging.getLogger("trainguard.snapshots")
@@ -80,12 +80,6 @@ PRUNE_EVERY = 5
 FINAL_SEND_SECONDS = 10.0
 
 __all__ = [
-    "BUDDY",
-    "DISK",
-    "MEMORY",
-    "PEER",
-    "SKIPPED",
-    "ReshardError",
     "Restored",
     "Snapshots",
     "default_directory",
@@ -255,7 +249,7 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         in_place = self._try_in_place(state, step)
         if in_place is not None:
             return in_place
-        plan = _shm.layout(state)
+        plan = _layout.layout(state)
         self._on_device = any(copy[1].device.type == "cuda" for copy in plan.copies)
         if self._latest is None or plan.size > int(self._latest.meta["size"]):
             room = _shm.bytes_free(self.directory) + _shm.tree_size(self._writer.directory)
@@ -270,7 +264,7 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         now = [copy for copy in plan.copies if storage_of(copy[1]) not in guarded]
         pending = self._writer.begin(plan.size)
         try:
-            _shm.copy_into(pending.address, now, self._pool)
+            _layout.copy_into(pending.address, now, self._pool)
         except BaseException:
             self._writer.abandon(pending)
             raise
@@ -283,14 +277,14 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
     def _meta(self, step: int, skeleton: Any) -> dict[str, Any]:
         """What a slot's meta says of its snapshot: the step, who wrote it, of which run, and its skeleton, which
         is the state's structure too (each tensor's place, dtype and shape: what ``restore(like=...)`` compares,
-        ``_shm.fits``)."""
+        ``_layout.fits``)."""
         return {"step": step, "rank": self.rank, "world_size": self.world_size, "replicated": self.replicated,
                 "run": self.run, "skeleton": skeleton,
                 "time": time.time()}  # fmt: skip
 
     def _complete(self, pending: _shm.Pending, copies: list[Any], body: bytes, step: int) -> None:
         try:
-            _shm.copy_into(pending.address, copies, self._pool)
+            _layout.copy_into(pending.address, copies, self._pool)
         except BaseException:
             self._writer.abandon(pending)
             raise
@@ -385,7 +379,7 @@ class Snapshots(GpuSnapshots, InPlace, DiskTier):
         says why."""
         self._finish_copy()
         self._finish_device()
-        mine = self._held(_shm.layout(like).skeleton if like is not None else None)
+        mine = self._held(_layout.layout(like).skeleton if like is not None else None)
         plan, held = agree(mine, self.checkpointer, self.world_size, self.replicated)
         if plan is None:
             return None

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.sdk import _shm
+from trainguard.sdk import _layout, _shm
 from trainguard.sdk import snapshots as snapshots_module
 from trainguard.sdk._buddy import Receiver as _Receiver
 from trainguard.sdk._buddy import send as _send
-from trainguard.sdk._disk import FALLBACK_DISK_EVERY
+from trainguard.sdk._disk import FALLBACK_DISK_EVERY, SKIPPED
+from trainguard.sdk._snapplan import DISK, MEMORY
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import DISK, MEMORY, SKIPPED, Snapshots
+from trainguard.sdk.snapshots import Snapshots
 
 torch = pytest.importorskip("torch")
 
@@ -151,7 +152,7 @@ def test_with_optimizers_the_copy_overlaps_the_next_step_and_holds_the_saved_sta
     """``save`` returns while the optimizer's tensors are still being copied (in the background); the next
     forward and backward run meanwhile, and ``optimizer.step()`` waits for the copy: the snapshot holds the
     state of the step saved."""
-    copy_into = _shm.copy_into
+    copy_into = _layout.copy_into
     release, copied = threading.Event(), threading.Event()
 
     def held_in_the_background(address: int, copies: list[object], pool: object) -> None:
@@ -162,7 +163,7 @@ def test_with_optimizers_the_copy_overlaps_the_next_step_and_holds_the_saved_sta
         if background:
             copied.set()
 
-    monkeypatch.setattr(_shm, "copy_into", held_in_the_background)
+    monkeypatch.setattr(_layout, "copy_into", held_in_the_background)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.BatchNorm1d(256))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
@@ -248,7 +249,7 @@ def test_a_restored_optimizer_does_not_hold_the_whole_snapshot(snapshots: Snapsh
     model(torch.randn(4, 64)).sum().backward()
     optimizer.step()
     snapshots.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, 1)
-    size = _shm.layout({"model": model.state_dict(), "optimizer": optimizer.state_dict()}).size
+    size = _layout.layout({"model": model.state_dict(), "optimizer": optimizer.state_dict()}).size
     restored = snapshots.restore()
     assert restored is not None
     again = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
@@ -257,7 +258,9 @@ def test_a_restored_optimizer_does_not_hold_the_whole_snapshot(snapshots: Snapsh
     again_optimizer.load_state_dict(restored.state["optimizer"])  # keeps the restored momentum tensors
     # Each momentum buffer is on a storage of its own, not a view of one buffer holding the whole snapshot,
     # which the next snapshot would copy whole (and which would stay alive for as long as the optimizer).
-    assert _shm.layout({"model": again.state_dict(), "optimizer": again_optimizer.state_dict()}).size == size
+    assert (
+        _layout.layout({"model": again.state_dict(), "optimizer": again_optimizer.state_dict()}).size == size
+    )
 
 
 @pytest.mark.parametrize(("replicated", "waits"), [(True, False), (False, True)])
@@ -286,10 +289,10 @@ def test_a_slot_written_over_since_it_was_listed_is_not_read(tmp_path: Path) -> 
     writer = _shm.SlotWriter(tmp_path / "own-me-0")
 
     def write(step: int) -> None:
-        plan = _shm.layout(_w(step))
+        plan = _layout.layout(_w(step))
 
         def fill(address: int) -> None:
-            _shm.copy_into(address, plan.copies, None)
+            _layout.copy_into(address, plan.copies, None)
 
         writer.write({"step": step, "skeleton": plan.skeleton}, fill, plan.size)
 

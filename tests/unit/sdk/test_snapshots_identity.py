@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.sdk import _shm
+from trainguard.sdk import _layout, _shm
+from trainguard.sdk._snapplan import MEMORY
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import MEMORY, Snapshots, run_identity
+from trainguard.sdk.snapshots import Snapshots, run_identity
 
 torch = pytest.importorskip("torch")
 
@@ -139,4 +140,4 @@ def test_without_an_identity_the_sdk_asks_for_one(
     ],
 )  # fmt: skip
 def test_what_fits(saved: dict[str, object], like: dict[str, object], why: str) -> None:
-    assert _shm.fits(_shm.layout(saved).skeleton, _shm.layout(like).skeleton) == why
+    assert _layout.fits(_layout.layout(saved).skeleton, _layout.layout(like).skeleton) == why

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from trainguard.sdk import _shm
+from trainguard.sdk._snapplan import DISK, MEMORY
 from trainguard.sdk.checkpoint import Checkpointer
-from trainguard.sdk.snapshots import DISK, MEMORY, Snapshots
+from trainguard.sdk.snapshots import Snapshots
 
 from .test_snapshots import _equal
 
