@@ -4,6 +4,7 @@ Imports nothing else of trainguard's and no torch at module level, so ``import t
 """
 
 from trainguard.sdk._roundstore import LiveError
+from trainguard.sdk._snapplan import ReshardError
 from trainguard.sdk.checkpoint import Checkpoint, Checkpointer, CheckpointError
 from trainguard.sdk.elasticity import ElasticInfo, elastic
 from trainguard.sdk.heartbeat import heartbeat
@@ -19,6 +20,7 @@ __all__ = [
     "ElasticSampler",
     "Live",
     "LiveError",
+    "ReshardError",
     "Restored",
     "Snapshots",
     "elastic",
