@@ -87,6 +87,15 @@ class Agent:
         self._watchers = self._channels(
             command, heartbeats, reporter, str(heartbeat_dir / WORKER_EVENTS_FILE)
         )
+        config = self.config
+        # Worker events alone wake nobody: they are read when something else is watched.
+        self._watching = (
+            config.hang_timeout is not None
+            or reporter.enabled
+            or config.control_file is not None
+            or config.nudge_file is not None
+            or config.release_file is not None
+        )
         try:
             return self._supervise(command, heartbeats, reporter)
         finally:
@@ -113,13 +122,6 @@ class Agent:
         if config.release_file is not None:
             watchers.append(ReleaseWatcher(config.release_file, reporter, self._say, self._clock))
         watchers += [WorkerEventsWatcher(worker_events, reporter, nudged, hangs.rebase), hangs]
-        self._watching = (
-            config.hang_timeout is not None
-            or reporter.enabled
-            or config.control_file is not None
-            or config.nudge_file is not None
-            or config.release_file is not None
-        )
         return watchers
 
     def _supervise(self, command: Command, heartbeats: HeartbeatReader, reporter: Reporter) -> int:

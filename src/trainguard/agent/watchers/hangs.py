@@ -37,11 +37,10 @@ class HangWatcher:
         self.output_at = output_at
         self.reporter = reporter
         self.say = say
-        self.detector = HangDetector(timeout=config.hang_timeout, signals=config.signals, started_at=0.0)
-        self._next_cpu = 0.0
-        self._last_progress: tuple[float, object] | None = None
         #: NVML, loaded on the first CPU sample; False where there is none (no GPU, no driver).
         self._nvml: Nvml | bool | None = None
+        self._last_progress: tuple[float, object] | None = None
+        self.start(0.0)  # the agent's loop starts it again with each run of the command
 
     def start(self, now: float) -> None:
         config = self.config
