@@ -79,6 +79,11 @@ ENV_CONTROL_FILE = "TRAINGUARD_CONTROL_FILE"
 ENV_NUDGE_FILE = "TRAINGUARD_NUDGE_FILE"
 #: ``<token> <address>...``: a Horovod host was lost, shut the survivors' connections to it down.
 ENV_RELEASE_FILE = "TRAINGUARD_RELEASE_FILE"
+#: The fault tolerance check's settings, JSON (``trainguard.pod.checks.Settings``); unset: no checks.
+ENV_FAULT_CHECK = "TRAINGUARD_FAULT_CHECK"
+#: A test aid: a directory holding, per node name, the check items that read as faulty on that node
+#: (``trainguard chaos hardware-fault``); the agent finds its node in ``ENV_NODE_NAME``.
+ENV_FAULT_INJECT = "TRAINGUARD_FAULT_INJECT"
 
 # ---- the agent: what it tells the command -----------------------------------------------------------------
 
@@ -146,6 +151,8 @@ REPORT_LIVE_UNUSED = "live-unused"
 REPORT_NUDGED = "nudged"
 #: The agent shut down this pod's connections to a lost peer (``trainguard.agent.release``).
 REPORT_RELEASED = "released"
+#: One fault tolerance check of the pod's node (``trainguard.pod.checks.CheckResult``, under ``check``).
+REPORT_CHECKED = "checked"
 REPORT_EXITED = "exited"
 #: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
 REPORT_GAVE_UP = "gave-up"
