@@ -134,7 +134,7 @@ class Settings:
         if not isinstance(raw, dict):
             raise ValueError("the fault check's settings are not a JSON object")
         thresholds = {str(k): float(v) for k, v in dict(raw.get("thresholds") or {}).items()}
-        unknown = sorted(set(thresholds) | set(raw.get("disabled") or ()) - set(ITEMS))
+        unknown = sorted((set(thresholds) | set(raw.get("disabled") or ())) - set(ITEMS))
         if unknown:
             raise ValueError(f"unknown check items {unknown}; known: {sorted(ITEMS)}")
         return cls(
