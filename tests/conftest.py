@@ -19,6 +19,8 @@ settings.load_profile("trainguard")
 
 #: The lines kept of each failure: its end, where the assertion and the wait's explanation are.
 FAILURE_LINES = 120
+#: The lines of each failure's message in the digest printed after them all.
+DIGEST_LINES = 7
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -29,3 +31,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     with Path(where).open("a", encoding="utf-8") as out:
         out.write(f"== {report.nodeid} ({report.when}) failed; its report's last {len(lines)} lines:\n")
         out.write("\n".join(lines) + "\n")
+    # ... and the gist of each, printed after all of them: where several failed, CI's cut of a long output
+    # may fall in the middle of one report, never in this short list.
+    message = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
+    # Its first words (what failed) and its last (where a wait's explanation ends).
+    if len(message) > DIGEST_LINES:
+        message = [*message[:2], "E   ...", *message[3 - DIGEST_LINES :]]
+    with Path(f"{where}.digest").open("a", encoding="utf-8") as out:
+        out.write(f"== {report.nodeid}:\n" + "\n".join(line[:300] for line in message[:DIGEST_LINES]) + "\n")

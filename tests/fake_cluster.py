@@ -23,6 +23,7 @@ from trainguard.controller.backend import (
     AgentReport,
     Applied,
     EmitEvent,
+    IsolateNode,
     LaunchPod,
     LiveRound,
     NotYet,
@@ -43,6 +44,7 @@ from trainguard.controller.backend import (
 )
 from trainguard.controller.launchspec import Network
 from trainguard.controller.status import JobStatus
+from trainguard.pod import checks
 
 
 @dataclass
@@ -93,6 +95,8 @@ class FakeCluster:
     nudges: list[NudgeSurvivors] = field(default_factory=list)
     #: Releases of survivors asked for, in order; and whether this cluster offers them.
     releases: list[ReleaseSurvivors] = field(default_factory=list)
+    #: Nodes isolated (``IsolateNode``): nothing is placed there again.
+    isolated: set[str] = field(default_factory=set)
     release: ReleaseMode = ReleaseMode.NONE
     #: Where pods find each other, as ``observe`` reports it.
     network: Network = field(default_factory=Network)
@@ -152,7 +156,13 @@ class FakeCluster:
             for node in self.nodes.values()
         )
         return Observed(
-            pods, nodes, tuple(self.scale_requests), tuple(self.errors), self.network, self.release
+            pods,
+            nodes,
+            tuple(self.scale_requests),
+            tuple(self.errors),
+            self.network,
+            self.release,
+            isolated_nodes=frozenset(self.isolated),
         )
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
@@ -219,7 +229,12 @@ class FakeCluster:
 
     def _schedule(self, pod: FakePod) -> None:
         for node in self.nodes.values():
-            if node.ready and node.name not in pod.avoid_nodes and self._used(node.name) < node.slots:
+            if (
+                node.ready
+                and node.name not in pod.avoid_nodes
+                and node.name not in self.isolated
+                and self._used(node.name) < node.slots
+            ):
                 pod.node, pod.scheduled_at = node.name, self.now
                 return
 
@@ -252,6 +267,28 @@ class FakeCluster:
     def evict(self, pod: str) -> None:
         target = self.pods[pod]
         target.phase, target.reason = ObservedPhase.FAILED, "Evicted"
+
+    def check_fails(self, pod: str, phase: str = "pre", item: str = "gpu.ecc", value: float = 2.0) -> None:
+        """The pod's agent checked its node (``phase``) and ``item`` read ``value``, past its threshold: the pod
+        ends as the agent ends it (exit 120, reason HardwareFault, or PreCheckFailed for an environment item)."""
+        spec = checks.ITEMS[item]
+        result = checks.CheckResult(
+            phase, self.now, 0.5, (checks.CheckItem(item, spec.verdict, value, spec.default, "read"),)
+        )
+        target = self.pods[pod]
+        target.agent = replace(target.agent or AgentReport(), last_check=result, failed_check=result)
+        hardware = spec.verdict == checks.HARDWARE
+        self.exit(
+            pod,
+            checks.EXIT_CHECK_FAILED,
+            reason=checks.REASON_HARDWARE if hardware else checks.REASON_PRE_CHECK,
+        )
+
+    def check_passes(self, pod: str, phase: str = "post") -> None:
+        """The pod's agent checked its node and every item passed."""
+        result = checks.CheckResult(phase, self.now, 0.5, (checks.CheckItem("gpu.ecc", checks.OK, 0.0, 0.0),))
+        target = self.pods[pod]
+        target.agent = replace(target.agent or AgentReport(), last_check=result)
 
     def hang(self, pod: str) -> None:
         target = self.pods[pod]
@@ -362,6 +399,9 @@ class _Verbs:
 
     def release(self, action: ReleaseSurvivors) -> None:
         self.cluster.releases.append(action)  # no connections to close: what was asked is kept
+
+    def isolate_node(self, action: IsolateNode) -> None:
+        self.cluster.isolated.add(action.node)
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         if action.version > self.cluster.discovery_version:

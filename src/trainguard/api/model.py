@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from trainguard.api.exitcodes import DEFAULT_RETRYABLE, MAX_EXIT_CODE, ExitCodeSet
+from trainguard.api.faultcheck import FaultCheckPolicy
 from trainguard.pod.hangsignal import HangSignal
 
 API_VERSION: Literal["trainguard.io/v1"] = "trainguard.io/v1"
@@ -328,6 +329,8 @@ class TrainingJobSpec(_Model):
     backoff_limit: int | None = Field(default=None, ge=0)
     suspend: bool = False
     hang: HangPolicy | None = None
+    #: The fault tolerance check of the job's nodes (None: its defaults, on where the policy restarts).
+    fault_check: FaultCheckPolicy | None = None
     #: Exit codes that ExitCode/OnNodeFailWithExitCode retry; by default those of a signal (128-255).
     retryable_exit_codes: ExitCodeSet = DEFAULT_RETRYABLE
     backoff: BackoffPolicy = Field(default_factory=BackoffPolicy)

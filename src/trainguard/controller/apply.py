@@ -29,6 +29,7 @@ from trainguard.controller.backend import (
     ActionError,
     Applied,
     EmitEvent,
+    IsolateNode,
     LaunchPod,
     NotYet,
     NudgeSurvivors,
@@ -76,6 +77,8 @@ class Verbs(Protocol):
     def release(self, action: ReleaseSurvivors) -> None: ...
 
     def update_discovery(self, action: UpdateDiscovery) -> None: ...
+
+    def isolate_node(self, action: IsolateNode) -> None: ...
 
     def emit_event(self, action: EmitEvent) -> None: ...
 
@@ -157,6 +160,8 @@ def _carry_out_action(verbs: Verbs, action: Action) -> None:
                 verbs.release(action)
             case UpdateDiscovery():
                 verbs.update_discovery(action)
+            case IsolateNode():
+                verbs.isolate_node(action)
             case EmitEvent():
                 verbs.emit_event(action)
             case WriteStatus():  # never between two writes: each one ends a segment

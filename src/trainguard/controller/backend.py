@@ -56,6 +56,7 @@ from trainguard.api import TrainingJob
 from trainguard.controller.launchspec import LaunchSpec, Network
 from trainguard.controller.status import LiveOrigin
 from trainguard.pod import summary as summaries
+from trainguard.pod.checks import CheckResult
 
 if TYPE_CHECKING:
     from trainguard.controller.status import JobStatus
@@ -129,6 +130,9 @@ class AgentReport:
     live_rounds_from: int = 0
     #: A worker of the pod ended before it formed any round: the job's script does not use live mode.
     live_unused: bool = False
+    #: The latest fault tolerance check of the pod's node, and the latest that failed (``pod.checks``).
+    last_check: CheckResult | None = None
+    failed_check: CheckResult | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
@@ -277,6 +281,10 @@ class Observed:
     #: Where the job's pods find each other on this backend (what launches are given).
     network: Network = field(default_factory=Network)
     release: ReleaseMode = ReleaseMode.NONE
+    #: The cluster's nodes, all of them (0: as many as ``nodes`` lists), and those isolated by fault
+    #: tolerance checks (any job's): what bounds the isolations (``policy.faultcheck.isolation``).
+    node_count: int = 0
+    isolated_nodes: frozenset[str] = frozenset()
 
 
 # ---- actions ---------------------------------------------------------------------------------------
@@ -376,6 +384,23 @@ class ReleaseSurvivors:
     peers: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class IsolateNode:
+    """Keep every job's pods off ``node``: its fault tolerance check, run in ``pod`` of the job, found its
+    hardware faulty (``trainguard.policy.faultcheck``). The operator taints and labels the Node (NoSchedule)
+    and records a Node Event naming the job, the pod and the item; the local runtime flags its virtual node;
+    the simulator cordons it. A node stays isolated until someone releases it."""
+
+    key: str
+    node: str
+    pod: str
+    #: The item that failed, the value it read and its threshold.
+    item: str
+    value: float | None
+    threshold: float | None
+    reason: str
+
+
 class EventType(str, Enum):
     NORMAL = "Normal"
     WARNING = "Warning"
@@ -406,6 +431,7 @@ Action: TypeAlias = (
     | NudgeSurvivors
     | ReleaseSurvivors
     | UpdateDiscovery
+    | IsolateNode
     | EmitEvent
     | WriteStatus
 )

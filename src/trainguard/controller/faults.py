@@ -16,6 +16,7 @@ from trainguard.api import RestartScope
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
+from trainguard.controller.faultcheck import carry_out_check, check_of, decide_check, is_check_fault
 from trainguard.controller.phases import ALIVE_PHASES, LAUNCHED_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus
 from trainguard.policy import (
@@ -266,9 +267,14 @@ def _record_end(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> None:
 def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decision:
     """Decide on a fault, update the counters, record it, and change the slots the decision touches."""
     slot = cycle.slot(fault.pod) if fault.pod is not None else None
-    decision = decide(
-        cycle.job, cycle.state, fault, cycle.now, _alive_besides(cycle, slot), cycle.slot_counts()
-    )
+    checked = None
+    if is_check_fault(cycle, fault):
+        decision, checked = decide_check(cycle, fault, pod)
+    else:
+        decision = decide(
+            cycle.job, cycle.state, fault, cycle.now, _alive_besides(cycle, slot), cycle.slot_counts()
+        )
+        checked = check_of(cycle, fault, pod)
     targets: list[PodStatus] = []
     if slot is not None and decision.action is Remedy.RESTART:
         targets = _scope(cycle, slot, decision.scope)
@@ -281,8 +287,10 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
         if slot is not None:
             cycle.put(slot, phase=PodPhase.SUCCEEDED, open_faults=(), message=decision.reason)
         return decision
-    entry = cycle.record(_history_entry(cycle, decision))
+    entry = cycle.record(_history_entry(cycle, decision).model_copy(update={"check": checked}))
     cycle.emit(EventType.NORMAL if success else EventType.WARNING, fault.kind.value, decision.reason, name)
+    if is_check_fault(cycle, fault):
+        carry_out_check(cycle, decision, checked)
     if slot is None:
         return decision
     if decision.action is Remedy.RESTART:

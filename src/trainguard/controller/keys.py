@@ -60,3 +60,8 @@ def nudge(job: TrainingJob, failed_pod: str, seq: int) -> str:
 def release(job: TrainingJob, lost_pod: str, seq: int) -> str:
     """The release of the survivors of one loss (history entry ``seq``), or the record that it waits."""
     return f"{job_key(job)}/release/{lost_pod}#{seq}"
+
+
+def isolate(job: TrainingJob, node: str) -> str:
+    """The isolation of ``node`` after this job's check found it faulty (once per job and node)."""
+    return f"{job_key(job)}/isolate/{node}"

@@ -27,6 +27,7 @@ from typing import Any
 from trainguard.api import FrameworkType, TrainingJob, pod_name
 from trainguard.controller import torchrun_command
 from trainguard.pod import contract
+from trainguard.policy import faultcheck
 from trainguard.policy.roles import is_leader, role_order
 
 DEFAULT_MASTER_PORT = 29500
@@ -99,6 +100,8 @@ class RoleLaunch:
     torchrun_env: tuple[tuple[str, str], ...]
     in_rendezvous: bool
     horovod_host: bool = False
+    #: The fault tolerance check's settings for the agent (``contract.ENV_FAULT_CHECK``), where it is on.
+    check_env: tuple[tuple[str, str], ...] = ()
 
 
 def check_runnable(job: TrainingJob) -> None:
@@ -118,7 +121,13 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
         torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
         in_rendezvous=role in torchrun_command.torchrun_roles(job),
         horovod_host=job.spec.framework_type is FrameworkType.HOROVOD and not is_leader(job, role),
+        check_env=_check_env(job, role, endpoint),
     )
+
+
+def _check_env(job: TrainingJob, role: str, endpoint: str) -> tuple[tuple[str, str], ...]:
+    settings = faultcheck.settings(job, role, endpoint)
+    return () if settings is None else ((contract.ENV_FAULT_CHECK, settings.to_json()),)
 
 
 def launch_spec(
@@ -159,6 +168,7 @@ def launch_spec(
         (contract.RANK, str(offset + index)),
         ("PYTHONUNBUFFERED", "1"),
         *shared.torchrun_env,
+        *shared.check_env,
     )
     return LaunchSpec(
         argv=shared.argv,

@@ -22,6 +22,7 @@ from trainguard.controller.agentless import warn_pods_without_agent
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
+from trainguard.controller.faultcheck import record_checks, reissue_deadlines
 from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.live import record_live_rounds
@@ -97,6 +98,8 @@ def _run(cycle: Cycle) -> None:
     take_scale_requests(cycle)
     reach_desired(cycle, cause="scale")
     observe_pods(cycle)
+    record_checks(cycle)
+    reissue_deadlines(cycle)
     deadline = check_deadline(cycle.job, cycle.get("started_at"), cycle.now)
     if deadline is not None:
         act_on(cycle, deadline)
@@ -130,6 +133,9 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
+    reissue_at = reissue_deadlines(cycle)
+    if reissue_at is not None:
+        times.append(reissue_at)
     held_until = discovery_held_until(cycle)
     if held_until is not None:
         times.append(held_until)

@@ -110,6 +110,64 @@ class HistoryKind(str, Enum):
     #: A live job's workers (``trainguard.Live``) re-formed their process group in their own processes (a
     #: new round): nothing was restarted or counted.
     REFORMED = "reformed"
+    #: A node isolated because its fault tolerance check found faulty hardware (or why it was not).
+    ISOLATE = "isolate"
+
+
+class IsolationOutcome(str, Enum):
+    """The ``action`` of an isolate entry."""
+
+    def __str__(self) -> str:  # the word, as in the status and the metrics
+        return str(self.value)
+
+    #: The node was isolated (tainted on Kubernetes): no pod of any job lands there until it is released.
+    ISOLATED = "isolate"
+    #: Not isolated: the bound on isolations was reached; the entry's reason says which.
+    REFUSED = "refuse"
+
+
+class CheckFinding(_Model):
+    """One item of a fault tolerance check, as a pod's agent read it (``trainguard.pod.checks.CheckItem``)."""
+
+    name: str
+    verdict: str
+    value: float | None = None
+    threshold: float | None = None
+    detail: str = ""
+
+
+class CheckRecord(_Model):
+    """A fault tolerance check of a node, as a history entry or the job's latest per node keeps it."""
+
+    #: ``pre`` (before the command), ``periodic``, ``post`` (after the command failed).
+    phase: str
+    #: The agent's wall clock.
+    at: float
+    #: The worst of the items': ``ok``, ``hardware``, ``environment``.
+    verdict: str
+    #: The pod whose agent ran it, and the node it ran on (the backend's word, never the pod's).
+    pod: str | None = None
+    node: str | None = None
+    seconds: float = 0.0
+    #: ModelArts' scenario (1-4) where the check decided a fault; None for a check that decided nothing.
+    scenario: int | None = None
+    #: The items that did not pass (all of them for a check that passed: none).
+    failed: tuple[CheckFinding, ...] = ()
+    #: How many items ran (skipped ones included).
+    items: int = 0
+
+
+class FaultCheckStatus(_Model):
+    """The job's fault tolerance check: what its agents found and what was done about it."""
+
+    #: The latest check of each node the job's pods ran on (at most ``MAX_CHECKED_NODES``, newest kept).
+    nodes: tuple[CheckRecord, ...] = ()
+    #: Pods issued again after a failed check (what faultCheck.maxReissues bounds).
+    reissues: int = 0
+    #: The nodes isolated because of this job's checks.
+    isolated: tuple[str, ...] = ()
+    #: Pod -> when it was issued again and not yet running (faultCheck.reissueTimeoutSeconds).
+    waiting: dict[str, float] = Field(default_factory=dict)
 
 
 class ReleaseOutcome(str, Enum):
@@ -192,7 +250,7 @@ class HistoryEntry(_Model):
     rule: str | None = None
     #: A fault's remedy, a scale step's operation ("none" for a rejected scale request), or a release's outcome;
     #: "none" for a live round (the workers re-formed by themselves).
-    action: Remedy | ScaleOperation | ReleaseOutcome
+    action: Remedy | ScaleOperation | ReleaseOutcome | IsolationOutcome
     scope: str | None = None
     counted: bool = False
     #: A scale step's (or rejected request's) replicas of the role before and after (asked for).
@@ -206,6 +264,9 @@ class HistoryEntry(_Model):
     recovery_seconds: float | None = None
     #: The round a ``reformed`` entry records.
     reformation: Reformation | None = None
+    #: The fault tolerance check behind a fault (the failed one; a post-check that passed: scenario 4) or an
+    #: isolation.
+    check: CheckRecord | None = None
 
 
 class JobStatus(_Model):
@@ -247,6 +308,8 @@ class JobStatus(_Model):
     live_round: int = 0
     #: The Warning Event that the job's script does not use live mode was emitted.
     live_unused_warned: bool = False
+    #: The fault tolerance check (``trainguard.policy.faultcheck``); None until a pod reports a check.
+    fault_check: FaultCheckStatus | None = None
     #: Bumped on every change; the key of the status write.
     revision: int = 0
 
@@ -276,3 +339,5 @@ MAX_TRANSITIONS = 200
 MAX_HISTORY = 500
 #: Keys older than this many issues are forgotten; they belong to incarnations long replaced.
 MAX_ISSUED_KEYS = 2000
+#: Nodes whose latest check a job's status keeps.
+MAX_CHECKED_NODES = 64

@@ -3,7 +3,8 @@
 Rules, in order: a disappearance trainguard asked for, and a pod that is Pending, Running or Succeeded on a
 Ready node, are not faults. An eviction, preemption or DisruptionTarget reason is PodEvicted (whatever the
 phase, since an evicted pod also reads Failed). "OOMKilled" is OOMKilled with exit code 137; "Hang" is Hang;
-"StartTimeout" is StartTimeout. A pod on a node that is not Ready, or in phase Unknown (what Kubernetes shows
+"StartTimeout" is StartTimeout; "HardwareFault" and "PreCheckFailed" (a failed fault tolerance check) are
+themselves. A pod on a node that is not Ready, or in phase Unknown (what Kubernetes shows
 for a lost node), is NodeNotReady. A pod that vanished (phase Deleted) is PodForceDeleted. Anything else that
 ended with a non-zero code, or a signal N (code 128+N), or in phase Failed, is Exited.
 """
@@ -21,6 +22,8 @@ _BY_REASON = {
     "oomkilled": FaultKind.OOM_KILLED,
     "hang": FaultKind.HANG,
     "starttimeout": FaultKind.START_TIMEOUT,
+    "hardwarefault": FaultKind.HARDWARE_FAULT,
+    "precheckfailed": FaultKind.PRE_CHECK_FAILED,
 }
 
 

@@ -48,7 +48,15 @@ from trainguard.policy.types import (
 from trainguard.policy.words import seconds, what_happened
 
 #: Faults after which the pod must not come back on the node it was on.
-_MOVE_OFF_NODE = frozenset({FaultKind.NODE_NOT_READY, FaultKind.POD_EVICTED, FaultKind.START_TIMEOUT})
+_MOVE_OFF_NODE = frozenset(
+    {
+        FaultKind.NODE_NOT_READY,
+        FaultKind.POD_EVICTED,
+        FaultKind.START_TIMEOUT,
+        FaultKind.HARDWARE_FAULT,
+        FaultKind.PRE_CHECK_FAILED,
+    }
+)
 
 
 def decide(

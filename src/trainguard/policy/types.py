@@ -20,6 +20,8 @@ RULE_HANG = "hang"
 RULE_JOB_RETRY = "jobRetry"
 RULE_UNCONDITIONAL_RETRY = "jobUnconditionalRetry"
 RULE_TIME_LIMIT = "timeLimit"
+#: The fault tolerance check: a pod issued again off a node whose check failed (``policy.faultcheck``).
+RULE_FAULT_CHECK = "faultCheck"
 RULE_RESTART_TIME_LIMIT = "restartTimeLimit"
 #: torchrun's own restart of a pod's workers (within its --max-restarts), recorded, not decided.
 RULE_TORCHRUN = "torchrun"
@@ -44,6 +46,10 @@ class FaultKind(str, Enum):
     HANG = "Hang"
     START_TIMEOUT = "StartTimeout"
     DEADLINE = "Deadline"
+    #: The agent's check found the node's hardware faulty (before the command, or ending it).
+    HARDWARE_FAULT = "HardwareFault"
+    #: The agent's pre-check failed on working hardware (a full disk, an unreachable rendezvous).
+    PRE_CHECK_FAILED = "PreCheckFailed"
 
 
 @dataclass(frozen=True, order=True)

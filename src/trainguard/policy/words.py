@@ -33,6 +33,8 @@ def what_happened(fault: Fault) -> str:
         FaultKind.HANG: f"{who} hung (no progress)",
         FaultKind.START_TIMEOUT: f"{who} did not reach Running within its restartTimeLimit",
         FaultKind.DEADLINE: f"{who} ran past its timeLimit",
+        FaultKind.HARDWARE_FAULT: f"the check of {who}'s node{node} found faulty hardware",
+        FaultKind.PRE_CHECK_FAILED: f"the pre-check of {who} on node{node} failed",
     }
     text = described[fault.kind]
     return f"{text}: {fault.message}" if fault.message else text

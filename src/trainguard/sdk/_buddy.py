@@ -12,6 +12,7 @@ memory (``buddy-<sender's key>``), so that a pod or node lost as a whole leaves 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -26,6 +27,9 @@ from trainguard.pod import contract
 from trainguard.sdk import _shm
 from trainguard.sdk._disk import HEADROOM
 from trainguard.sdk._dist import all_gather, broadcast_token
+
+#: How long the interpreter's exit waits for a send under way to end.
+EXIT_WAIT_SECONDS = 2.0
 
 
 def pair(
@@ -95,11 +99,17 @@ class Sender:
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="trainguard-snapshot-sender", daemon=True)
         self._thread.start()
+        # At the interpreter's exit the thread is stopped first, and a send under way is given a moment: a
+        # daemon thread still writing (its warning on stderr) while Python finalizes aborts the process.
+        atexit.register(self.stop, EXIT_WAIT_SECONDS)
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Send nothing more; ``wait``: at most this long for a send under way to end."""
         with self._changed:
             self._stopped = True
             self._changed.notify_all()
+        if wait > 0 and self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
     def wait_safe(self, seconds: float) -> bool:
         """Wait until the newest snapshot has reached the buddy (True), or ``seconds`` (False); False at once
@@ -132,6 +142,8 @@ class Sender:
                 continue  # written over meanwhile: the newer one goes next
             except OSError as error:
                 with self._changed:
+                    if self._stopped:  # stopped meanwhile (the process ends): nothing to say
+                        return
                     if not self.failing:
                         print(f"trainguard: snapshots cannot reach the buddy {self.address}: {error}; retrying",
                               file=sys.stderr, flush=True)  # fmt: skip

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,14 @@ STEPS = 7
 
 def _torchrun(base: Path, *args: str, killed: bool = False) -> None:
     """Run the worker on 3 ranks; ``killed``: one rank SIGKILLs itself, so the run fails (and says why)."""
+    logs = Path(tempfile.mkdtemp(prefix="ranks-", dir=base))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
-               "--max-restarts=0", str(WORKER), *args]  # fmt: skip
+               "--max-restarts=0", f"--log-dir={logs}", "--tee=3", str(WORKER), *args]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
-    output = done.stdout[-3000:] + done.stderr[-3000:]
+    # Each rank's own last words first (torchrun's summary says only how a rank ended, not why).
+    ranks = sorted(logs.rglob("stderr.log"))
+    said = "".join(f"\n--- {path.relative_to(logs)}:\n{path.read_text()[-1500:]}" for path in ranks)
+    output = said + "\n--- torchrun:\n" + done.stdout[-2000:] + done.stderr[-2000:]
     if killed:
         assert done.returncode != 0, output
         assert "SIGKILL" in done.stdout + done.stderr, output

@@ -4,6 +4,7 @@ backend's own (loopback ports; DNS names behind the job's Services)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,15 @@ from trainguard.backends.k8s.kinds import NATIVE
 from trainguard.backends.local import podenv
 from trainguard.controller import JobStatus, LaunchPod, step
 from trainguard.controller.launchspec import Network
+from trainguard.pod.checks import Settings
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
 #: Where each backend puts things: these variables name addresses, so their values differ by backend.
-ADDRESSES = frozenset({"MASTER_ADDR", "MASTER_PORT", "TRAINGUARD_RDZV_ENDPOINT", "PET_RDZV_ENDPOINT"})
+#: Where each backend's pods find each other (its own addresses), and the check's settings, which name the
+#: rendezvous among them (compared below, but for the rendezvous).
+ADDRESSES = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "TRAINGUARD_RDZV_ENDPOINT", "PET_RDZV_ENDPOINT", "TRAINGUARD_FAULT_CHECK"}
+)
 LOCAL_PORT = 41000
 
 
@@ -118,6 +124,12 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
         assert {k: v for k, v in on_local.items() if k not in ADDRESSES} == {
             k: v for k, v in on_kube.items() if k not in ADDRESSES
         }, name
+        checks_local, checks_kube = (
+            Settings.from_json(env["TRAINGUARD_FAULT_CHECK"]) for env in (on_local, on_kube)
+        )
+        assert checks_local.rendezvous == on_local["TRAINGUARD_RDZV_ENDPOINT"]
+        assert checks_kube.rendezvous == on_kube["TRAINGUARD_RDZV_ENDPOINT"]
+        assert replace(checks_local, rendezvous=None) == replace(checks_kube, rendezvous=None)
         # The same command (torchrun's where it applies), each naming its own rendezvous endpoint.
         here, there = f"127.0.0.1:{LOCAL_PORT}", services.rendezvous_endpoint(job)
         assert [part.replace(here, "RDZV") for part in launch.spec.argv] == [

@@ -72,12 +72,15 @@ class JobBackend:
         with self.shared.lock:
             log_ = self.shared.errors.get((self.namespace, self.name))
             errors = log_.errors() if log_ is not None else ()
+        node_count, isolated = self.shared.isolated_nodes()
         return Observed(
             pods=tuple(sorted(seen, key=lambda p: p.name)),
             nodes=self.shared.observed_nodes(),
             errors=errors,
             network=services.network(job),
             release=ReleaseMode.ON if self.shared.settings.release_survivors else ReleaseMode.OFF,
+            node_count=node_count,
+            isolated_nodes=isolated,
         )
 
     # ---- apply: the one applier (``trainguard.controller.apply``) with this backend's verbs ----------

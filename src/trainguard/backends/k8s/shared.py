@@ -13,6 +13,7 @@ from typing import Any
 from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.isolation import is_isolated
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
 from trainguard.controller.apply import ErrorLog
 from trainguard.controller.backend import ObservedNode, ObservedPhase, ObservedPod
@@ -65,13 +66,16 @@ class Shared:
     #: (kwok and kubelets rewrite nodes every few seconds; a thousand of them per reconcile adds up).
     _ready: dict[str, bool] = field(default_factory=dict)
     _observed_nodes: tuple[ObservedNode, ...] | None = None
+    #: Nodes isolated by fault tolerance checks (their taint, ``isolation.KEY``).
+    _isolated: frozenset[str] = frozenset()
 
     def node_changed(self, node: Obj, now: Obj | None) -> bool:
-        """Records a node's readiness (``now`` None: deleted); True when it changed."""
+        """Records a node's readiness and isolation (``now`` None: deleted); True when either changed."""
         name = node["metadata"]["name"]
         ready = now is not None and node_ready(now)
+        isolated = now is not None and is_isolated(now)
         with self.lock:
-            if now is not None and self._ready.get(name) == ready:
+            if now is not None and self._ready.get(name) == ready and (name in self._isolated) == isolated:
                 return False
             if now is None and name not in self._ready:
                 return False
@@ -79,8 +83,15 @@ class Shared:
                 del self._ready[name]
             else:
                 self._ready[name] = ready
+            if (name in self._isolated) != isolated:
+                self._isolated = self._isolated ^ {name}
             self._observed_nodes = None
         return True
+
+    def isolated_nodes(self) -> tuple[int, frozenset[str]]:
+        """How many nodes the cluster has, and those isolated."""
+        with self.lock:
+            return len(self._ready), self._isolated
 
     def observed_nodes(self) -> tuple[ObservedNode, ...]:
         with self.lock:

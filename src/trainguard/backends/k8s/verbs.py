@@ -17,7 +17,16 @@ from typing import Any, Protocol
 from trainguard.agent.nudge import format_nudge
 from trainguard.agent.release import format_release
 from trainguard.api import FrameworkType, TrainingJob
-from trainguard.backends.k8s import access, discovery, manifests, metadata, podgroups, services, ssh
+from trainguard.backends.k8s import (
+    access,
+    discovery,
+    isolation,
+    manifests,
+    metadata,
+    podgroups,
+    services,
+    ssh,
+)
 from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.events import event_body
 from trainguard.backends.k8s.kinds import JobKind
@@ -29,6 +38,7 @@ from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
+    IsolateNode,
     LaunchPod,
     NotYet,
     NudgeSurvivors,
@@ -309,6 +319,13 @@ class OperatorVerbs:
             except ApiError as error:
                 if error.status != 404:  # gone meanwhile
                     raise
+
+    def isolate_node(self, action: IsolateNode) -> None:
+        """Taint, label and annotate the Node, with a Node Event (``backends.k8s.isolation``). The node is
+        the one the API server bound the pod to, which the controller read from the pod, never the pod's
+        own word."""
+        by = f"{self.namespace}/{self.name}/{action.pod}: {action.reason}"
+        isolation.isolate(self.kube, action.node, by, action.reason, self.now(), action.key)
 
     def emit_event(self, action: EmitEvent) -> None:
         job = self.job

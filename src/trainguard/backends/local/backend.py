@@ -16,6 +16,7 @@ from dataclasses import replace
 from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery, nudge
 from trainguard.backends.local.home import Home
+from trainguard.backends.local.nodes import isolate
 from trainguard.backends.local.placement import free_of
 from trainguard.backends.local.podenv import network
 from trainguard.backends.local.records import EventRecord, JobRecord, PodRecord, PodState
@@ -30,6 +31,7 @@ from trainguard.controller.backend import (
     AgentReport,
     Applied,
     EmitEvent,
+    IsolateNode,
     LaunchPod,
     NudgeSurvivors,
     Observed,
@@ -89,6 +91,8 @@ class LocalBackend:
             ),
             errors=self.errors_of(job.name).errors(),
             network=network(self._port(job.name)),
+            node_count=len(nodes),
+            isolated_nodes=frozenset(node.name for node in nodes if node.isolated),
         )
 
     def _port(self, job: str) -> int:
@@ -206,6 +210,15 @@ class LocalVerbs:
         raise ValueError(
             "the local runtime's pods share one address: no peer's connections can be told apart"
         )
+
+    def isolate_node(self, action: IsolateNode) -> None:
+        """The virtual node takes no pod again until ``trainguard node release`` (any job's, later ones too);
+        its pods that run go on (the controller ends those it decided to)."""
+        isolate(self.backend.store, action.node, f"{self.record.name}/{action.pod}: {action.reason}")
+        event = EventRecord(
+            self.record.name, self.backend.clock(), "Warning", "NodeIsolated", action.node, action.reason
+        )
+        self.backend.store.append_event_once(action.key, event)
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         discovery.write(self.backend.home.discovery_script(self.record.name), action.version, action.hosts)

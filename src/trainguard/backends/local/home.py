@@ -90,3 +90,9 @@ class Home:
 
     def discovery_script(self, job: str) -> Path:
         return self.job_dir(job) / "discover_hosts.sh"
+
+    @property
+    def injected_faults(self) -> Path:
+        """A test aid: per virtual node, the check items that read as faulty there (``trainguard chaos
+        hardware-fault``); every pod's agent is told of it (``contract.ENV_FAULT_INJECT``)."""
+        return self.root / "injected-faults"

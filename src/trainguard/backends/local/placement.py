@@ -32,15 +32,17 @@ def choose_node(
 def pick(nodes: Sequence[NodeRecord], free: Mapping[str, int], avoid: Iterable[str] = ()) -> str | None:
     """``choose_node`` from the nodes' free slots (node -> free slots)."""
     avoided = set(avoid)
-    candidates = [n for n in nodes if n.ready and free.get(n.name, 0) > 0 and n.name not in avoided]
+    candidates = [
+        n for n in nodes if n.ready and not n.isolated and free.get(n.name, 0) > 0 and n.name not in avoided
+    ]
     if not candidates:
         return None
     return min(candidates, key=lambda node: (-free[node.name], _name_order(node.name))).name
 
 
 def room(nodes: Iterable[NodeRecord], free: Mapping[str, int]) -> int:
-    """Free slots on Ready nodes."""
-    return sum(max(free.get(node.name, 0), 0) for node in nodes if node.ready)
+    """Free slots on Ready nodes that are not isolated."""
+    return sum(max(free.get(node.name, 0), 0) for node in nodes if node.ready and not node.isolated)
 
 
 def _name_order(name: str) -> tuple[int, str]:

@@ -88,6 +88,8 @@ class NodeRecord:
     slots: int
     ready: bool = True
     version: int = 0
+    #: Why a fault tolerance check isolated the node ('' where it is not isolated): no pod is placed there.
+    isolated: str = ""
 
 
 @dataclass(frozen=True)

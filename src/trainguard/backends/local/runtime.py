@@ -164,6 +164,7 @@ class Runtime:
             POD_ID_ENV: pod_marker(record.uid, row),
             contract.ENV_REPORT_FILE: str(report),
             contract.ENV_NODE_NAME: row.node,
+            contract.ENV_FAULT_INJECT: str(self.home.injected_faults),
             contract.ENV_SNAPSHOT_DIR: str(self.home.snapshots_dir(record.uid, row.node)),
         }
         if job.spec.framework_type.value == "horovod":  # our ssh, and where trainers' host processes are

@@ -93,6 +93,8 @@ CREATE TABLE IF NOT EXISTS applied (
 SCHEMA_VERSION = 1
 #: Columns of ``pods`` newer than the files of earlier releases: name -> declaration (with a default).
 _ADDED_POD_COLUMNS = {"launch_spec": "TEXT NOT NULL DEFAULT '{}'"}
+#: ... and of ``nodes``: why the node is isolated ('' where it is not).
+_ADDED_NODE_COLUMNS = {"isolated": "TEXT NOT NULL DEFAULT ''"}
 
 
 class StateError(Exception):
@@ -147,10 +149,11 @@ class StateFile:
 
     def _add_columns(self) -> None:
         """Columns added since schema 1 was first written (a file of an earlier release gets them, empty)."""
-        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(pods)")}
-        for name, declaration in _ADDED_POD_COLUMNS.items():
-            if name not in columns:
-                self._db.execute(f"ALTER TABLE pods ADD COLUMN {name} {declaration}")
+        for table, added in (("pods", _ADDED_POD_COLUMNS), ("nodes", _ADDED_NODE_COLUMNS)):
+            columns = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, declaration in added.items():
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
     def close(self) -> None:
         with self._lock:

@@ -181,7 +181,10 @@ class Store:
 
     def list_nodes(self) -> list[NodeRecord]:
         rows = self.file.query("SELECT * FROM nodes ORDER BY length(name), name")
-        return [NodeRecord(row["name"], row["slots"], bool(row["ready"]), row["version"]) for row in rows]
+        return [
+            NodeRecord(row["name"], row["slots"], bool(row["ready"]), row["version"], row["isolated"])
+            for row in rows
+        ]
 
     def get_node(self, name: str) -> NodeRecord | None:
         return next((node for node in self.list_nodes() if node.name == name), None)
@@ -193,14 +196,15 @@ class Store:
         """Add nodes (in one transaction); a name that exists already is left as it is."""
         with self.file.transaction() as db:
             db.executemany(
-                "INSERT OR IGNORE INTO nodes VALUES (?, ?, ?, 1)",
-                [(node.name, node.slots, int(node.ready)) for node in nodes],
+                "INSERT OR IGNORE INTO nodes (name, slots, ready, version, isolated) VALUES (?, ?, ?, 1, ?)",
+                [(node.name, node.slots, int(node.ready), node.isolated) for node in nodes],
             )
 
     def update_node(self, node: NodeRecord) -> NodeRecord:
         self.file.cas(
-            "UPDATE nodes SET slots = ?, ready = ?, version = version + 1 WHERE name = ? AND version = ?",
-            (node.slots, int(node.ready), node.name, node.version),
+            "UPDATE nodes SET slots = ?, ready = ?, isolated = ?, version = version + 1"
+            " WHERE name = ? AND version = ?",
+            (node.slots, int(node.ready), node.isolated, node.name, node.version),
             node.version,
         )
         return replace(node, version=node.version + 1)

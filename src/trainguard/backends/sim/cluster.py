@@ -37,6 +37,7 @@ from trainguard.controller import (
     AgentReport,
     Applied,
     EmitEvent,
+    IsolateNode,
     JobStatus,
     LaunchPod,
     NudgeSurvivors,
@@ -79,6 +80,8 @@ class SimCluster:
     #: Nudges of survivors asked for, in order.
     nudges: list[NudgeSurvivors] = field(default_factory=list)
     releases: list[ReleaseSurvivors] = field(default_factory=list)
+    #: Nodes isolated by fault tolerance checks.
+    isolated: set[str] = field(default_factory=set)
     events_total: int = 0
     recent_events: deque[EmitEvent] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
     #: Bumped by every change a later observe() would show.
@@ -137,7 +140,14 @@ class SimCluster:
             self._pods_view = tuple(self._observed.values())
         if self._nodes_view is None:
             self._nodes_view = self._usable_nodes()
-        return Observed(self._pods_view, self._nodes_view, tuple(self.scale_requests), tuple(self.errors))
+        return Observed(
+            self._pods_view,
+            self._nodes_view,
+            tuple(self.scale_requests),
+            tuple(self.errors),
+            node_count=len(self.nodes),
+            isolated_nodes=frozenset(self.isolated),
+        )
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:
         fresh = [action for action in actions if self._accept(action.key)]
@@ -203,7 +213,7 @@ class SimCluster:
 
     def _update_free(self, node: SimNode) -> None:
         free = self._free.setdefault(node.pool, {})
-        if node.ready and node.alive and not node.cordoned and node.pod is None:
+        if node.ready and node.alive and not node.cordoned and not node.isolated and node.pod is None:
             free.setdefault(node.name, None)
         else:
             free.pop(node.name, None)
@@ -291,6 +301,15 @@ class SimCluster:
     def cordon(self, node: str) -> None:
         self.nodes[node].cordoned = True
         self._update_free(self.nodes[node])
+
+    def isolate(self, node: str) -> None:
+        """Nothing is placed on ``node`` again (a fault tolerance check found its hardware faulty)."""
+        target = self.nodes.get(node)
+        if target is None:
+            return
+        target.isolated = True
+        self.isolated.add(node)
+        self._update_free(target)
 
     def uncordon(self, node: str) -> None:
         target = self.nodes[node]
@@ -405,6 +424,9 @@ class SimVerbs:
 
     def update_discovery(self, action: UpdateDiscovery) -> None:
         self.cluster.discovery = action.hosts
+
+    def isolate_node(self, action: IsolateNode) -> None:
+        self.cluster.isolate(action.node)
 
     def emit_event(self, action: EmitEvent) -> None:
         self.cluster.events_total += 1

@@ -20,6 +20,8 @@ class SimNode:
     alive: bool = True
     #: Unschedulable (drained for maintenance): Ready, but nothing new is placed on it.
     cordoned: bool = False
+    #: Isolated after a fault tolerance check found its hardware faulty: nothing is placed on it again.
+    isolated: bool = False
     pod: str | None = None
 
 
