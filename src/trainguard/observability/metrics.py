@@ -138,6 +138,13 @@ LIVE_REFORMATIONS = MetricSpec(
     MetricType.COUNTER,
     _JOB,
 )
+ISOLATIONS = MetricSpec(
+    "trainguard_nodes_isolated_total",
+    "Nodes isolated because the fault tolerance check of one of the job's pods found faulty hardware "
+    "(outcome isolate), or that the bound kept from being isolated (outcome refuse).",
+    MetricType.COUNTER,
+    (*_JOB, "outcome"),
+)
 RECOVERY = MetricSpec(
     "trainguard_fault_recovery_seconds",
     "From a fault to the pods it restarted running again, by role and fault kind.",
@@ -185,6 +192,7 @@ JOB_METRICS = (
     HANG_RESTARTS,
     SCALE_EVENTS,
     LIVE_REFORMATIONS,
+    ISOLATIONS,
     RECOVERY,
     TIME_LOST,
     RECOVERING,
@@ -241,6 +249,7 @@ def _add_job(
         HANGS: Counter({(role,): 0 for role in job.roles}),
         SCALE_EVENTS: Counter({(role, *scaling): 0 for role in job.roles for scaling in _SCALINGS}),
         LIVE_REFORMATIONS: Counter({(): 0}),
+        ISOLATIONS: Counter({("isolate",): 0, ("refuse",): 0}),
     }
     for role in job.roles:
         for kind in POD_FAULTS:
@@ -269,6 +278,8 @@ def _add_job(
             tallies[SCALE_EVENTS][(role, "rejected", "request")] += 1
         elif entry.kind == "reformed":
             tallies[LIVE_REFORMATIONS][()] += 1
+        elif entry.kind == "isolate":
+            tallies[ISOLATIONS][(entry.action.value,)] += 1
     for spec, tally in tallies.items():
         samples[spec] += [Sample((*key, *labels), count) for labels, count in sorted(tally.items())]
     hang_restarts = status.hang_restart_counts

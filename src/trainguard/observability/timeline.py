@@ -32,7 +32,7 @@ class PodState(str, Enum):
 
 
 #: Faults whose pod comes back on another node (docs/policy.md §3, Actions and scopes).
-_MOVED = frozenset({"NodeNotReady", "PodEvicted", "StartTimeout"})
+_MOVED = frozenset({"NodeNotReady", "PodEvicted", "StartTimeout", "HardwareFault", "PreCheckFailed"})
 _LOST = frozenset({"NodeNotReady", "PodForceDeleted", "PodEvicted"})
 _ENDING_ACTIONS = frozenset({"shrink", "none", "fail-role", "fail-job"})
 

@@ -92,6 +92,19 @@ def job_detail(
         "timeline": drawn.to_dict(),
         "events": list(events)[-EVENTS_SHOWN:],
         "time": time_lost(status, drawn.start, drawn.end),
+        "fault_check": fault_check(status),
+    }
+
+
+def fault_check(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job's fault tolerance check as its page shows it (None: no pod reported a check)."""
+    checked = status.get("faultCheck")
+    if not checked:
+        return None
+    return {
+        "isolated": list(checked.get("isolated") or ()),
+        "reissues": int(checked.get("reissues") or 0),
+        "nodes": list(checked.get("nodes") or ()),
     }
 
 
@@ -101,6 +114,12 @@ def history_label(entry: Mapping[str, Any]) -> str:
     kind, action = entry.get("kind"), str(entry.get("action") or "")
     if kind == "release":
         return "survivors released" if action == "release" else "survivors wait"
+    if kind == "isolate":
+        node = entry.get("node") or "?"
+        return f"node {node} isolated" if action == "isolate" else f"node {node} not isolated (bound)"
+    check = entry.get("check") or {}
+    if kind == "fault" and check.get("scenario") is not None:
+        return f"{action} (fault tolerance check, scenario {check['scenario']})"
     if kind == "reformed":
         formed = entry.get("reformation") or {}
         words = f"re-formed live: round {formed.get('round', '?')}"

@@ -115,6 +115,12 @@ def _reformed(**fields: Any) -> dict[str, Any]:
         (_reformed(worldSize=1, origin="disk"), "re-formed live: round 4, 1 worker (the state from disk)"),
         (_reformed(), "re-formed live: round 4"),
         ({"kind": "scale", "action": "scaleout"}, "scaleout"),
+        ({"kind": "isolate", "action": "isolate", "node": "n3"}, "node n3 isolated"),
+        ({"kind": "isolate", "action": "refuse", "node": "n3"}, "node n3 not isolated (bound)"),
+        (
+            {"kind": "fault", "action": "restart", "check": {"scenario": 1}},
+            "restart (fault tolerance check, scenario 1)",
+        ),
     ],
 )
 def test_the_history_says_what_each_entry_did_in_its_own_words(entry: dict[str, Any], label: str) -> None:

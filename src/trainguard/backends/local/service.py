@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainguard.api import SpecError, TrainingJob
-from trainguard.backends.local import capacity, chaos
+from trainguard.backends.local import capacity, chaos, nodes
 from trainguard.backends.local.plane import ControlPlane
 from trainguard.backends.local.podenv import command
 from trainguard.backends.local.processes import signal_number
@@ -193,7 +193,12 @@ class Service:
     # ---- chaos -------------------------------------------------------------------------------------
 
     def op_chaos(
-        self, action: str, target: str, signal: str | None = None, exit_code: int | None = None
+        self,
+        action: str,
+        target: str,
+        signal: str | None = None,
+        exit_code: int | None = None,
+        item: str | None = None,
     ) -> str:
         runtime = self.plane.runtime
         with self.plane.lock:
@@ -213,6 +218,10 @@ class Service:
                     message = chaos.node_down(runtime, target)
                 elif action == "node-up":
                     message = chaos.node_up(runtime, target)
+                elif action == "hardware-fault":
+                    message = nodes.inject(self.plane.home, self.store, target, item)
+                elif action == "hardware-repair":
+                    message = nodes.repair(self.plane.home, self.store, target)
                 else:
                     raise RequestError(f"unknown chaos action {action!r}")
             except ValueError as error:  # ChaosError, or a bad signal name
@@ -229,7 +238,27 @@ class Service:
         return self.plane.ui
 
     def op_nodes(self) -> list[dict[str, Any]]:
-        return [{"name": n.name, "slots": n.slots, "ready": n.ready} for n in self.store.list_nodes()]
+        injected = self.plane.home.injected_faults
+        return [
+            {
+                "name": n.name,
+                "slots": n.slots,
+                "ready": n.ready,
+                "isolated": n.isolated,
+                "injected": (injected / n.name).read_text().split() if (injected / n.name).is_file() else [],
+            }
+            for n in self.store.list_nodes()
+        ]
+
+    def op_node_release(self, node: str) -> str:
+        """Release an isolated node (``trainguard node release``): pods may be placed there again."""
+        with self.plane.lock:
+            try:
+                message = nodes.release(self.store, node)
+            except ValueError as error:
+                raise RequestError(str(error)) from None
+        self.plane.waker.wake()
+        return message
 
     def op_shutdown(self, stop_pods: bool = False) -> str:
         self._on_shutdown(stop_pods)

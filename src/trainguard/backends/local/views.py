@@ -262,6 +262,32 @@ def describe(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float)
     history = status.get("history", [])
     lines += ["", "Fault-recovery history:"]
     lines += ["  " + history_table(history).replace("\n", "\n  ") if history else "  (no faults)"]
+    lines += ["", "Fault tolerance check:", *("  " + line for line in fault_check_lines(status))]
     lines += ["", "Events:"]
     lines += ["  " + events_table(events).replace("\n", "\n  ") if events else "  (none)"]
     return "\n".join(lines)
+
+
+def fault_check_lines(status: dict[str, Any]) -> list[str]:
+    """What the job's fault tolerance check found: each node's latest check, the nodes isolated because of it,
+    the pods issued again (``JobStatus.fault_check``)."""
+    checked = status.get("faultCheck")
+    if not checked:
+        return ["(no check reported: off, or no pod has checked its node yet)"]
+    lines = [
+        f"issued again: {checked.get('reissues', 0)} pod(s); isolated: "
+        + (", ".join(checked.get("isolated") or ()) or "none")
+    ]
+    rows = []
+    for entry in checked.get("nodes") or ():
+        failed = ", ".join(
+            f"{item['name']}={item.get('value', '?')} (threshold {item.get('threshold', '?')})"
+            for item in entry.get("failed") or ()
+        )
+        rows.append(
+            [entry.get("node") or "-", entry.get("pod") or "-", entry["phase"], entry["verdict"],
+             clock_time(entry.get("at")), failed or f"{entry.get('items', 0)} items passed"]
+        )  # fmt: skip
+    if rows:
+        lines += table(rows, ["NODE", "POD", "CHECK", "VERDICT", "AT", "ITEMS"]).splitlines()
+    return lines

@@ -5,7 +5,10 @@
 - ``node-down NODE`` / ``node-up NODE``: the node goes NotReady, its pods' processes die with it / it returns;
 - ``force-delete POD``: the pod disappears without trainguard asking;
 - ``evict POD``: SIGTERM, grace period, SIGKILL; the pod ends with reason Evicted;
-- ``hang POD``: SIGSTOP the training processes (not the agent, which then detects the hang).
+- ``hang POD``: SIGSTOP the training processes (not the agent, which then detects the hang);
+- ``hardware-fault NODE [--item ITEM]``: the fault tolerance checks of the pods on the node read ITEM (default
+  gpu.ecc) as faulty: a new pod's pre-check fails there, a running pod's periodic check ends it (a test aid:
+  nothing is broken, the checks are told so); ``hardware-repair NODE`` undoes it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from trainguard.cli.errors import CliError
 from trainguard.cli.verbs._local import call
+from trainguard.pod.checks import ITEMS
 
 
 def register(subparsers: Any) -> None:
@@ -36,9 +40,15 @@ def register(subparsers: Any) -> None:
     for name, text in (
         ("node-down", "take a virtual node down: NotReady, its pods' processes die"),
         ("node-up", "bring a virtual node back"),
+        ("hardware-fault", "make the fault tolerance checks on a node read an item as faulty"),
+        ("hardware-repair", "undo hardware-fault on a node"),
     ):
         sub = actions.add_parser(name, help=text)
-        sub.add_argument("node", metavar="NODE", help="e.g. node-1 (see 'trainguard get JOB')")
+        sub.add_argument("node", metavar="NODE", help="e.g. node-1 (see 'trainguard get nodes')")
+        if name == "hardware-fault":
+            sub.add_argument(
+                "--item", metavar="ITEM", help=f"the check item (default gpu.ecc): {', '.join(ITEMS)}"
+            )
     parser.set_defaults(func=run)
 
 
@@ -50,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         target=target,
         signal=getattr(args, "signal", None),
         exit_code=getattr(args, "exit_code", None),
+        item=getattr(args, "item", None),
     )
     print(message)
     return 0

@@ -1,4 +1,5 @@
-"""``trainguard get [JOB] [-o json|yaml|wide]``: jobs of the local runtime and their pods.
+"""``trainguard get [JOB] [-o json|yaml|wide]``: jobs of the local runtime and their pods; ``trainguard get
+nodes``: its nodes (``trainguard node list``).
 
 ``get JOB -o json`` prints the job as a resource: ``status.phase``, ``status.conditions``,
 ``status.restartCounts`` (per role: relaunches), ``status.hangRestartCounts`` (per role: hang restarts in
@@ -15,6 +16,7 @@ from typing import Any
 
 from trainguard.backends.local import views
 from trainguard.cli.verbs._local import OUTPUTS, call, dump
+from trainguard.cli.verbs.node import nodes_text
 
 
 def register(subparsers: Any) -> None:
@@ -25,6 +27,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.job == "nodes":  # the nodes, as ``trainguard node list`` (a job named "nodes": describe it)
+        print(nodes_text(args.output if args.output in ("json", "yaml") else None))
+        return 0
     data = call("get", job=args.job)
     if args.output in ("json", "yaml"):
         print(dump(data if args.job else {"apiVersion": "v1", "kind": "List", "items": data}, args.output))

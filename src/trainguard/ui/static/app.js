@@ -5,7 +5,7 @@ import { drawTimeline } from "./timeline.js";
 
 const main = document.getElementById("main");
 // The history entries the job page's table lists.
-const HISTORY_KINDS = ["fault", "release", "reformed"];
+const HISTORY_KINDS = ["fault", "release", "reformed", "isolate"];
 let session = { actions: false, token: null, chaos: [], backend: "" };
 let stream = null;
 
@@ -90,7 +90,7 @@ function showJob(name) {
   document.getElementById("where").textContent = `job ${name}`;
   const parts = {
     head: el("div"), roles: el("div"), conditions: el("div"), pods: el("div"), timeline: el("div"),
-    history: el("div"), events: el("div"), time: el("div"),
+    history: el("div"), events: el("div"), time: el("div"), check: el("div"),
   };
   const whatif = whatIfForm(name);
   const logs = logsPanel(name);
@@ -100,6 +100,7 @@ function showJob(name) {
     el("section", { id: "pods" }, el("h2", {}, "Pods"), parts.pods),
     el("section", { id: "timeline" }, el("h2", {}, "Fault timeline"), parts.timeline),
     el("section", { id: "history" }, el("h2", {}, "Fault-recovery history"), parts.history),
+    el("section", { id: "faultcheck" }, el("h2", {}, "Fault tolerance check"), parts.check),
     el("div", { class: "grid" },
       el("section", { id: "whatif" }, el("h2", {}, "What if"), whatif.form, whatif.answer),
       el("section", { id: "conditions" }, el("h2", {}, "Conditions"), parts.conditions)),
@@ -131,6 +132,14 @@ function showJob(name) {
           el("span", { class: `action ${h.kind}` }, h.label || h.action || ""), h.counted ? "yes" : "no",
           took === null || took === undefined ? "" : `${took.toFixed(1)} s`, h.reason || ""];
       })));
+    // The fault tolerance check: the nodes isolated, the pods issued again, each node's latest check.
+    const fc = job.fault_check;
+    parts.check.replaceChildren(...(fc === null ? [el("p", { class: "quiet" }, "no check reported: off, or no pod has checked its node yet")] : [
+      el("p", { id: "isolated" }, `isolated: ${fc.isolated.length ? fc.isolated.join(", ") : "none"} · issued again: ${fc.reissues}`),
+      table(["node", "pod", "check", "verdict", "at", "items"], fc.nodes.map((n) => [n.node || "", n.pod || "", n.phase,
+        el("span", { class: `verdict ${n.verdict}` }, n.verdict), when(n.at),
+        n.failed.length ? n.failed.map((f) => `${f.name}=${f.value ?? "?"} (threshold ${f.threshold ?? "?"})`).join(", ") : `${n.items} items passed`])),
+    ]));
     parts.events.replaceChildren(table(["time", "type", "reason", "object", "message"],
       job.events.slice().reverse().map((e) => [when(e.time), e.type, e.reason, e.object, e.message])));
     whatif.pods(job.pods.map((p) => p.name));

@@ -1,0 +1,54 @@
+"""``trainguard node list`` and ``trainguard node release NODE``: the local runtime's virtual nodes, and those
+a fault tolerance check isolated (no pod of any job is placed there until one is released).
+
+``trainguard get nodes`` shows the same table as ``node list``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from trainguard.cli.verbs._local import OUTPUTS, call, dump
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("node", help="list the local nodes, release an isolated one")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser))
+    actions.required = True
+    listing = actions.add_parser("list", help="the nodes: slots, Ready, isolated and why, injected faults")
+    listing.add_argument("-o", "--output", choices=OUTPUTS, help="json or yaml")
+    release = actions.add_parser("release", help="release an isolated node: pods may be placed there again")
+    release.add_argument("node", metavar="NODE", help="e.g. node-1 (see 'trainguard node list')")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "release":
+        print(call("node-release", node=args.node))
+        return 0
+    print(nodes_text(getattr(args, "output", None)))
+    return 0
+
+
+def nodes_text(output: str | None) -> str:
+    """The nodes as a table, or as json/yaml."""
+    data = call("nodes")
+    if output in ("json", "yaml"):
+        return dump({"apiVersion": "v1", "kind": "List", "items": data}, output)
+    rows = [("NAME", "SLOTS", "READY", "ISOLATED", "INJECTED FAULTS")]
+    for node in data:
+        rows.append(
+            (
+                node["name"],
+                str(node["slots"]),
+                "True" if node["ready"] else "False",
+                node.get("isolated") or "-",
+                ",".join(node.get("injected") or ()) or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "   " + row[4]
+        for row in rows
+    )
