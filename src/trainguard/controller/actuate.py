@@ -15,6 +15,8 @@ whose issue was lost (a controller that crashed before storing the status saying
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from trainguard.api import CleanPodPolicy
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, LaunchPod, ObservedPhase, ObservedPod, RestartInPlace
@@ -128,6 +130,7 @@ def _launch(cycle: Cycle, slot: PodStatus, launches: _Launches) -> None:
         reason=reason,
         spec=spec,
         avoid_nodes=slot.avoid_nodes,
+        first_in_line=slot.name in _waiting_reissued(cycle),
     )
     if cycle.issue(action):
         cycle.emit(EventType.NORMAL, "SuccessfulCreatePod", f"created pod {slot.name} ({reason})", slot.name)
@@ -169,3 +172,9 @@ def _unwanted(cycle: Cycle, pod: ObservedPod, clean_all: bool) -> str | None:
     if slot.phase is PodPhase.FAILED and pod.phase in _STILL_RUNS:
         return f"failed for good: {slot.message}"
     return None
+
+
+def _waiting_reissued(cycle: Cycle) -> Mapping[str, float]:
+    """The pods issued again after a failed check and not running yet (``controller.faultcheck``)."""
+    checked = cycle.get("fault_check")
+    return checked.waiting if checked is not None else {}

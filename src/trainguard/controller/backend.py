@@ -306,6 +306,9 @@ class LaunchPod:
     spec: LaunchSpec
     #: Nodes the pod must not be placed on (it failed there because of the node).
     avoid_nodes: tuple[str, ...] = ()
+    #: Issued again after a failed fault tolerance check: ahead of the queue where the backend has one (the
+    #: operator's priority class for it).
+    first_in_line: bool = False
 
 
 @dataclass(frozen=True)

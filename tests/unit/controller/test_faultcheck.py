@@ -70,6 +70,7 @@ def test_a_hardware_fault_isolates_the_node_and_issues_the_pod_again_elsewhere()
     relaunch = [a for a in cluster.log if isinstance(a, LaunchPod) and a.pod == TRAINER][-1]
     assert relaunch.generation == 2
     assert node in relaunch.avoid_nodes
+    assert relaunch.first_in_line  # ahead of the queue where the backend has one
     assert cluster.pods[TRAINER].node not in (None, node)
     assert status.fault_check is not None
     assert (status.fault_check.isolated, status.fault_check.reissues) == ((node,), 1)
