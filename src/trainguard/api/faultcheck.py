@@ -8,6 +8,7 @@ Every dialect reads it: the native field, or the annotation ``trainguard.io/faul
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
@@ -19,6 +20,20 @@ ANNOTATION = "trainguard.io/fault-check"
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}  # fmt: skip
+
+
+class StragglerPolicy(BaseModel):
+    """Stragglers: a rank that works ``factor`` times longer per step than the job's other ranks (its median),
+    over ``steps`` steps or more, is a ``Straggler`` finding."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid")
+
+    enabled: bool = True
+    factor: float = Field(default=1.5, gt=1, le=100)
+    steps: int = Field(default=20, ge=1, le=100000)
+    #: ``Event``: a Warning Event, the history and the page say so. ``Replace``: treated as a fault of its
+    #: node (the pod issued again elsewhere, the node isolated, within the check's bounds).
+    action: Literal["Event", "Replace"] = "Event"
 
 
 class FaultCheckPolicy(BaseModel):
@@ -44,6 +59,7 @@ class FaultCheckPolicy(BaseModel):
     max_reissues: int = Field(default=8, ge=0, le=128)
     #: A pod issued again that waits this long for resources ends the job, with its reason.
     reissue_timeout_seconds: float = Field(default=1800, gt=0, le=7 * 86400)
+    stragglers: StragglerPolicy = Field(default_factory=StragglerPolicy)
 
     @field_validator("thresholds")
     @classmethod

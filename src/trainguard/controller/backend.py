@@ -109,6 +109,16 @@ class LiveRound:
 
 
 @dataclass(frozen=True)
+class RankWork:
+    """One rank's own work per step (not waiting for its peers), as the pod's agent measured it."""
+
+    rank: int
+    #: Over how many of its latest steps.
+    steps: int
+    busy_seconds: float
+
+
+@dataclass(frozen=True)
 class AgentReport:
     """The latest word of the agent inside a pod."""
 
@@ -133,6 +143,8 @@ class AgentReport:
     #: The latest fault tolerance check of the pod's node, and the latest that failed (``pod.checks``).
     last_check: CheckResult | None = None
     failed_check: CheckResult | None = None
+    #: Each of the pod's ranks' work per step (what finds stragglers).
+    ranks: tuple[RankWork, ...] = ()
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:

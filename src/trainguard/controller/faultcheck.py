@@ -32,6 +32,7 @@ from trainguard.controller.status import (
 from trainguard.pod import checks
 from trainguard.policy.faultcheck import (
     CHECK_FAULTS,
+    ISOLATING,
     decide_check_fault,
     enabled,
     isolation,
@@ -91,7 +92,7 @@ def decide_check(cycle: Cycle, fault: Fault, pod: ObservedPod | None) -> tuple[D
     failed = _agent(pod).failed_check if pod is not None else None
     phase = failed.phase if failed is not None else None
     refusal = None
-    if fault.kind is FaultKind.HARDWARE_FAULT and fault.node:
+    if fault.kind in ISOLATING and fault.node:
         allowed = isolation(
             [fault.node],
             cluster_nodes=max(cycle.observed.node_count or len(cycle.observed.nodes), 1),
@@ -117,14 +118,14 @@ def carry_out_check(cycle: Cycle, decision: Decision, checked: CheckRecord | Non
             waiting[cycle.name_of(ref)] = cycle.now
         state = _put(cycle, reissues=state.reissues + 1, waiting=waiting)
     node = fault.node
-    if fault.kind is not FaultKind.HARDWARE_FAULT or not node or node in _isolated(cycle):
+    if fault.kind not in ISOLATING or not node or node in _isolated(cycle):
         return
     pod = cycle.name_of(fault.pod) if fault.pod is not None else ""
     item = checked.failed[0] if checked is not None and checked.failed else None
     what = (
         f"{item.name} read {item.value:g} (threshold {item.threshold:g})"
         if item is not None and item.value is not None and item.threshold is not None
-        else (item.name if item is not None else "its check")
+        else (item.name if item is not None else fault.message or "its check")
     )
     refused = decision.action is Remedy.FAIL_JOB and decision.limit is not None
     if refused:

@@ -38,6 +38,7 @@ from trainguard.controller.scaling import (
 )
 from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
+from trainguard.controller.stragglers import record_stragglers
 from trainguard.policy import Outcome, check_deadline, outcome
 
 _ENDS = {
@@ -99,6 +100,7 @@ def _run(cycle: Cycle) -> None:
     reach_desired(cycle, cause="scale")
     observe_pods(cycle)
     record_checks(cycle)
+    record_stragglers(cycle)
     reissue_deadlines(cycle)
     deadline = check_deadline(cycle.job, cycle.get("started_at"), cycle.now)
     if deadline is not None:

@@ -112,6 +112,8 @@ class HistoryKind(str, Enum):
     REFORMED = "reformed"
     #: A node isolated because its fault tolerance check found faulty hardware (or why it was not).
     ISOLATE = "isolate"
+    #: A rank that works much longer per step than the others (``trainguard.policy.stragglers``).
+    STRAGGLER = "straggler"
 
 
 class IsolationOutcome(str, Enum):
@@ -157,6 +159,16 @@ class CheckRecord(_Model):
     items: int = 0
 
 
+class StragglerRecord(_Model):
+    """A straggler as found: its rank, its work per step against the other ranks' median, over how many steps."""
+
+    rank: int
+    steps: int
+    seconds: float
+    others: float
+    ratio: float
+
+
 class FaultCheckStatus(_Model):
     """The job's fault tolerance check: what its agents found and what was done about it."""
 
@@ -168,6 +180,8 @@ class FaultCheckStatus(_Model):
     isolated: tuple[str, ...] = ()
     #: Pod -> when it was issued again and not yet running (faultCheck.reissueTimeoutSeconds).
     waiting: dict[str, float] = Field(default_factory=dict)
+    #: ``<pod>#<generation>`` of the incarnations found straggling (each is recorded once).
+    stragglers: tuple[str, ...] = ()
 
 
 class ReleaseOutcome(str, Enum):
@@ -267,6 +281,8 @@ class HistoryEntry(_Model):
     #: The fault tolerance check behind a fault (the failed one; a post-check that passed: scenario 4) or an
     #: isolation.
     check: CheckRecord | None = None
+    #: A straggler entry's (or a Straggler fault's) figures.
+    straggler: StragglerRecord | None = None
 
 
 class JobStatus(_Model):

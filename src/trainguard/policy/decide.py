@@ -55,6 +55,7 @@ _MOVE_OFF_NODE = frozenset(
         FaultKind.START_TIMEOUT,
         FaultKind.HARDWARE_FAULT,
         FaultKind.PRE_CHECK_FAILED,
+        FaultKind.STRAGGLER,
     }
 )
 

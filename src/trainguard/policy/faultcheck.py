@@ -33,7 +33,9 @@ from trainguard.policy.types import RULE_FAULT_CHECK, Decision, Fault, FaultKind
 from trainguard.policy.words import seconds, what_happened
 
 #: The faults a failed check ends a pod with.
-CHECK_FAULTS = frozenset({FaultKind.HARDWARE_FAULT, FaultKind.PRE_CHECK_FAILED})
+CHECK_FAULTS = frozenset({FaultKind.HARDWARE_FAULT, FaultKind.PRE_CHECK_FAILED, FaultKind.STRAGGLER})
+#: ... and those that isolate the pod's node.
+ISOLATING = frozenset({FaultKind.HARDWARE_FAULT, FaultKind.STRAGGLER})
 _DEFAULT = FaultCheckPolicy()
 
 
@@ -100,6 +102,8 @@ def scenario(kind: FaultKind, phase: str | None) -> Scenario:
         return Scenario.PRE_CHECK_ENVIRONMENT
     if kind is FaultKind.HARDWARE_FAULT:
         return Scenario.PRE_CHECK_HARDWARE if phase == "pre" else Scenario.HARDWARE_WHILE_RUNNING
+    if kind is FaultKind.STRAGGLER:  # slow hardware, found while the job runs
+        return Scenario.HARDWARE_WHILE_RUNNING
     return Scenario.USER_CODE
 
 

@@ -50,6 +50,8 @@ class FaultKind(str, Enum):
     HARDWARE_FAULT = "HardwareFault"
     #: The agent's pre-check failed on working hardware (a full disk, an unreachable rendezvous).
     PRE_CHECK_FAILED = "PreCheckFailed"
+    #: A rank that works much longer per step than the others, treated as a fault of its node (opt-in).
+    STRAGGLER = "Straggler"
 
 
 @dataclass(frozen=True, order=True)

@@ -35,6 +35,7 @@ def what_happened(fault: Fault) -> str:
         FaultKind.DEADLINE: f"{who} ran past its timeLimit",
         FaultKind.HARDWARE_FAULT: f"the check of {who}'s node{node} found faulty hardware",
         FaultKind.PRE_CHECK_FAILED: f"the pre-check of {who} on node{node} failed",
+        FaultKind.STRAGGLER: f"{who} on node{node} is a straggler",
     }
     text = described[fault.kind]
     return f"{text}: {fault.message}" if fault.message else text

@@ -114,6 +114,13 @@ def history_label(entry: Mapping[str, Any]) -> str:
     kind, action = entry.get("kind"), str(entry.get("action") or "")
     if kind == "release":
         return "survivors released" if action == "release" else "survivors wait"
+    if kind == "straggler":
+        figures = entry.get("straggler") or {}
+        ratio = figures.get("ratio")
+        words = f"straggler: rank {figures.get('rank', '?')}" + (
+            f", {ratio:.1f}x the others" if ratio else ""
+        )
+        return words + (" (replaced)" if action == "restart" else "")
     if kind == "isolate":
         node = entry.get("node") or "?"
         return f"node {node} isolated" if action == "isolate" else f"node {node} not isolated (bound)"

@@ -6,13 +6,14 @@ again that finds no room ends the job after the timeout; each node's latest chec
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tests.fake_cluster import FakeCluster
 from tests.unit.controller.harness import cce_spec, make_job
 from trainguard.api import TrainingJob
 from trainguard.controller import IsolateNode, JobPhase, JobStatus, LaunchPod, step
-from trainguard.controller.backend import EmitEvent
+from trainguard.controller.backend import AgentReport, EmitEvent, RankWork
 from trainguard.controller.status import HistoryKind, IsolationOutcome
 from trainguard.policy.types import FaultKind, Remedy
 
@@ -148,3 +149,37 @@ def test_each_nodes_latest_check_is_kept_and_a_wanting_environment_is_a_warning(
     assert len(warnings) == 1
     assert "host.disk" in warnings[0].message
     assert not _entries(status, HistoryKind.FAULT)
+
+
+def _working(cluster: FakeCluster, seconds: dict[str, float], steps: int = 30) -> None:
+    """Each pod's agent measured its rank's work per step."""
+    for number, (name, busy) in enumerate(seconds.items()):
+        pod = cluster.pods[name]
+        pod.agent = replace(pod.agent or AgentReport(), ranks=(RankWork(number, steps, busy),))
+
+
+def test_a_straggler_is_recorded_once_with_its_figures_and_replaced_only_when_asked() -> None:
+    job, cluster, status = _running()
+    trainers = [f"{JOB}-trainer-{i}" for i in range(3)]
+    _working(cluster, dict(zip(trainers, (0.1, 0.35, 0.1), strict=True)))
+    status = _rounds(cluster, job, status)
+    (found,) = _entries(status, HistoryKind.STRAGGLER)
+    assert (found.pod, found.action) == (TRAINER, Remedy.NONE)
+    assert found.straggler is not None
+    assert (found.straggler.rank, round(found.straggler.ratio, 2), found.straggler.steps) == (1, 3.5, 30)
+    assert len([e for e in cluster.log if isinstance(e, EmitEvent) and e.reason == "Straggler"]) == 1
+    assert not _entries(status, HistoryKind.FAULT)  # an event and the page: nothing restarted
+    assert cluster.pods[TRAINER].generation == 1
+
+
+def test_a_straggler_with_action_replace_is_a_fault_of_its_node() -> None:
+    job, cluster, status = _running(stragglers={"action": "Replace"}, maxIsolatedShare=1.0)
+    node = cluster.pods[TRAINER].node
+    trainers = [f"{JOB}-trainer-{i}" for i in range(3)]
+    _working(cluster, dict(zip(trainers, (0.1, 0.35, 0.1), strict=True)))
+    status = _rounds(cluster, job, status)
+    (fault,) = _entries(status, HistoryKind.FAULT)
+    assert (fault.fault, fault.rule, fault.counted) == (FaultKind.STRAGGLER, "faultCheck", False)
+    assert cluster.isolated == {node}
+    assert cluster.pods[TRAINER].generation == 2
+    assert cluster.pods[TRAINER].node != node

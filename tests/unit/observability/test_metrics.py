@@ -118,7 +118,7 @@ def test_an_unrecovered_fault_is_recovering_and_adds_no_time_yet() -> None:
 def test_a_new_job_has_every_series_at_zero_so_that_increase_sees_the_first_fault() -> None:
     families = job_families([snapshot(JobStatus())])
     faults = values(families, "trainguard_faults_total")
-    assert len(faults) == 2 * 9  # two roles, every pod fault (the fault tolerance check's two among them)
+    assert len(faults) == 2 * 10  # two roles, every pod fault (the fault tolerance check's three among them)
     assert set(faults.values()) == {0}
     assert (*KEY, "trainer", "PodForceDeleted") in faults
     assert (*KEY, "trainer", "HardwareFault") in faults
@@ -133,9 +133,9 @@ def test_a_new_job_has_every_series_at_zero_so_that_increase_sees_the_first_faul
     assert values(families, "trainguard_hang_restarts_total") == {(*KEY, "launcher"): 0, (*KEY, "trainer"): 0}
     assert len(values(families, "trainguard_scale_events_total")) == 2 * 5
     (recovery,) = [f for f in families if f.spec.name == "trainguard_fault_recovery_seconds"]
-    assert len(recovery.histograms) == 2 * 9
+    assert len(recovery.histograms) == 2 * 10
     assert all(h.count == 0 and set(h.counts) == {0} for h in recovery.histograms)
-    assert len(values(families, "trainguard_job_time_lost_seconds_total")) == 9
+    assert len(values(families, "trainguard_job_time_lost_seconds_total")) == 10
     assert values(families, "trainguard_live_reformations_total") == {KEY: 0}
 
 

@@ -116,6 +116,14 @@ def _reformed(**fields: Any) -> dict[str, Any]:
         (_reformed(), "re-formed live: round 4"),
         ({"kind": "scale", "action": "scaleout"}, "scaleout"),
         ({"kind": "isolate", "action": "isolate", "node": "n3"}, "node n3 isolated"),
+        (
+            {"kind": "straggler", "action": "none", "straggler": {"rank": 2, "ratio": 2.54}},
+            "straggler: rank 2, 2.5x the others",
+        ),
+        (
+            {"kind": "straggler", "action": "restart", "straggler": {"rank": 0}},
+            "straggler: rank 0 (replaced)",
+        ),
         ({"kind": "isolate", "action": "refuse", "node": "n3"}, "node n3 not isolated (bound)"),
         (
             {"kind": "fault", "action": "restart", "check": {"scenario": 1}},

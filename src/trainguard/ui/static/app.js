@@ -5,7 +5,7 @@ import { drawTimeline } from "./timeline.js";
 
 const main = document.getElementById("main");
 // The history entries the job page's table lists.
-const HISTORY_KINDS = ["fault", "release", "reformed", "isolate"];
+const HISTORY_KINDS = ["fault", "release", "reformed", "isolate", "straggler"];
 let session = { actions: false, token: null, chaos: [], backend: "" };
 let stream = null;
 
