@@ -130,4 +130,3 @@ class RankWork:
     def _run(self) -> None:
         while not self._stopped.wait(self.every):
             self.sample()
-
