@@ -6,6 +6,7 @@ from typing import Any
 
 from trainguard.api.model import TrainingJob
 from trainguard.policy.decide import decide
+from trainguard.policy.faultcheck import CHECK_FAULTS, decide_check_fault, enabled
 from trainguard.policy.roles import resolve_role
 from trainguard.policy.types import (
     RULE_RESTART_POLICY,
@@ -47,7 +48,10 @@ def what_if(
     )
     if kind is FaultKind.OOM_KILLED and exit_code is None:
         exit_code = 137
-    return decide(job, state, Fault(kind, pod, _NOW, exit_code=exit_code), _NOW, alive)
+    fault = Fault(kind, pod, _NOW, exit_code=exit_code)
+    if kind in CHECK_FAULTS and enabled(job):  # the fault tolerance check's own rule, as the engine decides
+        return decide_check_fault(job, fault, "pre" if kind is FaultKind.PRE_CHECK_FAILED else "periodic", 0)
+    return decide(job, state, fault, _NOW, alive)
 
 
 def rule_text(job: TrainingJob, decision: Decision) -> str:

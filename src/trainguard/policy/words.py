@@ -17,6 +17,7 @@ def what_happened(fault: Fault) -> str:
     """'launcher-0 exited with code 129', 'trainer-2's node n1 is NotReady', ..."""
     who = str(fault.pod) if fault.pod is not None else "the job"
     node = f" {fault.node}" if fault.node else ""
+    on_node = f" on node{node}" if node else ""
     if fault.kind is FaultKind.EXITED:
         if fault.exit_code is None:
             return f"{who} failed with an unknown exit code"
@@ -34,8 +35,8 @@ def what_happened(fault: Fault) -> str:
         FaultKind.START_TIMEOUT: f"{who} did not reach Running within its restartTimeLimit",
         FaultKind.DEADLINE: f"{who} ran past its timeLimit",
         FaultKind.HARDWARE_FAULT: f"the check of {who}'s node{node} found faulty hardware",
-        FaultKind.PRE_CHECK_FAILED: f"the pre-check of {who} on node{node} failed",
-        FaultKind.STRAGGLER: f"{who} on node{node} is a straggler",
+        FaultKind.PRE_CHECK_FAILED: f"the pre-check of {who}{on_node} failed",
+        FaultKind.STRAGGLER: f"{who}{on_node} is a straggler",
     }
     text = described[fault.kind]
     return f"{text}: {fault.message}" if fault.message else text

@@ -26,6 +26,8 @@ WHAT_IF_EVENTS: dict[str, FaultKind] = {
     "PodEvicted": FaultKind.POD_EVICTED,
     "OOMKilled": FaultKind.OOM_KILLED,
     "StartTimeout": FaultKind.START_TIMEOUT,
+    "HardwareFault": FaultKind.HARDWARE_FAULT,
+    "PreCheckFailed": FaultKind.PRE_CHECK_FAILED,
 }
 
 

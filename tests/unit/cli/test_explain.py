@@ -43,6 +43,9 @@ def explain(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]
         (["--role", "trainer", "--event", "podevicted"], "restart", "Pod", "restartPolicy", False),
         (["--role", "trainer", "--event", "OOMKilled"], "restart", "Pod", "restartPolicy", True),
         (["--role", "trainer", "--event", "StartTimeout"], "restart", "Pod", "restartTimeLimit", True),
+        # The fault tolerance check's own rule (on: CCE's roles restart on faults): issued again, uncounted.
+        (["--role", "trainer", "--event", "HardwareFault"], "restart", "Pod", "faultCheck", False),
+        (["--role", "launcher", "--event", "PreCheckFailed"], "restart", "Pod", "faultCheck", False),
         (["--role", "trainer", "--hang"], "restart", "Pod", "restartPolicy", True),
         (["--role", "trainer", "--index", "2", "--exit-code", "1"], "shrink", None, "restartPolicy", False),
         (["--role", "Trainer", "--exit-code", "2", "--index", "4"], "shrink", None, "restartPolicy", False),

@@ -25,6 +25,8 @@ EVENTS: dict[str, FaultKind] = {
     "DisruptionTarget": FaultKind.POD_EVICTED,
     "OOMKilled": FaultKind.OOM_KILLED,
     "StartTimeout": FaultKind.START_TIMEOUT,
+    "HardwareFault": FaultKind.HARDWARE_FAULT,
+    "PreCheckFailed": FaultKind.PRE_CHECK_FAILED,
 }
 _MAX_EXIT_CODE = 255
 
