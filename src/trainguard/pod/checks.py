@@ -109,6 +109,8 @@ class Settings:
     gpus: int = 0
     #: ``host:port`` of the job's rendezvous, where it has one.
     rendezvous: str | None = None
+    #: Measure each rank's own work per step, for finding stragglers (``trainguard.agent.rankwork``).
+    stragglers: bool = False
 
     def threshold(self, item: str) -> float:
         return float(self.thresholds.get(item, ITEMS[item].default))
@@ -123,6 +125,7 @@ class Settings:
                 "disk": dict(self.disk),
                 "gpus": self.gpus,
                 "rendezvous": self.rendezvous,
+                "stragglers": self.stragglers,
             },
             sort_keys=True,
         )
@@ -145,6 +148,7 @@ class Settings:
             disk={str(k): int(v) for k, v in dict(raw.get("disk") or {}).items()},
             gpus=int(raw.get("gpus") or 0),
             rendezvous=str(raw["rendezvous"]) if raw.get("rendezvous") else None,
+            stragglers=bool(raw.get("stragglers", False)),
         )
 
 

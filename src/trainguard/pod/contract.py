@@ -153,6 +153,8 @@ REPORT_NUDGED = "nudged"
 REPORT_RELEASED = "released"
 #: One fault tolerance check of the pod's node (``trainguard.pod.checks.CheckResult``, under ``check``).
 REPORT_CHECKED = "checked"
+#: Each rank's own work per step (``trainguard.agent.rankwork``), under ``ranks``: rank, steps, busySeconds.
+REPORT_RANKS = "ranks"
 REPORT_EXITED = "exited"
 #: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
 REPORT_GAVE_UP = "gave-up"

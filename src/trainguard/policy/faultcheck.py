@@ -249,6 +249,7 @@ def settings(job: TrainingJob, role: str, rendezvous: str | None) -> Settings | 
         disk=dict(policy.disk),
         gpus=_gpus(job, role),
         rendezvous=rendezvous or None,
+        stragglers=policy.stragglers.enabled,
     )
 
 
