@@ -79,6 +79,9 @@ class PodSettings:
     #: Release the survivors of a lost Horovod host (``trainguard.controller.release``): the pods of Horovod
     #: jobs get the release file their agent watches. Off: they wait for Gloo's timeout, as without trainguard.
     release_survivors: bool = True
+    #: The PriorityClass of a pod issued again after a failed fault tolerance check (``LaunchPod.first_in_line``):
+    #: ahead of the scheduler's queue (the chart's has ``preemptionPolicy: Never``: it evicts nobody).
+    reissue_priority_class: str | None = None
 
 
 def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:
@@ -111,6 +114,9 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     spec["subdomain"] = service_name(job)
     if settings.scheduler:
         spec["schedulerName"] = settings.scheduler
+    if launch.first_in_line and settings.reissue_priority_class:
+        spec["priorityClassName"] = settings.reissue_priority_class
+        spec.pop("priority", None)  # the admission controller sets it from the class
     containers = spec.get("containers") or [{"name": "main"}]
     spec["containers"] = containers
     first = containers[0]

@@ -108,6 +108,13 @@ def register(subparsers: Any) -> None:
         help="do not close the connections of a Horovod job's pods to a lost trainer (they then wait for "
         "Horovod's Gloo timeout before the elastic reset, as without trainguard; the job's history says so)",
     )
+    parser.add_argument(
+        "--reissue-priority-class",
+        default=None,
+        metavar="NAME",
+        help="the PriorityClass of a pod issued again after a failed fault tolerance check: ahead of the "
+        "scheduler's queue (the chart makes one, trainguard-reissued, with preemptionPolicy Never)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -153,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
             agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE,
             report_url=url,
             release_survivors=args.release_survivors,
+            reissue_priority_class=args.reissue_priority_class,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
