@@ -97,6 +97,8 @@ class FakeCluster:
     releases: list[ReleaseSurvivors] = field(default_factory=list)
     #: Nodes isolated (``IsolateNode``): nothing is placed there again.
     isolated: set[str] = field(default_factory=set)
+    #: Whether failed checks may isolate nodes here (``Observed.isolation``).
+    isolation: bool = True
     release: ReleaseMode = ReleaseMode.NONE
     #: Where pods find each other, as ``observe`` reports it.
     network: Network = field(default_factory=Network)
@@ -163,6 +165,7 @@ class FakeCluster:
             self.network,
             self.release,
             isolated_nodes=frozenset(self.isolated),
+            isolation=self.isolation,
         )
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:

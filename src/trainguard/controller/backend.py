@@ -297,6 +297,9 @@ class Observed:
     #: tolerance checks (any job's): what bounds the isolations (``policy.faultcheck.isolation``).
     node_count: int = 0
     isolated_nodes: frozenset[str] = frozenset()
+    #: Whether a job's checks may isolate nodes here (the operator's ``--no-isolation`` turns it off: pods
+    #: are still issued again elsewhere, nothing is tainted).
+    isolation: bool = True
 
 
 # ---- actions ---------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def decide_check(cycle: Cycle, fault: Fault, pod: ObservedPod | None) -> tuple[D
     failed = _agent(pod).failed_check if pod is not None else None
     phase = failed.phase if failed is not None else None
     refusal = None
-    if fault.kind in ISOLATING and fault.node:
+    if fault.kind in ISOLATING and fault.node and cycle.observed.isolation:
         allowed = isolation(
             [fault.node],
             cluster_nodes=max(cycle.observed.node_count or len(cycle.observed.nodes), 1),
@@ -119,6 +119,12 @@ def carry_out_check(cycle: Cycle, decision: Decision, checked: CheckRecord | Non
         state = _put(cycle, reissues=state.reissues + 1, waiting=waiting)
     node = fault.node
     if fault.kind not in ISOLATING or not node or node in _isolated(cycle):
+        return
+    if not cycle.observed.isolation:
+        reason = f"node {node} not isolated: isolation is off on this cluster (the operator's --no-isolation)"
+        cycle.emit(
+            EventType.WARNING, "NodeNotIsolated", reason, cycle.name_of(fault.pod) if fault.pod else None
+        )
         return
     pod = cycle.name_of(fault.pod) if fault.pod is not None else ""
     item = checked.failed[0] if checked is not None and checked.failed else None

@@ -183,3 +183,18 @@ def test_a_straggler_with_action_replace_is_a_fault_of_its_node() -> None:
     assert cluster.isolated == {node}
     assert cluster.pods[TRAINER].generation == 2
     assert cluster.pods[TRAINER].node != node
+
+
+def test_where_isolation_is_off_the_pod_is_issued_again_and_no_node_is_tainted() -> None:
+    job, cluster, status = _running()
+    node = cluster.pods[TRAINER].node
+    cluster.isolation = False
+    cluster.check_fails(TRAINER, "pre", "gpu.ecc", 3)
+    status = _rounds(cluster, job, status)
+    assert not [a for a in cluster.log if isinstance(a, IsolateNode)]
+    assert not _entries(status, HistoryKind.ISOLATE)
+    assert status.phase is JobPhase.RUNNING
+    assert cluster.pods[TRAINER].node != node
+    assert any(
+        isinstance(e, EmitEvent) and e.reason == "NodeNotIsolated" and "off" in e.message for e in cluster.log
+    )

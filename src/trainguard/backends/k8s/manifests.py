@@ -82,6 +82,9 @@ class PodSettings:
     #: The PriorityClass of a pod issued again after a failed fault tolerance check (``LaunchPod.first_in_line``):
     #: ahead of the scheduler's queue (the chart's has ``preemptionPolicy: Never``: it evicts nobody).
     reissue_priority_class: str | None = None
+    #: A job's fault tolerance check may isolate the node its pod was bound to (taint, label, Node Event),
+    #: within the check's bounds; off (``--no-isolation``): pods are issued again elsewhere, nothing tainted.
+    isolate_nodes: bool = True
 
 
 def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:

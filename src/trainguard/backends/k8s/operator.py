@@ -137,6 +137,14 @@ class Operator:
             self.ui = ui_server.serve(
                 source, self.options.ui_address, self.options.ui_port, self.options.ui_secret
             )
+        settings = self.options.pod_settings
+        log.info(
+            "fault tolerance check: %s",
+            "a job's failed check isolates the node its pod was bound to (the API server's word), within the "
+            "check's bounds"
+            if settings.isolate_nodes
+            else "isolation off (--no-isolation): pods of failed checks are issued again elsewhere, no node tainted",
+        )
         self.leader.start()
         for number in range(self.options.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)

@@ -115,6 +115,13 @@ def register(subparsers: Any) -> None:
         help="the PriorityClass of a pod issued again after a failed fault tolerance check: ahead of the "
         "scheduler's queue (the chart makes one, trainguard-reissued, with preemptionPolicy Never)",
     )
+    parser.add_argument(
+        "--no-isolation",
+        dest="isolate_nodes",
+        action="store_false",
+        help="never isolate a node because of a job's fault tolerance check (its pods are still issued again "
+        "elsewhere); by default the node a failing pod was bound to is tainted, within the check's bounds",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -161,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
             report_url=url,
             release_survivors=args.release_survivors,
             reissue_priority_class=args.reissue_priority_class,
+            isolate_nodes=args.isolate_nodes,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
