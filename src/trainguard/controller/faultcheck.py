@@ -43,6 +43,8 @@ from trainguard.policy.faultcheck import (
 from trainguard.policy.types import Decision, Fault, FaultKind, Remedy
 
 _EMPTY = FaultCheckStatus()
+#: The limits whose refusal leaves a node not isolated.
+ISOLATION_LIMITS = frozenset({"faultCheck.maxIsolatedShare", "faultCheck.maxIsolations"})
 
 
 def status_of(cycle: Cycle) -> FaultCheckStatus:
@@ -133,7 +135,9 @@ def carry_out_check(cycle: Cycle, decision: Decision, checked: CheckRecord | Non
         if item is not None and item.value is not None and item.threshold is not None
         else (item.name if item is not None else fault.message or "its check")
     )
-    refused = decision.action is Remedy.FAIL_JOB and decision.limit is not None
+    # Refused by a bound on isolations (the job fails for it); a job that fails for its reissues still isolates
+    # the faulty node, for the jobs after it.
+    refused = decision.action is Remedy.FAIL_JOB and decision.limit in ISOLATION_LIMITS
     if refused:
         reason = f"node {node} not isolated: {decision.reason}"
     else:

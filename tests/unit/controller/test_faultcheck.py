@@ -198,3 +198,15 @@ def test_where_isolation_is_off_the_pod_is_issued_again_and_no_node_is_tainted()
     assert any(
         isinstance(e, EmitEvent) and e.reason == "NodeNotIsolated" and "off" in e.message for e in cluster.log
     )
+
+
+def test_a_job_past_its_reissues_fails_but_still_isolates_the_faulty_node() -> None:
+    job, cluster, status = _running(maxReissues=0)
+    node = cluster.pods[TRAINER].node
+    cluster.check_fails(TRAINER, "periodic", "gpu.ecc", 1)
+    status = _rounds(cluster, job, status)
+    assert status.phase is JobPhase.FAILED
+    assert "faultCheck.maxReissues 0" in status.message
+    assert cluster.isolated == {node}
+    (isolated,) = _entries(status, HistoryKind.ISOLATE)
+    assert isolated.action is IsolationOutcome.ISOLATED
