@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from trainguard.api import TrainingJob
@@ -85,7 +86,7 @@ def ensure_nodes(store: Store, job: TrainingJob, nodes: int | None, limit: int) 
     store.add_nodes([NodeRecord(f"node-{index}", slots) for index in range(len(existing), nodes)])
     for node in existing[:nodes]:
         if node.slots < slots:
-            store.update_node(NodeRecord(node.name, slots, node.ready, node.version))
+            store.update_node(replace(node, slots=slots))  # Ready or not, isolated or not, as it was
 
 
 def ensure_free(store: Store, wanted: int) -> None:

@@ -8,6 +8,7 @@ An isolated node keeps its reason: the job and pod whose check found it, the ite
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import replace
 
 from trainguard.backends.local.home import Home
@@ -16,6 +17,8 @@ from trainguard.backends.local.statefile import Conflict
 from trainguard.backends.local.store import Store
 from trainguard.pod.checks import ITEMS
 
+#: How the local runtime names its nodes.
+_NODE_NAME = re.compile(r"node-[0-9]{1,6}")
 #: The item a hardware fault is injected as when none is named.
 DEFAULT_ITEM = "gpu.ecc"
 
@@ -27,9 +30,15 @@ class NodeError(ValueError):
 def _node(store: Store, name: str) -> NodeRecord:
     found = store.get_node(name)
     if found is None:
-        names = ", ".join(node.name for node in store.list_nodes())
-        raise NodeError(f"no node {name!r}; the nodes are {names} (trainguard get nodes)")
+        raise NodeError(f"no node {name!r}; {_nodes_now(store)}")
     return found
+
+
+def _nodes_now(store: Store) -> str:
+    names = ", ".join(node.name for node in store.list_nodes())
+    if not names:
+        return "there are no nodes yet: the local runtime makes them for the jobs it runs"
+    return f"the nodes are {names} (trainguard get nodes)"
 
 
 def isolate(store: Store, name: str, reason: str) -> bool:
@@ -57,8 +66,11 @@ def release(store: Store, name: str) -> str:
 
 
 def inject(home: Home, store: Store, name: str, item: str | None) -> str:
-    """Make the checks on node ``name`` read ``item`` as faulty (a test aid); an empty item clears it."""
-    _node(store, name)
+    """Make the checks on node ``name`` read ``item`` as faulty (a test aid). A node the runtime has not made
+    yet (``node-<n>``, as it names them) may be given: its checks read it once it is there."""
+    known = store.get_node(name) is not None
+    if not known and not _NODE_NAME.fullmatch(name):
+        raise NodeError(f"no node {name!r}; {_nodes_now(store)}")
     chosen = item or DEFAULT_ITEM
     if chosen not in ITEMS:
         raise NodeError(f"unknown check item {chosen!r}; the items are {', '.join(sorted(ITEMS))}")
@@ -70,15 +82,15 @@ def inject(home: Home, store: Store, name: str, item: str | None) -> str:
     temporary = path.with_suffix(".tmp")
     temporary.write_text("\n".join(sorted(items)) + "\n")
     temporary.replace(path)
+    ahead = "" if known else " (it is not there yet: from when the runtime makes it)"
     return (
         f"node {name}: the fault tolerance checks of its pods now read {chosen} as faulty "
-        "(pre-check of new pods, periodic and post-checks of running ones)"
+        f"(pre-check of new pods, periodic and post-checks of running ones){ahead}"
     )
 
 
 def repair(home: Home, store: Store, name: str) -> str:
     """Undo ``inject`` on ``name``: its checks read the real machine again."""
-    _node(store, name)
     with contextlib.suppress(FileNotFoundError):
         (home.injected_faults / name).unlink()
     return f"node {name}: no injected fault left"
