@@ -3,7 +3,8 @@
 Faults come from the objects' real signals: a container's ``terminated`` state (exit code, and the reason,
 ``OOMKilled`` among them); a pod's ``Evicted`` status reason, or its ``DisruptionTarget`` condition
 (eviction through the API, preemption); a node whose ``Ready`` condition is not True, or that carries the
-``not-ready``/``unreachable`` taints. A pod that disappears without the operator asking is simply no longer
+``not-ready``/``unreachable`` taints; the agent's final report in the termination message (a hang it gave
+up on, a failed fault tolerance check). A pod that disappears without the operator asking is simply no longer
 listed, which the controller reads as PodForceDeleted. What happened inside a pod that goes on (hangs restarted
 in place, workers restarted by torchrun) is the agent's summary in the pod's ``trainguard.io/agent-report``
 annotation (``trainguard.backends.k8s.agentreports``).
@@ -18,7 +19,7 @@ from typing import Any
 from trainguard.backends.k8s.manifests import ANNOTATION_AGENT_REPORT, ANNOTATION_IN_PLACE, PROBE_CONTAINER
 from trainguard.backends.k8s.metadata import LABEL_COMPONENT, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
 from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
-from trainguard.pod import contract
+from trainguard.pod import checks, contract
 from trainguard.pod import summary as summaries
 
 Obj = dict[str, Any]
@@ -129,19 +130,20 @@ def _reason(status: Obj, terminated: Obj | None) -> str | None:
             return "Preempted" if why in _PREEMPTIONS else "DisruptionTarget"
     if terminated and terminated.get("reason") == "OOMKilled":
         return "OOMKilled"
-    if terminated and _agent_gave_up_on_a_hang(terminated.get("message")):
-        return "Hang"
-    return None
+    return _agent_reason(terminated.get("message")) if terminated else None
 
 
-def _agent_gave_up_on_a_hang(message: object) -> bool:
-    """The agent's final report, in the termination message, says it gave up on a hang (reason Hang)."""
+def _agent_reason(message: object) -> str | None:
+    """The reason of the agent's final report, in the termination message: it gave up on a hang (``Hang``),
+    or a failed fault tolerance check ended the pod (``HardwareFault``, ``PreCheckFailed``); None for any
+    other end. The node such a fault isolates is the one the pod was bound to, never one the message names."""
     report = _json_message(message)
-    return (
-        report is not None
-        and report.get("event") == contract.REPORT_GAVE_UP
-        and report.get("reason") == contract.REASON_HANG
-    )
+    if report is None or report.get("event") not in (contract.REPORT_EXITED, contract.REPORT_GAVE_UP):
+        return None
+    reason = report.get("reason")
+    if report.get("event") == contract.REPORT_GAVE_UP and reason == contract.REASON_HANG:
+        return contract.REASON_HANG
+    return reason if reason in (checks.REASON_HARDWARE, checks.REASON_PRE_CHECK) else None
 
 
 def _json_message(message: object) -> dict[str, Any] | None:
