@@ -18,7 +18,7 @@ from typing import Any
 from trainguard.backends.k8s.manifests import ANNOTATION_AGENT_REPORT, ANNOTATION_IN_PLACE, PROBE_CONTAINER
 from trainguard.backends.k8s.metadata import LABEL_COMPONENT, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
 from trainguard.controller.backend import AgentReport, ObservedPhase, ObservedPod
-from trainguard.pod import contract
+from trainguard.pod import checks, contract
 from trainguard.pod import summary as summaries
 
 Obj = dict[str, Any]
@@ -129,19 +129,26 @@ def _reason(status: Obj, terminated: Obj | None) -> str | None:
             return "Preempted" if why in _PREEMPTIONS else "DisruptionTarget"
     if terminated and terminated.get("reason") == "OOMKilled":
         return "OOMKilled"
-    if terminated and _agent_gave_up_on_a_hang(terminated.get("message")):
-        return "Hang"
+    if terminated:
+        return _agents_reason(terminated.get("message"))
     return None
 
 
-def _agent_gave_up_on_a_hang(message: object) -> bool:
-    """The agent's final report, in the termination message, says it gave up on a hang (reason Hang)."""
+#: The agent's final reports that carry a reason of its own, and those reasons.
+_AGENT_REASONS = {
+    contract.REPORT_GAVE_UP: frozenset({contract.REASON_HANG}),
+    contract.REPORT_EXITED: frozenset({checks.REASON_HARDWARE, checks.REASON_PRE_CHECK}),
+}
+
+
+def _agents_reason(message: object) -> str | None:
+    """The reason the agent's final report (the termination message) gives: it gave up on a hang (Hang), or
+    its fault tolerance check ended the pod (HardwareFault, PreCheckFailed)."""
     report = _json_message(message)
-    return (
-        report is not None
-        and report.get("event") == contract.REPORT_GAVE_UP
-        and report.get("reason") == contract.REASON_HANG
-    )
+    if report is None:
+        return None
+    reason = report.get("reason")
+    return reason if reason in _AGENT_REASONS.get(str(report.get("event")), ()) else None
 
 
 def _json_message(message: object) -> dict[str, Any] | None:
