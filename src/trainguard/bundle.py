@@ -43,6 +43,8 @@ LAZY_TORCH = frozenset(
         "trainguard.pod.livelaunch",
         "trainguard.pod.rendezvous_store",
         "trainguard.sdk",
+        # The fault tolerance check's GPU compute probe: a matmul through the image's torch, where it has one.
+        "trainguard.agent.checks.readings",
     }
 )
 #: The oldest Python the bundle runs on.

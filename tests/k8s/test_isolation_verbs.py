@@ -270,7 +270,7 @@ def _ended(message: str, exit_code: int = 120) -> Obj:
     [
         ({"event": "exited", "reason": "HardwareFault", "exit_code": 120}, "HardwareFault"),
         ({"event": "exited", "reason": "PreCheckFailed", "exit_code": 120}, "PreCheckFailed"),
-        ({"event": "gave-up", "reason": "HardwareFault", "exit_code": 120}, "HardwareFault"),
+        ({"event": "gave-up", "reason": "HardwareFault", "exit_code": 120}, None),  # a check's end is exited
         ({"event": "gave-up", "reason": "Hang", "exit_code": 124}, "Hang"),
         ({"event": "exited", "reason": "Hang", "exit_code": 1}, None),  # only a give-up is a hang
         ({"event": "exited", "reason": "Evicted", "exit_code": 1}, None),  # a pod cannot say it was evicted

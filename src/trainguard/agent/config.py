@@ -27,6 +27,7 @@ from pathlib import Path
 
 from trainguard.agent.report import default_termination_log
 from trainguard.pod import contract
+from trainguard.pod.checks import Settings
 from trainguard.pod.hangsignal import HangSignal
 
 ALL_SIGNALS = frozenset(HangSignal)
@@ -52,6 +53,8 @@ class AgentConfig:
     report_token: Path | None = None
     #: How often the agent looks at heartbeats (and, at most once a second, at the tree's CPU time).
     poll_interval: float = 0.25
+    #: The fault tolerance check (``contract.ENV_FAULT_CHECK``): None, no check.
+    fault_check: Settings | None = None
 
     @classmethod
     def resolve(
@@ -96,6 +99,7 @@ class AgentConfig:
                 f"{url_name} needs a token: give --report-token FILE (or {contract.ENV_REPORT_TOKEN})"
             )
         return cls(
+            fault_check=_fault_check(env),
             command=tuple(command),
             hang_timeout=None
             if timeout_text is None
@@ -111,6 +115,19 @@ class AgentConfig:
             report_url=url_text,
             report_token=Path(token_text) if token_text else None,
         )
+
+
+def _fault_check(env: Mapping[str, str]) -> Settings | None:
+    text = env.get(contract.ENV_FAULT_CHECK, "").strip()
+    if not text:
+        return None
+    try:
+        return Settings.from_json(text)
+    except (ValueError, TypeError) as error:
+        raise ValueError(
+            f"{contract.ENV_FAULT_CHECK}: {error}; it is the control plane's JSON of the job's faultCheck "
+            "(unset it to run without the check)"
+        ) from None
 
 
 def parse_signals(text: str, where: str = "--signals") -> frozenset[HangSignal]:

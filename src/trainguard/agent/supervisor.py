@@ -22,19 +22,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainguard.agent import tree
+from trainguard.agent.checks.readings import Machine, Readings, injected_items
+from trainguard.agent.checks.run import run_check, words
 from trainguard.agent.command import WORKER_EVENTS_FILE, Command
 from trainguard.agent.config import AgentConfig
 from trainguard.agent.detector import Hang, HangStreak
 from trainguard.agent.heartbeats import HeartbeatReader
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
-from trainguard.agent.watchers.base import ExitRequested, Hung, Tick, Watcher
+from trainguard.agent.watchers.base import ExitRequested, Hung, NodeFaulty, Tick, Watcher
+from trainguard.agent.watchers.checks import ChecksWatcher
 from trainguard.agent.watchers.control import ControlWatcher
 from trainguard.agent.watchers.hangs import HangWatcher
 from trainguard.agent.watchers.nudges import NudgeWatcher
+from trainguard.agent.watchers.rankwork import RankWorkWatcher
 from trainguard.agent.watchers.releases import ReleaseWatcher
 from trainguard.agent.watchers.workers import WorkerEventsWatcher
-from trainguard.pod import contract
+from trainguard.pod import checks, contract
 from trainguard.pod.hangsignal import HangSignal
 
 #: The agent's exit status when it gave up on a hang: the command was killed (128 + SIGKILL); the report
@@ -55,8 +59,11 @@ class Agent:
         clock: Callable[[], float] = time.monotonic,
         stdout_fd: int = 1,
         stderr_fd: int = 2,
+        readings: Readings | None = None,
     ) -> None:
         self.config = config
+        #: What the fault tolerance check reads (this machine; a test's recorded readings).
+        self._readings = readings or Machine()
         self._clock = clock
         self._fds = (stdout_fd, stderr_fd)
         self._streak = HangStreak(config.max_consecutive)
@@ -91,12 +98,16 @@ class Agent:
         # Worker events alone wake nobody: they are read when something else is watched.
         self._watching = (
             config.hang_timeout is not None
+            or config.fault_check is not None
             or reporter.enabled
             or config.control_file is not None
             or config.nudge_file is not None
             or config.release_file is not None
         )
         try:
+            refused = self._pre_check(reporter)
+            if refused is not None:
+                return refused
             return self._supervise(command, heartbeats, reporter)
         finally:
             command.close()
@@ -122,7 +133,35 @@ class Agent:
         if config.release_file is not None:
             watchers.append(ReleaseWatcher(config.release_file, reporter, self._say, self._clock))
         watchers += [WorkerEventsWatcher(worker_events, reporter, nudged, hangs.rebase), hangs]
+        if config.fault_check is not None:
+            watchers.append(ChecksWatcher(config.fault_check, self._readings, reporter))
+            if config.fault_check.stragglers:
+                watchers.append(RankWorkWatcher(heartbeats, reporter))
         return watchers
+
+    def _check(self, reporter: Reporter, phase: str, pid: int | None) -> checks.CheckResult | None:
+        """One check of the node (``trainguard.agent.checks``), reported; None where the check is off."""
+        settings = self.config.fault_check
+        if settings is None:
+            return None
+        result = run_check(settings, phase, self._readings, injected_items())
+        reporter.event(contract.REPORT_CHECKED, pid=pid, attempt=self._attempt, check=result.as_dict())
+        return result
+
+    def _pre_check(self, reporter: Reporter) -> int | None:
+        """Before the command's first start: a node that fails the check never runs it; the agent ends the
+        pod (``EXIT_CHECK_FAILED``, reason HardwareFault or PreCheckFailed). None: go on."""
+        result = self._check(reporter, checks.PRE, None)
+        if result is None or result.verdict == checks.OK:
+            return None
+        hardware = result.verdict == checks.HARDWARE
+        self._say(
+            f"pre-check failed ({'faulty hardware' if hardware else 'this node cannot run the pod'}): "
+            f"{words(result)}; the command is not started"
+        )
+        reason = checks.REASON_HARDWARE if hardware else checks.REASON_PRE_CHECK
+        self._final(reporter, None, checks.EXIT_CHECK_FAILED, None, reason=reason)
+        return checks.EXIT_CHECK_FAILED
 
     def _supervise(self, command: Command, heartbeats: HeartbeatReader, reporter: Reporter) -> int:
         while True:
@@ -145,10 +184,23 @@ class Agent:
                 command.stop_tree(force=True)
                 self._final(reporter, pid, hung.exit_code, None, injected=True)
                 return hung.exit_code
+            if isinstance(hung, NodeFaulty):
+                self._say(f"periodic check: faulty hardware: {words(hung.result)}; stopping the command")
+                command.stop_tree(force=True)
+                code = checks.EXIT_CHECK_FAILED
+                self._final(reporter, pid, code, None, reason=checks.REASON_HARDWARE)
+                return code
             if hung is None:
                 command.stop_tree(force=False)  # whatever the command left behind
                 code, signame = tree.exit_code(command.status or 0)
-                self._final(reporter, pid, code, signame, oom=signame == "SIGKILL" and _oom_since(oom_before))
+                oom = signame == "SIGKILL" and _oom_since(oom_before)
+                reason = None
+                if code != 0 and not command.stopping:  # was it the hardware? (ModelArts' scenarios 3 and 4)
+                    after = self._check(reporter, checks.POST, pid)
+                    if after is not None and after.verdict == checks.HARDWARE:
+                        self._say(f"post-check: faulty hardware: {words(after)}")
+                        reason = checks.REASON_HARDWARE
+                self._final(reporter, pid, code, signame, oom=oom, reason=reason)
                 return code
             allowed = self._streak.hang(hung.best_step)
             self._on_hang(reporter, pid, hung.hang, allowed)
@@ -180,7 +232,7 @@ class Agent:
                 exit_signal=signame,
             )
 
-    def _watch(self, command: Command) -> Hung | ExitRequested | None:
+    def _watch(self, command: Command) -> Hung | ExitRequested | NodeFaulty | None:
         """Pump the command until it exits (None), or a watcher ends this run: it hung, or the runtime asks for
         an exit code."""
         started_at = self._clock()
@@ -227,6 +279,7 @@ class Agent:
         signame: str | None,
         oom: bool = False,
         injected: bool = False,
+        reason: str | None = None,
     ) -> None:
         reporter.final(
             contract.REPORT_EXITED,
@@ -237,6 +290,7 @@ class Agent:
             oom=oom,
             hang_restarts=self._hang_restarts,
             **({"injected": True} if injected else {}),
+            **({"reason": reason} if reason is not None else {}),
         )
 
     def _say(self, message: str) -> None:

@@ -186,6 +186,9 @@ class AgentReport:
             ),
             live_rounds_from=seen.live_rounds_from,
             live_unused=seen.live_unused,
+            last_check=seen.last_check,
+            failed_check=seen.failed_check,
+            ranks=tuple(RankWork(item.rank, item.steps, item.busy_seconds) for item in seen.ranks),
         )
 
 

@@ -116,16 +116,18 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
     cannot run (no training script)."""
     endpoint = network.rendezvous_endpoint
     argv = torchrun_command.render(job, role, endpoint)
+    in_rendezvous = role in torchrun_command.torchrun_roles(job)
     return RoleLaunch(
         argv=tuple(argv),
         torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
-        in_rendezvous=role in torchrun_command.torchrun_roles(job),
+        in_rendezvous=in_rendezvous,
         horovod_host=job.spec.framework_type is FrameworkType.HOROVOD and not is_leader(job, role),
-        check_env=_check_env(job, role, endpoint),
+        check_env=_check_env(job, role, endpoint if in_rendezvous else None),
     )
 
 
-def _check_env(job: TrainingJob, role: str, endpoint: str) -> tuple[tuple[str, str], ...]:
+def _check_env(job: TrainingJob, role: str, endpoint: str | None) -> tuple[tuple[str, str], ...]:
+    """The check's settings for the agent; the rendezvous is checked only by the roles that use it."""
     settings = faultcheck.settings(job, role, endpoint)
     return () if settings is None else ((contract.ENV_FAULT_CHECK, settings.to_json()),)
 

@@ -19,6 +19,10 @@ The summary is a JSON object:
   them, else the first): ``at``, ``round``, ``worldSize``, ``step``, ``origin``, ``rank``, ``seconds``,
   ``cause``; and ``liveRoundsFrom``, how many were dropped before them. ``liveUnused``: a worker of the pod
   ended before it formed any round (the script does not use ``trainguard.Live``).
+- ``checks``: fault tolerance checks the agent ran (``trainguard.pod.checks``); ``lastCheck``, the latest, and
+  ``failedCheck``, the latest whose verdict was hardware or environment (``CheckResult.as_dict``).
+- ``ranks``: each rank's own work per step, as the agent last measured it (``rank``, ``steps``,
+  ``busySeconds``; ``trainguard.agent.rankwork``), for finding stragglers.
 - Kept for the local runtime, never sent (the operator has them from the pod itself, and progress would be
   a POST a second): ``startedAt`` (the first start, wall clock), ``pid`` (the command's latest process),
   ``lastProgressAt``, and once the agent ended (``exited``): ``exitCode``, ``signal`` (its number) and
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.pod import contract
+from trainguard.pod.checks import CheckResult
 
 #: Worker restarts (and live rounds) kept in a summary (the pod's annotation stays small; the controller has
 #: the older ones).
@@ -52,10 +57,16 @@ WIRE = (
     "liveRounds",
     "liveRoundsFrom",
     "liveUnused",
+    "checks",
+    "lastCheck",
+    "failedCheck",
+    "ranks",
 )
 #: At most this many worker restarts (and live rounds) are taken from a summary sent to the operator.
 _TAKEN = 32
-_COUNTS = ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom", "liveRoundsFrom")
+_COUNTS = ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom", "liveRoundsFrom", "checks")
+#: At most this many ranks are kept of a pod's ``ranks``.
+RANKS_KEPT = 64
 _RESTART_FIELDS = ("rank", "failed", "restartsLeft", "maxRestarts")
 _ROUND_INTEGERS = ("worldSize", "step", "rank")
 #: A live round's ``cause`` is cut to this many characters (the annotation stays small).
@@ -89,6 +100,15 @@ class RoundEntry:
 
 
 @dataclass(frozen=True)
+class RankEntry:
+    """One of ``ranks``: a rank's own work per step over its latest ``steps`` steps."""
+
+    rank: int
+    steps: int
+    busy_seconds: float
+
+
+@dataclass(frozen=True)
 class Summary:
     """A summary as the backends and the controller read it (``read``): the JSON object's fields, typed."""
 
@@ -100,6 +120,10 @@ class Summary:
     live_rounds: tuple[RoundEntry, ...]
     live_rounds_from: int
     live_unused: bool
+    checks: int = 0
+    last_check: CheckResult | None = None
+    failed_check: CheckResult | None = None
+    ranks: tuple[RankEntry, ...] = ()
     #: Kept for the local runtime only (absent from what the operator receives).
     started_at: float | None = None
     pid: int | None = None
@@ -144,6 +168,12 @@ def read(summary: Mapping[str, Any]) -> Summary:
         ),
         live_rounds_from=summary.get("liveRoundsFrom", 0),
         live_unused=summary.get("liveUnused", False),
+        checks=summary.get("checks", 0),
+        last_check=_check(summary.get("lastCheck")),
+        failed_check=_check(summary.get("failedCheck")),
+        ranks=tuple(
+            RankEntry(item["rank"], item["steps"], item["busySeconds"]) for item in summary.get("ranks") or ()
+        ),
         started_at=summary.get("startedAt"),
         pid=summary.get("pid"),
         last_progress_at=summary.get("lastProgressAt"),
@@ -165,6 +195,10 @@ def new() -> dict[str, Any]:
         "liveRounds": [],
         "liveRoundsFrom": 0,
         "liveUnused": False,
+        "checks": 0,
+        "lastCheck": None,
+        "failedCheck": None,
+        "ranks": [],
         "startedAt": None,
         "pid": None,
         "lastProgressAt": None,
@@ -219,6 +253,20 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         changed = not summary["liveUnused"]
         summary["liveUnused"] = True
         return changed
+    if event == contract.REPORT_CHECKED:
+        result = _check(record.get("check"))
+        if result is None:
+            return False
+        summary["checks"] += 1
+        summary["lastCheck"] = result.as_dict()
+        if result.failed:
+            summary["failedCheck"] = summary["lastCheck"]
+        return True
+    if event == contract.REPORT_RANKS:
+        ranks = _ranks(record.get("ranks"))
+        changed = bool(ranks != summary["ranks"])
+        summary["ranks"] = ranks
+        return changed
     if event in (contract.REPORT_EXITED, contract.REPORT_GAVE_UP):
         reason = record.get("reason")
         summary.update(
@@ -267,7 +315,38 @@ def parse(value: object) -> dict[str, Any] | None:
     parsed["liveRoundsFrom"] += dropped
     parsed["liveRounds"] = rounds[dropped:]
     parsed["liveUnused"] = value.get("liveUnused") is True
+    for key in ("lastCheck", "failedCheck"):
+        result = _check(value.get(key))
+        parsed[key] = None if result is None else result.as_dict()
+    parsed["ranks"] = _ranks(value.get("ranks"))
     return parsed
+
+
+def _check(value: object) -> CheckResult | None:
+    """A check's record as a pod sent it (bounded, checked); None where it is not one."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return CheckResult.from_dict(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def _ranks(value: object) -> list[dict[str, Any]]:
+    """``ranks`` as a pod sent them: entries with a whole rank and steps and a number of seconds, at most
+    ``RANKS_KEPT``."""
+    out: list[dict[str, Any]] = []
+    for item in value if isinstance(value, list) else ():
+        if not isinstance(item, dict):
+            continue
+        rank, steps, busy = (
+            _integer(item.get("rank")),
+            _integer(item.get("steps")),
+            _number(item.get("busySeconds")),
+        )
+        if rank is not None and steps is not None and busy is not None and busy >= 0:
+            out.append({"rank": rank, "steps": steps, "busySeconds": busy})
+    return out[:RANKS_KEPT]
 
 
 def _fold_live_round(summary: dict[str, Any], record: dict[str, Any]) -> bool:

@@ -204,6 +204,9 @@ def main() -> None:
     p.add_argument("--ignore-term", action="store_true")
     p = modes.add_parser("exit")
     p.add_argument("code", type=int)
+    p = modes.add_parser("say-then-exit")
+    p.add_argument("code", type=int)
+    p.add_argument("--seconds", type=float, default=1.0)
     p = modes.add_parser("kill-self")
     p.add_argument("signal")
     p = modes.add_parser("bytes")
@@ -215,6 +218,10 @@ def main() -> None:
     p.add_argument("--say", action="store_true")
     args = parser.parse_args()
     if args.mode == "exit":
+        sys.exit(args.code)
+    if args.mode == "say-then-exit":  # a line of output, a while, then the exit code
+        print("ready", flush=True)
+        time.sleep(args.seconds)
         sys.exit(args.code)
     if args.mode == "kill-self":
         os.kill(os.getpid(), signal.Signals[args.signal])

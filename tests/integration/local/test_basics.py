@@ -159,6 +159,6 @@ def test_run_nodes_packs_pods_onto_fewer_nodes_with_more_slots(local: LocalRunti
     view = local.wait_running(job, 4)
     assert {p["node"] for p in view["status"]["pods"]} == {"node-0", "node-1"}
     assert local.call("nodes") == [
-        {"name": "node-0", "slots": 3, "ready": True},
-        {"name": "node-1", "slots": 3, "ready": True},
+        {"name": "node-0", "slots": 3, "ready": True, "isolated": "", "injected": []},
+        {"name": "node-1", "slots": 3, "ready": True, "isolated": "", "injected": []},
     ]

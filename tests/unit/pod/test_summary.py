@@ -67,6 +67,7 @@ def test_a_report_folds_into_one_summary_and_only_the_operators_part_is_sent() -
         "liveRounds": [],
         "liveRoundsFrom": 0,
         "liveUnused": False,
+        **NO_CHECKS,
     }
     local = {key: summary[key] for key in summary if key not in summaries.WIRE}
     assert local == {
@@ -124,6 +125,7 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
         "liveRounds": [],
         "liveRoundsFrom": 0,
         "liveUnused": False,
+        **NO_CHECKS,
     }
     garbled = {
         "attempt": "1",
@@ -146,9 +148,14 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
         "liveRounds": [],
         "liveRoundsFrom": 0,
         "liveUnused": False,
+        **NO_CHECKS,
     }
     assert summaries.parse([1, 2]) is None
     assert summaries.parse(None) is None
+
+
+#: What a summary holds of fault tolerance checks and ranks' work before the agent reported any.
+NO_CHECKS = {"checks": 0, "lastCheck": None, "failedCheck": None, "ranks": []}
 
 
 @pytest.mark.parametrize(

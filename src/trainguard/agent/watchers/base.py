@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from trainguard.agent.detector import Hang
+from trainguard.pod.checks import CheckResult
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,16 @@ class ExitRequested:
     exit_code: int
 
 
+@dataclass(frozen=True)
+class NodeFaulty:
+    """A periodic fault tolerance check found the node's hardware faulty: stop the command, end the pod."""
+
+    result: CheckResult
+
+
 class Watcher(Protocol):
     def start(self, now: float) -> None:
         """The command (re)started: what this watcher keeps per run starts again."""
 
-    def poll(self, tick: Tick) -> Hung | ExitRequested | None:
+    def poll(self, tick: Tick) -> Hung | ExitRequested | NodeFaulty | None:
         """Look at the channel once; an outcome ends this run of the command."""

@@ -130,20 +130,26 @@ def _reason(status: Obj, terminated: Obj | None) -> str | None:
             return "Preempted" if why in _PREEMPTIONS else "DisruptionTarget"
     if terminated and terminated.get("reason") == "OOMKilled":
         return "OOMKilled"
-    return _agent_reason(terminated.get("message")) if terminated else None
+    if terminated:
+        return _agents_reason(terminated.get("message"))
+    return None
 
 
-def _agent_reason(message: object) -> str | None:
-    """The reason of the agent's final report, in the termination message: it gave up on a hang (``Hang``),
-    or a failed fault tolerance check ended the pod (``HardwareFault``, ``PreCheckFailed``); None for any
-    other end. The node such a fault isolates is the one the pod was bound to, never one the message names."""
+#: The agent's final reports that carry a reason of its own, and those reasons.
+_AGENT_REASONS = {
+    contract.REPORT_GAVE_UP: frozenset({contract.REASON_HANG}),
+    contract.REPORT_EXITED: frozenset({checks.REASON_HARDWARE, checks.REASON_PRE_CHECK}),
+}
+
+
+def _agents_reason(message: object) -> str | None:
+    """The reason the agent's final report (the termination message) gives: it gave up on a hang (Hang), or
+    its fault tolerance check ended the pod (HardwareFault, PreCheckFailed)."""
     report = _json_message(message)
-    if report is None or report.get("event") not in (contract.REPORT_EXITED, contract.REPORT_GAVE_UP):
+    if report is None:
         return None
     reason = report.get("reason")
-    if report.get("event") == contract.REPORT_GAVE_UP and reason == contract.REASON_HANG:
-        return contract.REASON_HANG
-    return reason if reason in (checks.REASON_HARDWARE, checks.REASON_PRE_CHECK) else None
+    return reason if reason in _AGENT_REASONS.get(str(report.get("event")), ()) else None
 
 
 def _json_message(message: object) -> dict[str, Any] | None:

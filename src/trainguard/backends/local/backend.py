@@ -117,7 +117,8 @@ class LocalBackend:
             started_at=row.started_at,
             terminating=row.state is PodState.TERMINATING,
             overdue=row.state is PodState.TERMINATING and self._past(row.stop_deadline),
-            agent=agent if report.started else None,
+            # An agent that ended before it started the command (its pre-check failed) has its word too.
+            agent=agent if report.started or report.exited else None,
         )
         if row.state is PodState.EXITED:
             phase = ObservedPhase.SUCCEEDED if row.exit_code == 0 else ObservedPhase.FAILED

@@ -1,0 +1,151 @@
+"""One fault tolerance check (``trainguard.agent.checks.run``) from recorded readings: each item's verdict
+against its threshold, a broken or hung reading bounded and recorded ``environment`` (never ``hardware``),
+injected faults, and this machine's own readings (free space, a write, a real connection)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trainguard.agent.checks import readings
+from trainguard.agent.checks.readings import Gpus, Machine, Recorded, injected_items
+from trainguard.agent.checks.run import INJECTED, run_check, words
+from trainguard.pod import contract
+from trainguard.pod.checks import ENVIRONMENT, HARDWARE, OK, SKIPPED, Settings
+
+HEALTHY = Gpus(count=8, ecc=(0,) * 8, retired=(0,) * 8, lost=(False,) * 8, throttled=(False,) * 8)
+
+
+def _verdicts(readings: Recorded, settings: Settings | None = None) -> dict[str, tuple[str, float | None]]:
+    result = run_check(settings or Settings(gpus=8), "pre", readings)
+    return {item.name: (item.verdict, item.value) for item in result.items}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "item", "expected"),
+    [
+        (HEALTHY, "gpu.ecc", (OK, 0.0)),
+        (Gpus(8, ecc=(0, 2, 0, 0, 0, 0, 0, 1)), "gpu.ecc", (HARDWARE, 3.0)),  # uncorrectable ECC errors
+        (Gpus(8, retired=(0,) * 7 + (1,)), "gpu.retired", (HARDWARE, 1.0)),  # a page pending retirement
+        (Gpus(8, lost=(False, True, *(False,) * 6)), "gpu.lost", (HARDWARE, 1.0)),  # fallen off the bus
+        (Gpus(8, throttled=(True, *(False,) * 7)), "gpu.throttle", (HARDWARE, 1.0)),  # a hardware slowdown
+        (Gpus(7), "gpu.count", (HARDWARE, 7.0)),  # 8 asked for, 7 seen
+        (HEALTHY, "gpu.count", (OK, 8.0)),
+    ],
+)
+def test_recorded_nvml_readings_give_each_gpu_item_its_verdict(
+    gpus: Gpus, item: str, expected: tuple[str, float]
+) -> None:
+    assert _verdicts(Recorded(recorded_gpus=gpus, compute=0.9))[item] == expected
+
+
+def test_without_a_gpu_the_gpu_items_are_skipped_and_the_check_passes() -> None:
+    result = run_check(Settings(), "pre", Recorded(cpu=1.0))
+    verdicts = {item.name: item.verdict for item in result.items}
+    assert {name: verdict for name, verdict in verdicts.items() if name.startswith("gpu.")} == dict.fromkeys(
+        ("gpu.count", "gpu.ecc", "gpu.retired", "gpu.lost", "gpu.throttle", "gpu.compute"), SKIPPED
+    )
+    assert verdicts["host.cpu"] == OK
+    assert result.verdict == OK
+
+
+@pytest.mark.parametrize(
+    ("readings", "item", "verdict"),
+    [
+        (Recorded(compute=0.3), "gpu.compute", HARDWARE),  # under half the card model's throughput
+        (Recorded(compute=0.8), "gpu.compute", OK),
+        (Recorded(free={"/data": 1 << 20}), "host.disk", ENVIRONMENT),  # 1 MiB of the 2 MiB needed
+        (Recorded(free={"/data": 4 << 20}), "host.disk", OK),
+        (Recorded(writes={"/data": 9.0}), "host.write", ENVIRONMENT),  # a hung mount
+        (Recorded(cpu=0.1), "host.cpu", HARDWARE),
+        (Recorded(connects={"rdzv:29400": 0.01}), "net.rendezvous", OK),
+    ],
+)
+def test_host_and_network_items_judged_against_their_thresholds(
+    readings: Recorded, item: str, verdict: str
+) -> None:
+    settings = Settings(gpus=1, disk={"/data": 2 << 20}, rendezvous="rdzv:29400")
+    assert _verdicts(readings, settings)[item][0] == verdict
+
+
+def test_a_threshold_set_by_the_job_is_the_one_judged_against() -> None:
+    readings = Recorded(compute=0.6)
+    assert _verdicts(readings, Settings(gpus=1))["gpu.compute"][0] == OK
+    assert (
+        _verdicts(readings, Settings(gpus=1, thresholds={"gpu.compute": 0.7}))["gpu.compute"][0] == HARDWARE
+    )
+    assert "gpu.compute" not in _verdicts(readings, Settings(gpus=1, disabled=("gpu.compute",)))
+
+
+def test_a_broken_reading_is_environment_never_hardware() -> None:
+    readings = Recorded(recorded_gpus=HEALTHY, broken={"gpu": OSError("NVML went away")})
+    result = run_check(Settings(gpus=8), "periodic", readings)
+    ecc = next(item for item in result.items if item.name == "gpu.ecc")
+    assert ecc.verdict == ENVIRONMENT
+    assert "OSError: NVML went away" in ecc.detail
+    assert result.verdict == ENVIRONMENT
+
+
+def test_a_hung_reading_is_cut_at_the_timeout_and_recorded_environment() -> None:
+    readings = Recorded(cpu=1.0, slow={"host.cpu": 30.0})
+    started = time.monotonic()
+    result = run_check(Settings(timeout=0.5), "pre", readings)
+    assert time.monotonic() - started < 5
+    cpu = next(item for item in result.items if item.name == "host.cpu")
+    assert (cpu.verdict, cpu.detail) == (ENVIRONMENT, "timed out after 0.5 s (faultCheck.timeoutSeconds)")
+    assert result.verdict == ENVIRONMENT
+    assert "host.cpu environment: read nothing" in words(result)
+
+
+def test_an_injected_item_reads_past_its_threshold(tmp_path: Path) -> None:
+    (tmp_path / "node-3").write_text("gpu.ecc, host.disk\n")
+    env = {contract.ENV_FAULT_INJECT: str(tmp_path), contract.ENV_NODE_NAME: "node-3"}
+    injected = injected_items(env)
+    assert injected == {"gpu.ecc", "host.disk"}
+    result = run_check(Settings(), "pre", Recorded(), injected)
+    failed = {item.name: (item.verdict, item.value, item.threshold, item.detail) for item in result.failed}
+    assert failed == {
+        "gpu.ecc": (HARDWARE, 1.0, 0.0, INJECTED),
+        "host.disk": (ENVIRONMENT, -0.5, 1.0, INJECTED),
+    }
+    assert result.verdict == HARDWARE
+    assert (
+        injected_items({contract.ENV_FAULT_INJECT: str(tmp_path), contract.ENV_NODE_NAME: "node-4"}) == set()
+    )
+    assert injected_items({}) == set()
+
+
+def test_this_machines_readings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readings, "CONNECT_PATIENCE", 1.0)  # a rendezvous not listening: tried for 1 s
+    machine = Machine()
+    assert machine.free_bytes(str(tmp_path)) > 0
+    assert 0 < machine.write_seconds(str(tmp_path)) < 30
+    assert machine.cpu_share() == 1.0  # the first measurement is the reference
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        reachable = run_check(Settings(rendezvous=address), "pre", machine)
+    closed = run_check(Settings(rendezvous=address), "pre", machine)  # nobody listens there any more
+    assert {i.name: i.verdict for i in reachable.items}["net.rendezvous"] == OK
+    refused = next(item for item in closed.items if item.name == "net.rendezvous")
+    assert refused.verdict == ENVIRONMENT
+    assert "ConnectionRefusedError" in refused.detail
+
+
+def test_a_rendezvous_that_starts_listening_a_moment_later_is_reached() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    late = threading.Timer(1.0, lambda: servers.append(socket.create_server(("127.0.0.1", port))))
+    servers: list[socket.socket] = []
+    late.start()
+    try:
+        seconds = Machine().connect_seconds(f"127.0.0.1:{port}")
+    finally:
+        late.join()
+        for server in servers:
+            server.close()
+    assert 0.5 <= seconds < readings.CONNECT_PATIENCE
