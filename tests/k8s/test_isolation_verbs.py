@@ -204,7 +204,13 @@ def test_a_node_rbac_refuses_to_taint_is_a_failed_action_and_the_batch_goes_on()
     assert not error.transient
     assert "cannot patch resource" in error.message
     assert not isolation.is_isolated(node(api, "n1"))
-    assert [body["reason"] for _, body in api.events] == ["NodeIsolated"]  # the job's own Event went out
+    # The job's own Events went out: the one of the batch, and why its node is not isolated, in the API's words.
+    reasons = {body["reason"]: body for _, body in api.events}
+    assert sorted(reasons) == ["NodeIsolated", "NodeNotIsolated"]
+    refused = reasons["NodeNotIsolated"]
+    assert refused["involvedObject"]["name"] == "p"  # the pod whose check failed, of the job
+    assert "cannot patch resource" in refused["message"]
+    assert "ClusterRole needs patch on nodes" in refused["message"]
     assert not any(body["involvedObject"]["kind"] == "Node" for _, body in api.events)  # no Node Event
 
 
