@@ -125,7 +125,11 @@ def test_a_node_whose_pre_check_failed_is_isolated_the_pod_runs_elsewhere_and_re
         )
         assert bad not in again.values()
         status = s.wait_job(TJ, JOB, "job Running", lambda st: st.get("phase") == "Running")["status"]
-        assert status.get("restartCounts", {}).get("worker", 0) == 0  # a check's fault is not the code's
+        checked = status["faultCheck"]
+        assert (checked["reissues"], checked["isolated"]) == (1, [bad])  # issued again, not counted as the code's
+        (entry,) = [e for e in status["history"] if e.get("node") == bad and e.get("kind") == "isolate"]
+        assert entry["check"]["phase"] == "pre"  # ModelArts' scenario 1: the pre-check, faulty hardware
+        assert entry["check"]["scenario"] == 1
 
         listed = trainguard("node", "list", "--kubeconfig", kubeconfig)
         assert listed.returncode == 0, listed.stderr
