@@ -126,7 +126,10 @@ def test_a_node_whose_pre_check_failed_is_isolated_the_pod_runs_elsewhere_and_re
         assert bad not in again.values()
         status = s.wait_job(TJ, JOB, "job Running", lambda st: st.get("phase") == "Running")["status"]
         checked = status["faultCheck"]
-        assert (checked["reissues"], checked["isolated"]) == (1, [bad])  # issued again, not counted as the code's
+        assert (checked["reissues"], checked["isolated"]) == (
+            1,
+            [bad],
+        )  # issued again, not counted as the code's
         (entry,) = [e for e in status["history"] if e.get("node") == bad and e.get("kind") == "isolate"]
         assert entry["check"]["phase"] == "pre"  # ModelArts' scenario 1: the pre-check, faulty hardware
         assert entry["check"]["scenario"] == 1
