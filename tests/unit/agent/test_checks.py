@@ -56,7 +56,11 @@ def test_without_a_gpu_the_gpu_items_are_skipped_and_the_check_passes() -> None:
 @pytest.mark.parametrize(
     ("readings", "item", "verdict"),
     [
-        (Recorded(recorded_gpus=HEALTHY, compute=0.3), "gpu.compute", HARDWARE),  # under half the card model's throughput
+        (
+            Recorded(recorded_gpus=HEALTHY, compute=0.3),
+            "gpu.compute",
+            HARDWARE,
+        ),  # under half the card model's throughput
         (Recorded(recorded_gpus=HEALTHY, compute=0.8), "gpu.compute", OK),
         (Recorded(free={"/data": 1 << 20}), "host.disk", ENVIRONMENT),  # 1 MiB of the 2 MiB needed
         (Recorded(free={"/data": 4 << 20}), "host.disk", OK),
