@@ -125,6 +125,12 @@ def text(result: RunResult, rows: Sequence[Row] = (), plots: Sequence[str] = ())
         f"restarts by scope: Pod {restarts['Pod']}, Replica {restarts['Replica']}, All {restarts['All']}; "
         f"in place {restarts['InPlace']}; shrinks {restarts['shrink']}, grows {restarts['grow']}"
     )
+    if result.bad_nodes:
+        found = ", ".join(f"{how} {count}" for how, count in sorted(result.bad_faults.items())) or "none"
+        lines.append(
+            f"bad nodes {len(result.bad_nodes)} (failing every {config.bad_nodes.mtbf_hours:g} h): "
+            f"isolated {len(result.isolated)}; their faults {found}; pods issued again {result.reissues}"
+        )
     best, best_goodput = result.best_interval()
     lines.append(
         f"best interval on these faults: {fitted_best_interval(result):.0f} s (fitted; highest point "
