@@ -35,6 +35,23 @@ def exit_code_patch(code: int) -> dict[str, Any]:
     return {"metadata": {"labels": {EXIT_STAGE: "true"}, "annotations": annotations}}
 
 
+def check_failed_patch(summary: dict[str, Any], final: dict[str, Any], exit_code: int) -> dict[str, Any]:
+    """A merge patch that makes a running pod end as its agent ends it after a failed fault tolerance check:
+    the agent's summary in the pod's ``trainguard.io/agent-report`` annotation (where the operator puts what
+    the agent POSTs), and kwok's chaos Stage ending the container with ``exit_code`` and the agent's final
+    report (``final``) as its termination message (0.1 s later). kwok renders the message into YAML: it goes
+    as a double-quoted scalar, which a JSON string is."""
+    patch = exit_code_patch(exit_code)
+    patch["metadata"]["annotations"].update(
+        {
+            f"{EXIT_STAGE}/message": json.dumps(json.dumps(final, separators=(",", ":"))),
+            f"{EXIT_STAGE}/reason": "Error",
+            "trainguard.io/agent-report": json.dumps(summary, separators=(",", ":")),
+        }
+    )
+    return patch
+
+
 def kwok_node(name: str, pods: int = 1, group: str = "trainguard-test") -> dict[str, Any]:
     capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), **CCE_TRAINER_GPU}
     return {

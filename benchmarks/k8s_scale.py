@@ -5,7 +5,10 @@ that hits many jobs at once (a tenth of the nodes go NotReady) -> every lost pod
 
 Starts its own cluster with scripts/k8s-testcluster (named ``bench``; stopped at the end unless --keep) and
 runs the operator in this process. The last line printed is one JSON object with the times in seconds:
-submit -> all Running, fault -> all replaced.
+submit -> all Running, fault -> all replaced; the process's peak resident memory (the operator's caches are
+most of it); and the operator's reconciles, each timed (how many, mean and 95th percentile in ms, for the
+submit and the fault phases). ``benchmarks/against.py --same-script`` measures each commit's operator with this
+script: ``$TRAINGUARD_UNDER_TEST`` names the ``src`` whose trainguard is imported.
 """
 
 from __future__ import annotations
@@ -14,14 +17,21 @@ import argparse
 import json
 import logging
 import os
+import resource
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from _kwok import kwok_node, not_ready_patch
+from _results import ENV_UNDER_TEST
+
+if os.environ.get(ENV_UNDER_TEST):
+    sys.path.insert(0, os.environ[ENV_UNDER_TEST])
 
 from trainguard.api.crd import native_crd
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -96,6 +106,42 @@ def jobs_running(operator: Operator, pods: int) -> tuple[int, int]:
     return running, restarts
 
 
+class Reconciles:
+    """Times every reconcile of an operator (its ``reconcile``, wrapped on the instance), phase by phase."""
+
+    def __init__(self, operator: Operator) -> None:
+        self.lock = threading.Lock()
+        self.seconds: list[float] = []
+        original = operator.reconcile
+
+        def timed(key: Any) -> None:
+            started = time.perf_counter()
+            try:
+                original(key)
+            finally:
+                took = time.perf_counter() - started
+                with self.lock:
+                    self.seconds.append(took)
+
+        operator.reconcile = timed  # type: ignore[method-assign]
+
+    def take(self) -> dict[str, float]:
+        """How many reconciles since the last take, their total in seconds, mean and 95th percentile in ms.
+        The total is what compares: when reconciles take longer, the queue folds more changes of a job into
+        one (fewer, longer reconciles), so the count and the mean move together, against each other."""
+        with self.lock:
+            taken, self.seconds = self.seconds, []
+        if not taken:
+            return {"count": 0, "total_s": 0.0, "mean_ms": 0.0, "p95_ms": 0.0}
+        p95 = statistics.quantiles(taken, n=20)[-1] if len(taken) > 1 else taken[0]
+        return {
+            "count": len(taken),
+            "total_s": round(sum(taken), 2),
+            "mean_ms": round(1000 * statistics.fmean(taken), 2),
+            "p95_ms": round(1000 * p95, 2),
+        }
+
+
 def wait_until(what: str, check: Any, timeout: float, progress: Any = None) -> float:
     started = last = time.monotonic()
     while time.monotonic() - started < timeout:
@@ -144,8 +190,10 @@ def main() -> int:
                 workers=args.workers,
             ),
         )
+        reconciles = Reconciles(operator)
         operator.start()
         wait_until("operator leading", lambda: operator.leader.is_leader() and operator.synced(), 60)
+        reconciles.take()
 
         submitted = time.monotonic()
         create_all(
@@ -172,6 +220,7 @@ def main() -> int:
             f"submit -> all Running: {submit_seconds:.1f} s ({all_running:.1f} s of waiting)", file=sys.stderr
         )
 
+        submit_reconciles = reconciles.take()
         pods = operator.pods.items()
         failed = set(names[: max(1, int(args.nodes * args.fail_fraction))])
         hit = [p for p in pods if p["spec"].get("nodeName") in failed]
@@ -187,6 +236,7 @@ def main() -> int:
 
         wait_until("all lost pods replaced", recovered, args.timeout, progress)
         fault_seconds = time.monotonic() - faulted
+        fault_reconciles = reconciles.take()
         operator.stop()
         result = {
             "nodes": args.nodes,
@@ -198,6 +248,10 @@ def main() -> int:
             "pods_lost": len(hit),
             "jobs_hit": len(hit_jobs),
             "fault_to_all_replaced_s": round(fault_seconds, 1),
+            # ru_maxrss is in KiB on Linux.
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "reconciles_submit": submit_reconciles,
+            "reconciles_fault": fault_reconciles,
         }
         print(json.dumps(result))
     finally:

@@ -123,6 +123,8 @@ class Scenario:
         self.operator.start(identity=self.operator_id)
 
     def add_nodes(self, names: list[str]) -> None:
+        if not names:  # a test that makes its own (a thousand, through the API)
+            return
         self.cluster.kubectl("apply", "-f", "-", input=node_list(names, group=self.namespace))
         for name in names:
             self.cluster.kubectl("wait", "--for=condition=Ready", f"node/{name}", "--timeout=60s")

@@ -50,7 +50,10 @@ def test_operator_manifests_parse_and_grant_what_the_operator_does() -> None:
         ("events", "create"),
         ("aitrainingjobs/status", "update"),
         ("tokenreviews", "create"),  # which pod an agent's report comes from
+        ("nodes", "patch"),  # a faulty node isolated (taint, label), and released
     ]:
         assert needed in granted
     assert ("pods", "update") not in granted  # least privilege: nothing it does not use
+    assert ("nodes", "update") not in granted
+    assert ("nodes", "delete") not in granted
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])

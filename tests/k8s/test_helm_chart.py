@@ -73,3 +73,18 @@ def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:
     (container,) = objects[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
     assert "--pytorchjobs" in container["args"]
     assert "--agent-image=ghcr.io/trainguard/operator:dev" in container["args"]
+
+
+def test_the_operator_may_isolate_nodes_and_fault_injection_is_off_unless_asked() -> None:
+    objects = _render()
+    rules = objects[("ClusterRole", "trainguard-operator")]["rules"]
+    nodes = next(rule for rule in rules if rule["resources"] == ["nodes"])
+    assert set(nodes["verbs"]) == {"get", "list", "watch", "patch"}
+    events = next(rule for rule in rules if rule["resources"] == ["events"])
+    assert "create" in events["verbs"]
+    (container,) = objects[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
+    assert "--fault-injection" not in container["args"]
+    (container,) = _render("faultInjection=true")[("Deployment", "trainguard-operator")]["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert "--fault-injection" in container["args"]

@@ -81,7 +81,8 @@ def _local_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
 
 def _kubernetes_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
     container = manifests.pod(NATIVE, job, launch, manifests.PodSettings())["spec"]["containers"][0]
-    return {item["name"]: item["value"] for item in container["env"]}  # the last of equal names wins
+    # The last of equal names wins; the node's name comes from the downward API (no value to compare).
+    return {item["name"]: item["value"] for item in container["env"] if "value" in item}
 
 
 CASES = [

@@ -68,10 +68,11 @@ POD_FIELDS: Fields = {
     },
 }
 
-#: A node: its readiness (``observe.node_ready``), and nothing of its capacity, images or addresses.
+#: A node: its readiness (``observe.node_ready``) and isolation (``isolation.is_isolated``: the taint's key and
+#: effect), and nothing of its capacity, images or addresses.
 NODE_FIELDS: Fields = {
     "metadata": {"name": ..., "resourceVersion": ...},
-    "spec": {"taints": {"key": ...}},
+    "spec": {"taints": {"key": ..., "effect": ...}},
     "status": {"conditions": {"type": ..., "status": ...}},
 }
 

@@ -62,6 +62,11 @@ PROBE_CONTAINER = "trainguard-probe"
 #: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the operator's own (the Helm chart's default).
 DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
 _INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
+#: A test aid (the operator's ``--fault-injection``): every pod mounts this ConfigMap of its namespace, if it
+#: exists, at ``FAULT_INJECT_DIR``; its key ``<node>`` lists the check items that read as faulty on that node
+#: (``trainguard chaos hardware-fault NODE --kubeconfig ...``), as the agent reads ``contract.ENV_FAULT_INJECT``.
+FAULT_INJECT_CONFIG_MAP = "trainguard-fault-injection"
+FAULT_INJECT_DIR = "/etc/trainguard/fault-injection"
 #: The job's ssh Secret (``ssh.secret``), by the name backend.py calls it.
 
 
@@ -85,6 +90,9 @@ class PodSettings:
     #: A job's fault tolerance check may isolate the node its pod was bound to (taint, label, Node Event),
     #: within the check's bounds; off (``--no-isolation``): pods are issued again elsewhere, nothing tainted.
     isolate_nodes: bool = True
+    #: A test aid, off by default: every pod mounts the ``FAULT_INJECT_CONFIG_MAP`` (optional: pods start
+    #: without it), and its agent reads the check items injected on its node there.
+    fault_injection: bool = False
 
 
 def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:
@@ -123,7 +131,9 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     containers = spec.get("containers") or [{"name": "main"}]
     spec["containers"] = containers
     first = containers[0]
-    ours = [{"name": name, "value": value} for name, value in launch.spec.env]
+    ours: list[Obj] = [{"name": name, "value": value} for name, value in launch.spec.env]
+    # The node the API server bound the pod to, as the agent's checks name it (and the SDK's buddy).
+    ours.append({"name": contract.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     # Kubernetes takes the last of equal names: the container's own variables win, as on the local runtime.
     first["env"] = [*ours, *(first.get("env") or [])]
     argv = list(launch.spec.argv)
@@ -151,6 +161,8 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
         if report:
             _mount_report_token(spec, first)
         _mount_snapshots(spec, first)
+        if settings.fault_injection:
+            _mount_fault_injection(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
         discovery.mount(job, spec, first)
     if ssh.wants_ssh(job):
@@ -239,6 +251,22 @@ def _mount_snapshots(spec: Obj, container: Obj) -> None:
     container["env"] = [
         *(container.get("env") or []),
         {"name": contract.ENV_SNAPSHOT_DIR, "value": SNAPSHOT_DIR},
+    ]
+
+
+def _mount_fault_injection(spec: Obj, container: Obj) -> None:
+    """The test aid's ConfigMap (``FAULT_INJECT_CONFIG_MAP``), optional: a pod starts whether or not it exists,
+    and kubelet brings its changes within about a minute (what a periodic check sees)."""
+    volume = "trainguard-fault-injection"
+    source = {"name": FAULT_INJECT_CONFIG_MAP, "optional": True}
+    spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "configMap": source}]
+    container["volumeMounts"] = [
+        *(container.get("volumeMounts") or []),
+        {"name": volume, "mountPath": FAULT_INJECT_DIR, "readOnly": True},
+    ]
+    container["env"] = [
+        {"name": contract.ENV_FAULT_INJECT, "value": FAULT_INJECT_DIR},
+        *(container.get("env") or []),
     ]
 
 

@@ -3,7 +3,8 @@
 Faults come from the objects' real signals: a container's ``terminated`` state (exit code, and the reason,
 ``OOMKilled`` among them); a pod's ``Evicted`` status reason, or its ``DisruptionTarget`` condition
 (eviction through the API, preemption); a node whose ``Ready`` condition is not True, or that carries the
-``not-ready``/``unreachable`` taints. A pod that disappears without the operator asking is simply no longer
+``not-ready``/``unreachable`` taints; the agent's final report in the termination message (a hang it gave
+up on, a failed fault tolerance check). A pod that disappears without the operator asking is simply no longer
 listed, which the controller reads as PodForceDeleted. What happened inside a pod that goes on (hangs restarted
 in place, workers restarted by torchrun) is the agent's summary in the pod's ``trainguard.io/agent-report``
 annotation (``trainguard.backends.k8s.agentreports``).

@@ -145,6 +145,12 @@ class Operator:
             if settings.isolate_nodes
             else "isolation off (--no-isolation): pods of failed checks are issued again elsewhere, no node tainted",
         )
+        if settings.fault_injection:
+            log.warning(
+                "fault injection on (--fault-injection, a test aid): every pod's checks read the items that the "
+                "ConfigMap %s of its namespace lists for its node as faulty",
+                manifests.FAULT_INJECT_CONFIG_MAP,
+            )
         self.leader.start()
         for number in range(self.options.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)

@@ -38,6 +38,7 @@ from trainguard.controller.backend import (
     Action,
     ActionError,
     EmitEvent,
+    EventType,
     IsolateNode,
     LaunchPod,
     NotYet,
@@ -325,7 +326,27 @@ class OperatorVerbs:
         the one the API server bound the pod to, which the controller read from the pod, never the pod's
         own word."""
         by = f"{self.namespace}/{self.name}/{action.pod}: {action.reason}"
-        isolation.isolate(self.kube, action.node, by, action.reason, self.now(), action.key)
+        try:
+            isolation.isolate(self.kube, action.node, by, action.reason, self.now(), action.key)
+        except ApiError as error:
+            if error.status == 403:
+                # Said on the job too, where its owner looks; the action is still recorded as failed.
+                message = (
+                    f"node {action.node} could not be isolated: the API server refused ({error.message}); the "
+                    "operator's ClusterRole needs patch on nodes (the chart's has it). Its pods avoid the node "
+                    "all the same; other jobs' do not"
+                )
+                self.emit_event(
+                    EmitEvent(
+                        f"{action.key}/refused",
+                        EventType.WARNING,
+                        "NodeNotIsolated",
+                        message,
+                        self.now(),
+                        action.pod,
+                    )
+                )
+            raise
 
     def emit_event(self, action: EmitEvent) -> None:
         job = self.job

@@ -8,7 +8,9 @@
 - ``hang POD``: SIGSTOP the training processes (not the agent, which then detects the hang);
 - ``hardware-fault NODE [--item ITEM]``: the fault tolerance checks of the pods on the node read ITEM (default
   gpu.ecc) as faulty: a new pod's pre-check fails there, a running pod's periodic check ends it (a test aid:
-  nothing is broken, the checks are told so); ``hardware-repair NODE`` undoes it.
+  nothing is broken, the checks are told so); ``hardware-repair NODE`` undoes it. With ``--kubeconfig FILE
+  [-n NS]``, on a Kubernetes cluster whose operator runs with ``--fault-injection``: the ConfigMap
+  ``trainguard-fault-injection`` of namespace NS (default ``default``) says so to its pods.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 from typing import Any
 
 from trainguard.cli.errors import CliError
+from trainguard.cli.verbs import _kube
 from trainguard.cli.verbs._local import call
 from trainguard.pod.checks import ITEMS
 
@@ -49,10 +52,28 @@ def register(subparsers: Any) -> None:
             sub.add_argument(
                 "--item", metavar="ITEM", help=f"the check item (default gpu.ecc): {', '.join(ITEMS)}"
             )
+        if name.startswith("hardware-"):
+            sub.add_argument(
+                "--kubeconfig",
+                metavar="FILE",
+                help="on a Kubernetes cluster (its operator runs with --fault-injection) instead of locally",
+            )
+            sub.add_argument(
+                "-n",
+                "--namespace",
+                default="default",
+                help="with --kubeconfig: the pods' namespace (default)",
+            )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "kubeconfig", None):
+        if args.action == "hardware-fault":
+            print(_kube.hardware_fault(args.kubeconfig, args.namespace, args.node, args.item))
+        else:
+            print(_kube.hardware_repair(args.kubeconfig, args.namespace, args.node))
+        return 0
     target = getattr(args, "pod", None) or args.node
     message = call(
         "chaos",

@@ -1,7 +1,9 @@
 """``trainguard node list`` and ``trainguard node release NODE``: the local runtime's virtual nodes, and those
 a fault tolerance check isolated (no pod of any job is placed there until one is released).
 
-``trainguard get nodes`` shows the same table as ``node list``.
+``trainguard get nodes`` shows the same table as ``node list``. With ``--kubeconfig FILE``, the Kubernetes
+cluster's nodes instead: ``list`` those a fault tolerance check isolated (taint ``trainguard.io/isolated``),
+``release`` one (its taint, label and annotation removed).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainguard.cli.verbs import _kube
 from trainguard.cli.verbs._local import OUTPUTS, call, dump
 
 
@@ -20,10 +23,22 @@ def register(subparsers: Any) -> None:
     listing.add_argument("-o", "--output", choices=OUTPUTS, help="json or yaml")
     release = actions.add_parser("release", help="release an isolated node: pods may be placed there again")
     release.add_argument("node", metavar="NODE", help="e.g. node-1 (see 'trainguard node list')")
+    for sub in (listing, release):
+        sub.add_argument(
+            "--kubeconfig",
+            metavar="FILE",
+            help="a Kubernetes cluster's nodes instead of the local runtime's (list: the isolated ones)",
+        )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:
+        if args.action == "release":
+            print(_kube.node_release(args.kubeconfig, args.node))
+        else:
+            print(_kube.node_list(args.kubeconfig, getattr(args, "output", None)))
+        return 0
     if args.action == "release":
         print(call("node-release", node=args.node))
         return 0

@@ -122,6 +122,13 @@ def register(subparsers: Any) -> None:
         help="never isolate a node because of a job's fault tolerance check (its pods are still issued again "
         "elsewhere); by default the node a failing pod was bound to is tainted, within the check's bounds",
     )
+    parser.add_argument(
+        "--fault-injection",
+        action="store_true",
+        help="a test aid, never for production: every pod mounts the ConfigMap trainguard-fault-injection of "
+        "its namespace (if it exists), whose key NODE lists the check items that read as faulty on that node "
+        "(trainguard chaos hardware-fault NODE --kubeconfig FILE)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every reconcile")
     parser.set_defaults(func=run)
 
@@ -169,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             release_survivors=args.release_survivors,
             reissue_priority_class=args.reissue_priority_class,
             isolate_nodes=args.isolate_nodes,
+            fault_injection=args.fault_injection,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",

@@ -1,0 +1,169 @@
+"""The fault tolerance check on real nodes, with the operator installed by the chart and its fault-injection aid
+on (``faultInjection=true``, a test aid): ``gpu.ecc`` injected on one node before a job of 2 pods starts, the
+agent's pre-check in the pod there fails (its command never runs), the node is tainted and labelled, a Node
+Event names the job and the pod, the pod runs again on the other node and the job succeeds;
+``trainguard node release`` lifts the taint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.k8s.operator_harness import TRAINGUARD
+from tests.realk8s.real import CHART, NAMESPACE, RealCluster, helm, wait_for
+from trainguard.backends.k8s import isolation, manifests
+
+pytestmark = pytest.mark.timeout(900)
+
+JOB = "check-isolate"
+DONE = "trained on a healthy node"
+
+
+def _job() -> dict[str, Any]:
+    spread = {
+        "weight": 100,
+        "podAffinityTerm": {
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"trainguard.io/job": JOB}},
+        },
+    }
+    return {
+        "apiVersion": "trainguard.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": JOB, "namespace": "default"},
+        "spec": {
+            "frameworkType": "generic",
+            "faultCheck": {"enabled": True},
+            "replicaSpecs": {
+                "worker": {
+                    "replicas": 2,
+                    "restartPolicy": "OnFailure",
+                    "restartLimit": 2,
+                    "template": {
+                        "spec": {
+                            # One pod a node where both fit (the first placement meets the faulty node); after
+                            # the isolation both run on the other.
+                            "affinity": {
+                                "podAntiAffinity": {
+                                    "preferredDuringSchedulingIgnoredDuringExecution": [spread]
+                                }
+                            },
+                            "terminationGracePeriodSeconds": 5,
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "python:3.11-slim",
+                                    "command": [
+                                        "python3",
+                                        "-c",
+                                        f"import time; time.sleep(10); print({DONE!r})",
+                                    ],
+                                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                                }
+                            ],
+                        }
+                    },
+                }
+            },
+        },
+    }
+
+
+@pytest.fixture
+def injecting(operator: RealCluster) -> Iterator[RealCluster]:
+    """The operator with its fault-injection aid on (a chart value), and off again afterwards with nothing
+    left injected or isolated."""
+    helm(operator, "upgrade", "trainguard", str(CHART), "-n", NAMESPACE, "--reuse-values",
+         "--set", "faultInjection=true", "--wait", "--timeout", "300s")  # fmt: skip
+    try:
+        yield operator
+    finally:
+        operator.kubectl("delete", "trainingjob", JOB, "--ignore-not-found", "--wait=true", timeout=120)
+        operator.kubectl("delete", "configmap", manifests.FAULT_INJECT_CONFIG_MAP, "--ignore-not-found")
+        for node in operator.real_nodes():
+            trainguard(operator, "node", "release", node)
+        helm(operator, "upgrade", "trainguard", str(CHART), "-n", NAMESPACE, "--reuse-values",
+             "--set", "faultInjection=false", "--wait", "--timeout", "300s")  # fmt: skip
+
+
+def trainguard(cluster: RealCluster, *args: str) -> str:
+    done = subprocess.run(
+        [str(TRAINGUARD), *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _explain(cluster: RealCluster) -> str:
+    status = cluster.json("get", "trainingjob", JOB).get("status") or {}
+    pods = cluster.replica_pods(JOB)
+    lines = [f"job {JOB}: {status.get('phase')}, history {status.get('history', [])[-6:]}"]
+    for pod in pods:
+        state = [c.get("state") for c in pod["status"].get("containerStatuses") or []]
+        lines.append(
+            f"{pod['metadata']['name']} on {pod['spec'].get('nodeName')}: {pod['status'].get('phase')} {state}"
+        )
+    return "\n".join(lines)
+
+
+def test_a_node_whose_pre_check_fails_is_tainted_the_job_runs_on_the_other_and_succeeds(
+    injecting: RealCluster,
+) -> None:
+    cluster = injecting
+    bad, good = cluster.real_nodes()
+    said = trainguard(cluster, "chaos", "hardware-fault", bad, "--item", "gpu.ecc", "-n", "default")
+    assert bad in said
+    cluster.apply(_job())
+
+    def isolated() -> dict[str, Any] | None:
+        node = cluster.json("get", "node", bad)
+        return node if isolation.is_isolated(node) else None
+
+    node = wait_for(f"node {bad} isolated", isolated, 300, every=2, explain=lambda: _explain(cluster))
+    assert node["metadata"]["labels"][isolation.KEY] == "true"
+    by = node["metadata"]["annotations"][isolation.BY]
+    assert by.startswith(f"default/{JOB}/{JOB}-worker-")
+    assert "gpu.ecc" in by
+    events = cluster.json("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={bad}")[
+        "items"
+    ]
+    (event,) = [e for e in events if e["reason"] == "NodeIsolated"]
+    assert JOB in event["message"]
+    assert f"{JOB}-worker-" in event["message"]
+    assert bad in trainguard(cluster, "node", "list")
+
+    status = wait_for(
+        f"job {JOB} to succeed",
+        lambda: (lambda st: st if st.get("phase") in ("Succeeded", "Failed") else None)(
+            cluster.json("get", "trainingjob", JOB).get("status") or {}
+        ),
+        420,
+        every=2,
+        explain=lambda: _explain(cluster),
+    )
+    assert status["phase"] == "Succeeded", _explain(cluster)
+    pods = cluster.replica_pods(JOB)
+    assert {p["spec"]["nodeName"] for p in pods} == {good}, _explain(cluster)
+    for pod in pods:
+        assert DONE in cluster.logs(pod["metadata"]["name"]), _explain(cluster)
+    checked = status["faultCheck"]
+    assert checked["isolated"] == [bad]
+    assert checked["reissues"] >= 1
+    (entry,) = [e for e in status["history"] if e.get("kind") == "isolate"]
+    assert entry["node"] == bad
+    assert entry["check"]["phase"] == "pre"
+    assert entry["check"]["failed"][0]["name"] == "gpu.ecc"
+
+    said = trainguard(cluster, "node", "release", bad)
+    assert "released" in said
+    node = cluster.json("get", "node", bad)
+    assert not isolation.is_isolated(node)
+    assert isolation.KEY not in (node["metadata"].get("labels") or {})
