@@ -36,7 +36,18 @@ SUMMARY = {
     "liveRounds": [{"at": 6.0, "round": 2, "worldSize": 2, "step": 9, "origin": "live", "rank": 0}],
     "liveRoundsFrom": 0,
     "liveUnused": False,
-}
+    # The fault tolerance check's: the latest check and the latest that failed, and each rank's work per step.
+    "checks": 2,
+    "lastCheck": {
+        "phase": "periodic", "at": 7.0, "seconds": 0.01, "verdict": "hardware",
+        "items": [{"name": "gpu.ecc", "verdict": "hardware", "value": 2.0, "threshold": 0.0}],
+    },
+    "failedCheck": {
+        "phase": "periodic", "at": 7.0, "seconds": 0.01, "verdict": "hardware",
+        "items": [{"name": "gpu.ecc", "verdict": "hardware", "value": 2.0, "threshold": 0.0}],
+    },
+    "ranks": [{"rank": 0, "steps": 20, "busySeconds": 0.1, "stepSeconds": 0.2}],
+}  # fmt: skip
 
 
 def _pod(name: str, ours: bool) -> dict[str, object]:

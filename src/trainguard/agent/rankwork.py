@@ -29,6 +29,8 @@ class Measured:
     #: Steps in the window.
     steps: int
     busy_seconds: float
+    #: Wall seconds per step over the window.
+    step_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ class RankWork:
                 if steps <= 0 or samples <= 0 or last.at <= first.at:
                     continue
                 share = (last.busy - first.busy) / samples
-                out.append(Measured(rank, steps, round(share * (last.at - first.at) / steps, 6)))
+                step = (last.at - first.at) / steps
+                out.append(Measured(rank, steps, round(share * step, 6), round(step, 6)))
         return out
 
     def _run(self) -> None:

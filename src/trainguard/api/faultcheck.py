@@ -31,6 +31,8 @@ class StragglerPolicy(BaseModel):
     enabled: bool = True
     factor: float = Field(default=1.5, gt=1, le=100)
     steps: int = Field(default=20, ge=1, le=100000)
+    #: ... and its extra work costs at least this share of a step's wall time (the job waits that long).
+    min_share: float = Field(default=0.1, ge=0, le=1)
     #: ``Event``: a Warning Event, the history and the page say so. ``Replace``: treated as a fault of its
     #: node (the pod issued again elsewhere, the node isolated, within the check's bounds).
     action: Literal["Event", "Replace"] = "Event"

@@ -116,6 +116,8 @@ class RankWork:
     #: Over how many of its latest steps.
     steps: int
     busy_seconds: float
+    #: The step's wall time (every rank's, in synchronous training).
+    step_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,9 @@ class AgentReport:
             live_unused=seen.live_unused,
             last_check=seen.last_check,
             failed_check=seen.failed_check,
-            ranks=tuple(RankWork(item.rank, item.steps, item.busy_seconds) for item in seen.ranks),
+            ranks=tuple(
+                RankWork(item.rank, item.steps, item.busy_seconds, item.step_seconds) for item in seen.ranks
+            ),
         )
 
 

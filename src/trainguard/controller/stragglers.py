@@ -34,7 +34,10 @@ def record_stragglers(cycle: Cycle) -> None:
         if slot is None or slot.generation != pod.generation:
             continue
         generation[pod.name] = pod.generation
-        timings += [RankTiming(pod.name, work.rank, work.steps, work.busy_seconds) for work in agent.ranks]
+        timings += [
+            RankTiming(pod.name, work.rank, work.steps, work.busy_seconds, work.step_seconds)
+            for work in agent.ranks
+        ]
     found = find_stragglers(timings, policy)
     if not found:
         return

@@ -22,7 +22,7 @@ The summary is a JSON object:
 - ``checks``: fault tolerance checks the agent ran (``trainguard.pod.checks``); ``lastCheck``, the latest, and
   ``failedCheck``, the latest whose verdict was hardware or environment (``CheckResult.as_dict``).
 - ``ranks``: each rank's own work per step, as the agent last measured it (``rank``, ``steps``,
-  ``busySeconds``; ``trainguard.agent.rankwork``), for finding stragglers.
+  ``busySeconds``, ``stepSeconds``: the step's wall time; ``trainguard.agent.rankwork``), for finding stragglers.
 - Kept for the local runtime, never sent (the operator has them from the pod itself, and progress would be
   a POST a second): ``startedAt`` (the first start, wall clock), ``pid`` (the command's latest process),
   ``lastProgressAt``, and once the agent ended (``exited``): ``exitCode``, ``signal`` (its number) and
@@ -106,6 +106,7 @@ class RankEntry:
     rank: int
     steps: int
     busy_seconds: float
+    step_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ def read(summary: Mapping[str, Any]) -> Summary:
         last_check=_check(summary.get("lastCheck")),
         failed_check=_check(summary.get("failedCheck")),
         ranks=tuple(
-            RankEntry(item["rank"], item["steps"], item["busySeconds"]) for item in summary.get("ranks") or ()
+            RankEntry(item["rank"], item["steps"], item["busySeconds"], item.get("stepSeconds", 0.0))
+            for item in summary.get("ranks") or ()
         ),
         started_at=summary.get("startedAt"),
         pid=summary.get("pid"),
@@ -345,7 +347,8 @@ def _ranks(value: object) -> list[dict[str, Any]]:
             _number(item.get("busySeconds")),
         )
         if rank is not None and steps is not None and busy is not None and busy >= 0:
-            out.append({"rank": rank, "steps": steps, "busySeconds": busy})
+            step = _number(item.get("stepSeconds"))
+            out.append({"rank": rank, "steps": steps, "busySeconds": busy, "stepSeconds": step or 0.0})
     return out[:RANKS_KEPT]
 
 

@@ -4,7 +4,8 @@ In synchronous training every rank takes the same wall time per step (the fast o
 each collective), so a rank's own work per step is what tells them apart: the share of the step it spends
 working rather than waiting, times the step's time (the agent measures it: ``trainguard.pod.summary``'s
 ``ranks``). A rank whose work per step is at least ``factor`` times the median of the others', measured over
-at least ``steps`` steps, is a straggler; the finding carries its figures.
+at least ``steps`` steps, and whose extra work costs at least ``minShare`` of a step's time, is a straggler; the
+finding carries its figures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class RankTiming:
     steps: int
     #: Seconds of the rank's own work per step (not waiting for its peers).
     busy_seconds: float
+    #: The step's wall time (0: not measured).
+    step_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ def find_stragglers(timings: Sequence[RankTiming], policy: StragglerPolicy) -> l
     found: list[Straggler] = []
     for timing in measured:
         others = median(t.busy_seconds for t in measured if t is not timing)
-        if others > 0 and timing.busy_seconds >= policy.factor * others:
+        # What it costs the job: a rank a little busier than idle peers (rank 0's logging) is no straggler.
+        costly = timing.busy_seconds - others >= policy.min_share * timing.step_seconds
+        if others > 0 and timing.busy_seconds >= policy.factor * others and costly:
             found.append(
                 Straggler(
                     timing.pod,

@@ -56,8 +56,12 @@ def test_without_a_gpu_the_gpu_items_are_skipped_and_the_check_passes() -> None:
 @pytest.mark.parametrize(
     ("readings", "item", "verdict"),
     [
-        (Recorded(compute=0.3), "gpu.compute", HARDWARE),  # under half the card model's throughput
-        (Recorded(compute=0.8), "gpu.compute", OK),
+        (
+            Recorded(recorded_gpus=HEALTHY, compute=0.3),
+            "gpu.compute",
+            HARDWARE,
+        ),  # under half the card model's throughput
+        (Recorded(recorded_gpus=HEALTHY, compute=0.8), "gpu.compute", OK),
         (Recorded(free={"/data": 1 << 20}), "host.disk", ENVIRONMENT),  # 1 MiB of the 2 MiB needed
         (Recorded(free={"/data": 4 << 20}), "host.disk", OK),
         (Recorded(writes={"/data": 9.0}), "host.write", ENVIRONMENT),  # a hung mount
@@ -73,7 +77,7 @@ def test_host_and_network_items_judged_against_their_thresholds(
 
 
 def test_a_threshold_set_by_the_job_is_the_one_judged_against() -> None:
-    readings = Recorded(compute=0.6)
+    readings = Recorded(recorded_gpus=HEALTHY, compute=0.6)
     assert _verdicts(readings, Settings(gpus=1))["gpu.compute"][0] == OK
     assert (
         _verdicts(readings, Settings(gpus=1, thresholds={"gpu.compute": 0.7}))["gpu.compute"][0] == HARDWARE

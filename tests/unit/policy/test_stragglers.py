@@ -53,3 +53,12 @@ def test_a_straggler_always_works_factor_times_the_median_of_the_others(
         assert (timing.rank in found) == (timing.busy_seconds >= factor * median)
     # Never every rank at once: the fastest rank is never slower than the others' median.
     assert len(found) < len(timings)
+
+
+def test_a_rank_a_little_busier_than_idle_peers_is_no_straggler() -> None:
+    """Rank 0 logs a millisecond more per 0.1 s step than peers that mostly wait: 3 times their work, but
+    1 % of the step, under minShare (10 %): the job loses nothing to it."""
+    timings = [RankTiming(f"pod-{r}", r, 10, busy, 0.1) for r, busy in enumerate((0.0015, 0.0005, 0.0005))]
+    assert find_stragglers(timings, POLICY) == []
+    slow = [RankTiming(f"pod-{r}", r, 10, busy, 0.1) for r, busy in enumerate((0.0005, 0.03, 0.0005))]
+    assert [s.rank for s in find_stragglers(slow, POLICY)] == [1]

@@ -49,12 +49,18 @@ class _Shared:
 
 def _gpu_count(readings: Readings, settings: Settings, shared: _Shared) -> tuple[float | None, str]:
     if settings.gpus <= 0:
-        return None, "the pod asked for no GPU"
+        return None, NO_GPU
     return float(shared.gpus().count), f"the pod asked for {settings.gpus}"
+
+
+#: A pod that asked for no GPU is given none (its node's GPUs are other pods'): its GPU items are skipped.
+NO_GPU = "the pod asked for no GPU"
 
 
 def _per_device(field: str) -> Reader:
     def read(readings: Readings, settings: Settings, shared: _Shared) -> tuple[float | None, str]:
+        if settings.gpus <= 0:
+            return None, NO_GPU
         gpus = shared.gpus()
         values = getattr(gpus, field)
         bad = [index for index, value in enumerate(values) if value]
@@ -65,6 +71,9 @@ def _per_device(field: str) -> Reader:
 
 
 def _gpu_compute(readings: Readings, settings: Settings, shared: _Shared) -> tuple[float | None, str]:
+    if settings.gpus <= 0:
+        return None, NO_GPU
+    shared.gpus()  # no NVML, no GPU: nothing to import torch for
     return readings.gpu_compute_share(), "matmul throughput over the card model's"
 
 

@@ -39,5 +39,13 @@ class RankWorkWatcher:
                 contract.REPORT_RANKS,
                 pid=tick.pid,
                 attempt=tick.attempt,
-                ranks=[{"rank": m.rank, "steps": m.steps, "busySeconds": m.busy_seconds} for m in measured],
+                ranks=[
+                    {
+                        "rank": m.rank,
+                        "steps": m.steps,
+                        "busySeconds": m.busy_seconds,
+                        "stepSeconds": m.step_seconds,
+                    }
+                    for m in measured
+                ],
             )

@@ -10,9 +10,10 @@ against. docs/simulator.md explains the model.
 
 from trainguard.backends.sim.clock import VirtualClock
 from trainguard.backends.sim.cluster import SimCluster
-from trainguard.backends.sim.engine import Engine, Timing
+from trainguard.backends.sim.engine import Engine
 from trainguard.backends.sim.failures import Failure, FailureKind, TraceError, read_trace
 from trainguard.backends.sim.run import RunResult, SimConfig, simulate
+from trainguard.backends.sim.timing import Timing
 
 __all__ = [
     "Engine",

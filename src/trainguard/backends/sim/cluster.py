@@ -24,7 +24,7 @@ as things change, so observing a job of thousands of pods costs next to nothing.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -54,6 +54,7 @@ from trainguard.controller import (
     WriteStatus,
 )
 from trainguard.controller.apply import apply_actions, in_order
+from trainguard.pod.checks import CheckResult
 
 #: Action keys remembered for idempotency (the controller itself keeps far fewer).
 MAX_KEYS = 200_000
@@ -96,6 +97,8 @@ class SimCluster:
     _unhealthy: set[str] = field(default_factory=set)
     _pods_view: tuple[ObservedPod, ...] | None = None
     _nodes_view: tuple[ObservedNode, ...] | None = None
+    #: Called as each pod starts running (the simulated agent's pre-check).
+    on_start: Callable[[SimPod], None] | None = None
 
     def __post_init__(self) -> None:
         for node in self.nodes.values():
@@ -206,6 +209,8 @@ class SimCluster:
             if self.pods.get(pod.name) is pod and pod.phase is ObservedPhase.PENDING:
                 pod.phase, pod.started_at = ObservedPhase.RUNNING, self.now
                 self._show(pod)
+                if self.on_start is not None:
+                    self.on_start(pod)
 
     def _retry_unplaced(self) -> None:
         if self._unplaced:
@@ -254,9 +259,11 @@ class SimCluster:
 
     # ---- what happens to pods and nodes (faults, requests) --------------------------------------------
 
-    def exit(self, pod: str, code: int, reason: str | None = None) -> None:
-        """The pod's container ends with ``code`` (0: it succeeded)."""
+    def exit(self, pod: str, code: int, reason: str | None = None, check: CheckResult | None = None) -> None:
+        """The pod's container ends with ``code`` (0: it succeeded); ``check``: the agent's failed check."""
         target = self.pods[pod]
+        if check is not None:
+            target.agent = replace(target.agent or AgentReport(), last_check=check, failed_check=check)
         target.phase = ObservedPhase.SUCCEEDED if code == 0 else ObservedPhase.FAILED
         target.exit_code, target.reason = code, reason
         self._show(target)

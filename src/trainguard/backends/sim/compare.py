@@ -15,8 +15,10 @@ from dataclasses import dataclass, replace
 from trainguard.api import TrainingJob
 from trainguard.backends.sim.jobs import (
     DEFAULT_HANG_TIMEOUT,
+    ISOLATION_LIMITS,
     default_job,
     elastic,
+    with_fault_check,
     with_hang_detection,
     with_scope,
 )
@@ -82,4 +84,20 @@ def compare(
         if progress is not None:
             progress(label)
         rows.append(Row(label, simulate(variant, settings)))
+    return rows
+
+
+def compare_isolation(
+    job: TrainingJob | None, config: SimConfig, progress: Callable[[str], None] | None = None
+) -> list[Row]:
+    """The same job on the same faults and bad nodes (``config.bad_nodes``), with the fault tolerance check
+    on (bad nodes found and isolated, bounded only by ``faultCheck.maxIsolatedShare``) and off."""
+    base = job if job is not None else TrainingJob.model_validate(default_job(config.nodes))
+    rows: list[Row] = []
+    for label, on in (("fault check on (isolation)", True), ("fault check off", False)):
+        if progress is not None:
+            progress(label)
+        rows.append(
+            Row(label, simulate(with_fault_check(base, on, dict(ISOLATION_LIMITS) if on else None), config))
+        )
     return rows

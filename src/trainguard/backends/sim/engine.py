@@ -29,6 +29,7 @@ from trainguard.backends.sim.accounting import Cause, Segment
 from trainguard.backends.sim.cluster import SimCluster
 from trainguard.backends.sim.failures import FailureKind
 from trainguard.backends.sim.pods import SimPod
+from trainguard.backends.sim.timing import ABORT_EXIT_CODE, Timing
 from trainguard.controller import (
     HistoryEntry,
     JobPhase,
@@ -43,36 +44,9 @@ from trainguard.controller import (
 )
 from trainguard.controller.phases import ALIVE_PHASES, PodPhase
 from trainguard.controller.retries import Retries
+from trainguard.pod.checks import EXIT_CHECK_FAILED, REASON_HARDWARE, CheckResult
 
 log = logging.getLogger(__name__)
-
-#: What a process killed by the NCCL/c10d watchdog (SIGABRT) exits with.
-ABORT_EXIT_CODE = 134
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Costs and delays, in seconds."""
-
-    #: δ: writing one checkpoint.
-    checkpoint_cost: float
-    #: R: from every pod running again to training again (rendezvous, loading the checkpoint).
-    restart_cost: float
-    #: A lost node is seen NotReady after this long (Kubernetes' node-monitor-grace-period).
-    node_detect: float = 40.0
-    #: A process exit is seen after this long.
-    crash_detect: float = 1.0
-    #: Without hang detection, a stuck collective ends when the watchdog aborts it (PyTorch's NCCL default).
-    collective_timeout: float = 600.0
-    #: An evicted pod has this long to stop; the job saves on SIGTERM when its checkpoint fits in it.
-    grace: float = 30.0
-    #: A lost node comes back after this long.
-    repair: float = 24 * 3600.0
-    #: A node whose pod was evicted (drained for maintenance, or taken by a preemptor) is back after this.
-    maintenance: float = 2 * 3600.0
-    crash_exit_code: int = ABORT_EXIT_CODE
-    #: Changes that need no decision are handed to the controller at most this often.
-    batch: float = 1.0
 
 
 @dataclass
@@ -242,9 +216,7 @@ class Engine:
         self._take_status()
 
     def _take_status(self) -> None:
-        if (
-            self.status.pods != self._pods
-        ):  # the slots are frozen: equal ones (most often the same) tell the same
+        if self.status.pods != self._pods:  # frozen slots: equal ones (most often the same) tell the same
             self._take_pods(self.status.pods)
         for entry in self.status.history:
             if entry.seq > self._history_seq:
@@ -393,6 +365,23 @@ class Engine:
             self._later(delay, lambda: self._seen(pod.name, generation, record, "abort"))
         else:
             self._later(self.timing.crash_detect, lambda: self._seen(pod.name, generation, record, "crash"))
+
+    def check_fault(self, node: str, kind: FailureKind, found: CheckResult, delay: float) -> None:
+        """The hardware of ``node`` fails the job's pod there now (stopping the job at once); the agent's check
+        ``found`` it ``delay`` seconds later, and the pod ends with ``HardwareFault`` (docs/simulator.md)."""
+        pod = self.cluster.pod_on(node)
+        if pod is None or pod.phase is not ObservedPhase.RUNNING or pod.name in self._broken:
+            return
+        record = FaultRecord(self.now, kind, node, pod.name)
+        self.faults.append(record)
+        self._break(pod)
+        self._later(delay, lambda: self._checked(pod, record, found))
+
+    def _checked(self, pod: SimPod, record: FaultRecord, found: CheckResult) -> None:
+        if self.cluster.pods.get(pod.name) is not pod or pod.phase is not ObservedPhase.RUNNING:
+            return  # replaced or ended meanwhile
+        self.cluster.exit(pod.name, EXIT_CHECK_FAILED, REASON_HARDWARE, check=found)
+        self._detected(record)
 
     def _evict(self, pod: SimPod, record: FaultRecord) -> None:
         """SIGTERM, then the grace period: the job saves on the way out when its checkpoint fits in it."""

@@ -120,3 +120,18 @@ def with_hang_detection(job: TrainingJob, timeout: float | None) -> TrainingJob:
 def _worker_entry(job: TrainingJob) -> tuple[JobData, JobData]:
     data = copy.deepcopy(job.to_dict())
     return data, data["spec"]["replicaSpecs"][worker_role(job)]
+
+
+#: The check's limits in the isolation comparison: bound only by the cluster's share (the job's own limits,
+#: 3 isolations and 8 pods issued again by default, are for one job on a shared cluster, not a days-long run
+#: on a cluster with 1 % bad nodes).
+ISOLATION_LIMITS = {"maxIsolations": 1000, "maxReissues": 128, "reissueTimeoutSeconds": 7 * 86400}
+
+
+def with_fault_check(job: TrainingJob, on: bool, limits: dict[str, float] | None = None) -> TrainingJob:
+    """The fault tolerance check on (with ``limits``: faultCheck fields) or off (``faultCheck.enabled``)."""
+    data = copy.deepcopy(job.to_dict())
+    data["metadata"].get("annotations", {}).pop("trainguard.io/fault-check", None)
+    check = dict(data["spec"].get("faultCheck") or {})
+    data["spec"]["faultCheck"] = {**check, **(limits or {}), "enabled": on}
+    return TrainingJob.model_validate(data)

@@ -44,6 +44,19 @@ def summary(result: RunResult) -> dict[str, Any]:
         "useful_hours": round(ledger.useful / HOUR, 2),
         "wall_hours": round(ledger.wall / HOUR, 2),
         "reconciles": result.reconciles,
+        **_bad_nodes(result),
+    }
+
+
+def _bad_nodes(result: RunResult) -> dict[str, Any]:
+    """Where there are bad nodes: how many, how many were isolated, their faults and the pods issued again."""
+    if not result.bad_nodes:
+        return {}
+    return {
+        "bad_nodes": len(result.bad_nodes),
+        "isolated_nodes": len(result.isolated),
+        "bad_node_faults": dict(sorted(result.bad_faults.items())),
+        "reissues": result.reissues,
     }
 
 
@@ -112,6 +125,12 @@ def text(result: RunResult, rows: Sequence[Row] = (), plots: Sequence[str] = ())
         f"restarts by scope: Pod {restarts['Pod']}, Replica {restarts['Replica']}, All {restarts['All']}; "
         f"in place {restarts['InPlace']}; shrinks {restarts['shrink']}, grows {restarts['grow']}"
     )
+    if result.bad_nodes:
+        found = ", ".join(f"{how} {count}" for how, count in sorted(result.bad_faults.items())) or "none"
+        lines.append(
+            f"bad nodes {len(result.bad_nodes)} (failing every {config.bad_nodes.mtbf_hours:g} h): "
+            f"isolated {len(result.isolated)}; their faults {found}; pods issued again {result.reissues}"
+        )
     best, best_goodput = result.best_interval()
     lines.append(
         f"best interval on these faults: {fitted_best_interval(result):.0f} s (fitted; highest point "
@@ -147,5 +166,7 @@ def table(rows: Sequence[Row]) -> list[str]:
         shares = " ".join(f"{ledger.lost[cause] / ledger.wall:8.2%}" for cause, _ in _COLUMNS)
         r = row.result.restarts()
         moves = f"Pod {r['Pod']} All {r['All']} in-place {r['InPlace']} shrink {r['shrink']}"
+        if row.result.bad_nodes:
+            moves += f" isolated {len(row.result.isolated)}/{len(row.result.bad_nodes)} bad"
         lines.append(f"{row.policy:<{width}}  {ledger.goodput:7.2%} {shares}  {moves}")
     return lines

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 
 from trainguard.api import TrainingJob
 from trainguard.backends.sim.accounting import Cause, Ledger, Segment, goodput_curve, ledger, log_grid
+from trainguard.backends.sim.badnodes import BadNodes, BadNodeSettings, install
 from trainguard.backends.sim.clock import VirtualClock
 from trainguard.backends.sim.cluster import SimCluster
-from trainguard.backends.sim.engine import ABORT_EXIT_CODE, Engine, FaultRecord, Timing
+from trainguard.backends.sim.engine import Engine, FaultRecord
 from trainguard.backends.sim.failures import DEFAULT_MIX, Failure, FailureKind, drawn
 from trainguard.backends.sim.jobs import default_job, sized, worker_role
 from trainguard.backends.sim.pods import CPU_POOL, GPU_POOL
 from trainguard.backends.sim.theory import goodput_at_optimum, job_mtbf, renewal_goodput, young_daly_interval
+from trainguard.backends.sim.timing import ABORT_EXIT_CODE, Timing
 from trainguard.controller import HistoryEntry, JobPhase
 
 DAY = 86400.0
@@ -60,6 +62,8 @@ class SimConfig:
     crash_exit_code: int = ABORT_EXIT_CODE
     #: Pods created per second (None: no limit).
     launch_rate: float | None = 100.0
+    #: Bad nodes (their share, failures, what a pre-check finds): ``badnodes``; none by default.
+    bad_nodes: BadNodeSettings = field(default_factory=BadNodeSettings)
 
     def __post_init__(self) -> None:
         checks = {
@@ -132,6 +136,12 @@ class RunResult:
     reconciles: int
     phase: JobPhase
     ended_at: float | None
+    #: The bad nodes, the nodes isolated at the end, the bad nodes' failures that hit the job (by how they
+    #: were found: ``pre``, ``periodic``, ``post``, or ``plain`` with the check off) and pods issued again.
+    bad_nodes: tuple[str, ...] = ()
+    isolated: tuple[str, ...] = ()
+    bad_faults: Mapping[str, int] = field(default_factory=dict)
+    reissues: int = 0
 
     @property
     def interval(self) -> float:
@@ -211,6 +221,7 @@ def simulate(job: TrainingJob | None, config: SimConfig) -> RunResult:
     engine = Engine(base, cluster, config.timing(), role)
     gpu_nodes = [node.name for node in cluster.nodes.values() if node.pool == GPU_POOL]
     _feed(engine, clock, gpu_nodes, _failures(config, len(gpu_nodes)))
+    bad: BadNodes | None = install(engine, gpu_nodes, config.bad_nodes, config.seed, config.horizon)
     with _collector_paused():
         engine.start()
         engine.run_until(config.horizon)
@@ -228,6 +239,10 @@ def simulate(job: TrainingJob | None, config: SimConfig) -> RunResult:
         reconciles=engine.reconciles,
         phase=engine.status.phase,
         ended_at=engine.ended_at,
+        bad_nodes=bad.nodes if bad is not None else (),
+        isolated=tuple(sorted(cluster.isolated)),
+        bad_faults=dict(bad.counts) if bad is not None else {},
+        reissues=engine.status.fault_check.reissues if engine.status.fault_check is not None else 0,
     )
 
 

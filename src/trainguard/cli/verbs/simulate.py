@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from trainguard.api import TrainingJob
 from trainguard.api.model import MAX_REPLICAS, REPLICAS_LIMIT
 from trainguard.backends.sim import plots
-from trainguard.backends.sim.compare import MemoryCheckpoints, compare
+from trainguard.backends.sim.badnodes import BadNodeSettings
+from trainguard.backends.sim.compare import MemoryCheckpoints, compare, compare_isolation
 from trainguard.backends.sim.failures import DEFAULT_MIX, FailureKind, TraceError, parse_mix, read_trace
 from trainguard.backends.sim.report import report, text
 from trainguard.backends.sim.run import SimConfig, simulate
@@ -82,6 +83,33 @@ def register(subparsers: Any) -> None:
     )
     faults.add_argument("--seed", type=int, default=0, help="seed of the drawn failures (0)")
     faults.add_argument("--days", type=_positive, default=7.0, metavar="X", help="simulated days (7)")
+    bad = parser.add_argument_group("bad nodes and the fault tolerance check")
+    bad.add_argument(
+        "--bad-node-share",
+        type=_share,
+        default=0.0,
+        metavar="S",
+        help="share of the GPU nodes whose hardware is faulty, e.g. 0.01 (0: none)",
+    )
+    bad.add_argument(
+        "--bad-mtbf-hours",
+        type=_positive,
+        default=3.0,
+        metavar="H",
+        help="mean hours between failures of a bad node while a pod runs on it (3)",
+    )
+    bad.add_argument(
+        "--bad-precheck-finds",
+        type=_share,
+        default=1.0,
+        metavar="F",
+        help="share of the bad nodes a pre-check finds; the rest are found when they fail (1)",
+    )
+    bad.add_argument(
+        "--compare-isolation",
+        action="store_true",
+        help="also run the job with the fault tolerance check on (bad nodes isolated) and off, same faults",
+    )
     costs = parser.add_argument_group("costs and delays, in seconds")
     costs.add_argument(
         "--checkpoint-cost-s",
@@ -148,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = simulate(job, config)
         rows = compare(job, config, _memory(args, config), _progress) if args.compare else []
+        if args.compare_isolation:
+            rows += compare_isolation(job, config, _progress)
     except ValidationError as error:
         raise CliError(
             f"{args.file or 'the default job'}: cannot size the job to {config.nodes} worker pods: "
@@ -193,7 +223,10 @@ def _config(args: argparse.Namespace) -> SimConfig:
         maintenance_hours=args.maintenance_hours,
         crash_exit_code=args.crash_exit_code,
         launch_rate=args.launch_rate or None,
+        bad_nodes=BadNodeSettings(args.bad_node_share, args.bad_mtbf_hours, args.bad_precheck_finds),
     )
+    if args.compare_isolation and not config.bad_nodes.share:
+        raise CliError("--compare-isolation needs bad nodes: give --bad-node-share, e.g. 0.01")
     if not args.trace:
         return config
     try:
@@ -264,6 +297,13 @@ def _non_negative(text: str) -> float:
     value = _number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
+def _share(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a share from 0 to 1")
     return value
 
 
