@@ -38,17 +38,18 @@ def _kube(kubeconfig: str) -> Iterator[Any]:
 
 
 def _asking(what: str, call: Callable[[], T]) -> T:
-    """``call()``; the API server's refusal is one clear line (RBAC: which right is missing)."""
+    """``call()``; the API server's refusal, or no answer, is one clear line (RBAC: which right is missing)."""
     from trainguard.backends.k8s.client import ApiError
 
     try:
         return call()
     except ApiError as error:
-        hint = (
-            " (your credentials lack that right: ask for it, or use the operator's)"
-            if error.status == 403
-            else ""
-        )
+        if error.status == 0:
+            raise CliError(f"{what}: cannot reach the API server ({error.message})") from None
+        hint = {
+            403: " (your credentials lack that right: ask for it, or use an account that has it)",
+            404: " (see kubectl get nodes for the names)",
+        }.get(error.status, "")
         raise CliError(f"{what}: the API server said {error.status}: {error.message}{hint}") from None
     except OSError as error:
         raise CliError(f"{what}: cannot reach the API server: {error}") from None
