@@ -310,3 +310,26 @@ def test_the_injection_configmap_lists_each_nodes_items_and_repair_removes_them(
     assert faultinject.repair(api, "team", "n1")  # type: ignore[arg-type]
     assert not faultinject.repair(api, "team", "n1")  # type: ignore[arg-type]
     assert faultinject.injected(api, "team") == {"n2": ("gpu.lost",)}  # type: ignore[arg-type]
+
+
+def test_the_operator_counts_the_isolated_nodes_as_its_node_watch_sees_them() -> None:
+    api = FakeApi(["n1", "n2"])
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    for name in ("n1", "n2"):
+        node(api, name)["status"] = ready
+    obj, _ = _cce_job()
+    shared = _backend(api, obj).shared
+
+    def watched(name: str) -> Obj:
+        return project(copy.deepcopy(node(api, name)), NODE_FIELDS)  # what the node cache keeps
+
+    for name in ("n1", "n2"):
+        assert shared.node_changed(watched(name), watched(name))
+    assert shared.isolated_nodes() == (2, frozenset())
+    isolation.isolate(api, "n1", "by", "why", 1000.0, "k")  # type: ignore[arg-type]
+    assert shared.node_changed(watched("n1"), watched("n1"))
+    assert shared.isolated_nodes() == (2, frozenset({"n1"}))
+    assert not shared.node_changed(watched("n1"), watched("n1"))  # nothing new
+    isolation.release(api, "n1")  # type: ignore[arg-type]
+    assert shared.node_changed(watched("n1"), watched("n1"))
+    assert shared.isolated_nodes() == (2, frozenset())
