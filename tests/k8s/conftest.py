@@ -73,9 +73,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def kube_cluster() -> Iterator[KubeCluster]:
     if k8s_skipped():
         pytest.skip(SKIP_REASON)
-    bin_dir = Path(run_script("build").strip())
     stop_abandoned_clusters()
-    name = f"{SESSION_PREFIX}{os.getpid()}"
+    yield from _cluster(f"{SESSION_PREFIX}{os.getpid()}")
+
+
+@pytest.fixture(scope="module")
+def own_kube_cluster(kube_cluster: KubeCluster) -> Iterator[KubeCluster]:
+    """A cluster of the module's own, for a test whose load (a thousand nodes and their pods, being deleted for
+    minutes afterwards) would slow the shared one's API server for the tests after it."""
+    yield from _cluster(f"{kube_cluster.name}-own")
+
+
+def _cluster(name: str) -> Iterator[KubeCluster]:
+    bin_dir = Path(run_script("build").strip())
     prefix = "export KUBECONFIG="
     try:  # a cluster that fails half way up is stopped too
         exported = run_script("up", cluster=name).strip()
