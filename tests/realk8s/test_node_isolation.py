@@ -88,6 +88,15 @@ def injecting(operator: RealCluster) -> Iterator[RealCluster]:
             trainguard(operator, "node", "release", node)
         helm(operator, "upgrade", "trainguard", str(CHART), "-n", NAMESPACE, "--reuse-values",
              "--set", "faultInjection=false", "--wait", "--timeout", "300s")  # fmt: skip
+        # helm's --wait ends when the new replicas are ready; the old ones end within their grace period after.
+        # The tests after this one find the operator as the chart leaves it: its two replicas, no third.
+        wait_for("the operator's replicas of before the upgrade gone", lambda: _only_current(operator), 180)
+
+
+def _only_current(cluster: RealCluster) -> bool:
+    selector = "app.kubernetes.io/name=trainguard-operator"
+    pods = cluster.json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
+    return len(pods) == 2 and not any(pod["metadata"].get("deletionTimestamp") for pod in pods)
 
 
 def trainguard(cluster: RealCluster, *args: str) -> str:
