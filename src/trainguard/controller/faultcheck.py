@@ -215,12 +215,12 @@ def record_checks(cycle: Cycle) -> None:
         _put(cycle, nodes=tuple(sorted(newest, key=lambda entry: entry.node or "")))
 
 
-def reissue_deadlines(cycle: Cycle) -> float | None:
+def reissue_deadlines(cycle: Cycle) -> None:
     """Pods issued again that run now are no longer waited for; one that waited past its timeout ends the
-    job (``reissue_expired``). Returns when the next one expires, or None."""
+    job (``reissue_expired``)."""
     waiting = status_of(cycle).waiting
     if not waiting:
-        return None
+        return
     still: dict[str, float] = {}
     for name, at in waiting.items():
         slot = cycle.slots.get(name)
@@ -233,8 +233,12 @@ def reissue_deadlines(cycle: Cycle) -> float | None:
             cycle.emit(EventType.WARNING, "ReissueTimeout", f"{name}: {reason}", name)
     if still != waiting:
         _put(cycle, waiting=still)
+
+
+def reissue_wake_at(cycle: Cycle) -> float | None:
+    """When the next pod still waited for (``reissue_deadlines`` left it) times out, or None."""
     limit = policy_of(cycle.job).reissue_timeout_seconds
-    return min((at + limit for at in still.values()), default=None)
+    return min((at + limit for at in status_of(cycle).waiting.values()), default=None)
 
 
 def _agent(pod: ObservedPod) -> AgentReport:

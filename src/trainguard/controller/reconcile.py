@@ -22,7 +22,7 @@ from trainguard.controller.agentless import warn_pods_without_agent
 from trainguard.controller.backend import Action, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.faultcheck import record_checks, reissue_deadlines
+from trainguard.controller.faultcheck import record_checks, reissue_deadlines, reissue_wake_at
 from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.live import record_live_rounds
@@ -135,7 +135,7 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
-    reissue_at = reissue_deadlines(cycle)
+    reissue_at = reissue_wake_at(cycle)
     if reissue_at is not None:
         times.append(reissue_at)
     held_until = discovery_held_until(cycle)
