@@ -57,6 +57,7 @@ from trainguard.controller.launchspec import LaunchSpec, Network
 from trainguard.controller.status import LiveOrigin
 from trainguard.pod import summary as summaries
 from trainguard.pod.checks import CheckResult
+from trainguard.pod.summary import RankEntry
 
 if TYPE_CHECKING:
     from trainguard.controller.status import JobStatus
@@ -109,18 +110,6 @@ class LiveRound:
 
 
 @dataclass(frozen=True)
-class RankWork:
-    """One rank's own work per step (not waiting for its peers), as the pod's agent measured it."""
-
-    rank: int
-    #: Over how many of its latest steps.
-    steps: int
-    busy_seconds: float
-    #: The step's wall time (every rank's, in synchronous training).
-    step_seconds: float = 0.0
-
-
-@dataclass(frozen=True)
 class AgentReport:
     """The latest word of the agent inside a pod."""
 
@@ -145,8 +134,8 @@ class AgentReport:
     #: The latest fault tolerance check of the pod's node, and the latest that failed (``pod.checks``).
     last_check: CheckResult | None = None
     failed_check: CheckResult | None = None
-    #: Each of the pod's ranks' work per step (what finds stragglers).
-    ranks: tuple[RankWork, ...] = ()
+    #: Each of the pod's ranks' work per step (what finds stragglers), as the pod's summary keeps it.
+    ranks: tuple[RankEntry, ...] = ()
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
@@ -190,9 +179,7 @@ class AgentReport:
             live_unused=seen.live_unused,
             last_check=seen.last_check,
             failed_check=seen.failed_check,
-            ranks=tuple(
-                RankWork(item.rank, item.steps, item.busy_seconds, item.step_seconds) for item in seen.ranks
-            ),
+            ranks=seen.ranks,
         )
 
 

@@ -13,8 +13,9 @@ from tests.fake_cluster import FakeCluster
 from tests.unit.controller.harness import cce_spec, make_job
 from trainguard.api import TrainingJob
 from trainguard.controller import IsolateNode, JobPhase, JobStatus, LaunchPod, step
-from trainguard.controller.backend import AgentReport, EmitEvent, RankWork
+from trainguard.controller.backend import AgentReport, EmitEvent
 from trainguard.controller.status import HistoryKind, IsolationOutcome
+from trainguard.pod.summary import RankEntry
 from trainguard.policy.types import FaultKind, Remedy
 
 JOB = "test-horovod-elastic"
@@ -155,7 +156,7 @@ def _working(cluster: FakeCluster, seconds: dict[str, float], steps: int = 30) -
     """Each pod's agent measured its rank's work per step."""
     for number, (name, busy) in enumerate(seconds.items()):
         pod = cluster.pods[name]
-        pod.agent = replace(pod.agent or AgentReport(), ranks=(RankWork(number, steps, busy),))
+        pod.agent = replace(pod.agent or AgentReport(), ranks=(RankEntry(number, steps, busy),))
 
 
 def test_a_straggler_is_recorded_once_with_its_figures_and_replaced_only_when_asked() -> None:
