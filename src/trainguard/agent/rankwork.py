@@ -18,19 +18,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from trainguard.pod.summary import RankEntry
+
 #: Sampling every 50 ms: 20 reads a second per rank, a fraction of a percent of a core for a pod of 8.
 EVERY_SECONDS = 0.05
 WINDOW_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Measured:
-    rank: int
-    #: Steps in the window.
-    steps: int
-    busy_seconds: float
-    #: Wall seconds per step over the window.
-    step_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,9 +106,9 @@ class RankWork:
             for rank in set(self._pids) - set(beats):
                 del self._pids[rank], self._counts[rank], self._marks[rank]
 
-    def measured(self) -> list[Measured]:
+    def measured(self) -> list[RankEntry]:
         """Each rank's work per step over the window (ranks with two steps at least)."""
-        out: list[Measured] = []
+        out: list[RankEntry] = []
         with self._lock:
             for rank, marks in sorted(self._marks.items()):
                 if len(marks) < 2:
@@ -127,7 +119,7 @@ class RankWork:
                     continue
                 share = (last.busy - first.busy) / samples
                 step = (last.at - first.at) / steps
-                out.append(Measured(rank, steps, round(share * step, 6), round(step, 6)))
+                out.append(RankEntry(rank, steps, round(share * step, 6), round(step, 6)))
         return out
 
     def _run(self) -> None:
