@@ -13,6 +13,7 @@ action fails with the API server's words, recorded like any failed action, and n
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -33,62 +34,63 @@ def is_isolated(node: Obj) -> bool:
 
 
 def isolate(kube: Kube, node: str, by: str, reason: str, at: float, key: str) -> bool:
-    """Taint, label and annotate ``node``; False where it was isolated already (it is left as it is). A
-    conflicting write (someone changed the Node meanwhile) is read again, up to a few times."""
-    for _ in range(5):
-        current = kube.get(f"/api/v1/nodes/{node}")
+    """Taint, label and annotate ``node``; False where it was isolated already (it is left as it is)."""
+
+    def change(current: Obj) -> Obj | None:
         if is_isolated(current):
-            return False
+            return None
         taints = [
             *((current.get("spec") or {}).get("taints") or ()),
             {"key": KEY, "value": "true", "effect": EFFECT},
         ]
-        patch = {
-            "metadata": {
-                "resourceVersion": current["metadata"]["resourceVersion"],
-                "labels": {KEY: "true"},
-                "annotations": {BY: by[:1024]},
-            },
+        return {
+            "metadata": {"labels": {KEY: "true"}, "annotations": {BY: by[:1024]}},
             "spec": {"taints": taints},
         }
-        try:
-            kube.patch(f"/api/v1/nodes/{node}", patch)
-        except ApiError as error:
-            if error.status == 409:
-                continue
-            raise
-        _event(kube, node, current["metadata"].get("uid", ""), reason, at, key)
-        return True
-    raise ApiError(409, f"node {node} kept changing while it was being isolated")
+
+    patched = _patch(kube, node, change, "isolated")
+    if patched is not None:
+        _event(kube, node, patched["metadata"].get("uid", ""), reason, at, key)
+    return patched is not None
 
 
 def release(kube: Kube, node: str) -> bool:
     """Remove the taint, the label and the annotation; False where the node was not isolated."""
-    for _ in range(5):
-        current = kube.get(f"/api/v1/nodes/{node}")
+
+    def change(current: Obj) -> Obj | None:
         if not is_isolated(current):
-            return False
+            return None
         taints = [
             t
             for t in (current.get("spec") or {}).get("taints") or ()
             if not (isinstance(t, dict) and t.get("key") == KEY)
         ]
-        patch = {
-            "metadata": {
-                "resourceVersion": current["metadata"]["resourceVersion"],
-                "labels": {KEY: None},
-                "annotations": {BY: None},
-            },
+        return {
+            "metadata": {"labels": {KEY: None}, "annotations": {BY: None}},
             "spec": {"taints": taints or None},
         }
+
+    return _patch(kube, node, change, "released") is not None
+
+
+def _patch(kube: Kube, node: str, change: Callable[[Obj], Obj | None], doing: str) -> Obj | None:
+    """Read the Node, and merge-patch ``change(node)`` with the version read (None from ``change``: nothing to
+    do); a conflicting write (someone changed the Node meanwhile) is read again, up to a few times. Returns the
+    Node as read before the patch, or None where there was nothing to do."""
+    for _ in range(5):
+        current = kube.get(f"/api/v1/nodes/{node}")
+        patch = change(current)
+        if patch is None:
+            return None
+        patch["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         try:
             kube.patch(f"/api/v1/nodes/{node}", patch)
         except ApiError as error:
             if error.status == 409:
                 continue
             raise
-        return True
-    raise ApiError(409, f"node {node} kept changing while it was being released")
+        return current
+    raise ApiError(409, f"node {node} kept changing while it was being {doing}")
 
 
 def isolated_nodes(kube: Kube) -> list[tuple[str, str]]:
