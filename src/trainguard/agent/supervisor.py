@@ -23,6 +23,7 @@ from pathlib import Path
 
 from trainguard.agent import tree
 from trainguard.agent.checks.readings import Machine, Readings, injected_items
+from trainguard.agent.checks.ring import Listener
 from trainguard.agent.checks.run import run_check, words
 from trainguard.agent.command import WORKER_EVENTS_FILE, Command
 from trainguard.agent.config import AgentConfig
@@ -63,7 +64,7 @@ class Agent:
     ) -> None:
         self.config = config
         #: What the fault tolerance check reads (this machine; a test's recorded readings).
-        self._readings = readings or Machine()
+        self._readings = readings or Machine.of_pod()
         self._clock = clock
         self._fds = (stdout_fd, stderr_fd)
         self._streak = HangStreak(config.max_consecutive)
@@ -73,6 +74,8 @@ class Agent:
         self._watchers: list[Watcher] = []
         #: Whether the loop polls at all (a hang timeout, a report, or a file of the runtime's to watch).
         self._watching = False
+        #: The bandwidth probe's listener, while the agent runs (``_listen_for_ring``).
+        self._ring: Listener | None = None
 
     def run(self) -> int:
         """Supervise the command until it ends for good; returns the agent's exit status."""
@@ -112,6 +115,8 @@ class Agent:
         finally:
             command.close()
             reporter.close()
+            if self._ring is not None:
+                self._ring.close()
             shutil.rmtree(heartbeat_dir, ignore_errors=True)
 
     def _channels(
@@ -148,9 +153,22 @@ class Agent:
         reporter.event(contract.REPORT_CHECKED, pid=pid, attempt=self._attempt, check=result.as_dict())
         return result
 
+    def _listen_for_ring(self) -> None:
+        """The bandwidth probe's listener (``trainguard.agent.checks.ring``), for the pod before this one in its
+        ring, from before this pod's own pre-check to the agent's end."""
+        settings = self.config.fault_check
+        index = getattr(self._readings, "index", None)
+        if settings is None or settings.ring is None or index is None or "net.bandwidth" in settings.disabled:
+            return
+        try:
+            self._ring = Listener(settings.ring.port_of(index))
+        except OSError as error:
+            self._say(f"the bandwidth probe cannot listen on port {settings.ring.port_of(index)}: {error}")
+
     def _pre_check(self, reporter: Reporter) -> int | None:
         """Before the command's first start: a node that fails the check never runs it; the agent ends the
         pod (``EXIT_CHECK_FAILED``, reason HardwareFault or PreCheckFailed). None: go on."""
+        self._listen_for_ring()
         result = self._check(reporter, checks.PRE, None)
         if result is None or result.verdict == checks.OK:
             return None

@@ -398,6 +398,6 @@ class TrainingJob(_Model):
         ]
 
 
-def pod_name(job: str, role: str, index: int) -> str:
+def pod_name(job: str, role: str, index: int | str) -> str:
     """The name of a pod, the same on every backend: ``<job>-<role>-<index>``."""
     return f"{job}-{role.lower()}-{index}"

@@ -28,21 +28,25 @@ from trainguard.controller.status import (
     HistoryEntry,
     HistoryKind,
     IsolationOutcome,
+    LinkRecord,
 )
 from trainguard.pod import checks
 from trainguard.policy.faultcheck import (
     CHECK_FAULTS,
     ISOLATING,
+    Link,
     decide_check_fault,
     enabled,
     isolation,
     policy_of,
     reissue_expired,
     scenario,
+    slow_link,
 )
 from trainguard.policy.types import Decision, Fault, FaultKind, Remedy
 
 _EMPTY = FaultCheckStatus()
+BANDWIDTH = "net.bandwidth"
 #: The limits whose refusal leaves a node not isolated.
 ISOLATION_LIMITS = frozenset({"faultCheck.maxIsolatedShare", "faultCheck.maxIsolations"})
 
@@ -213,6 +217,43 @@ def record_checks(cycle: Cycle) -> None:
     if changed:
         newest = sorted(latest.values(), key=lambda entry: entry.at)[-MAX_CHECKED_NODES:]
         _put(cycle, nodes=tuple(sorted(newest, key=lambda entry: entry.node or "")))
+    _record_links(cycle)
+
+
+def _record_links(cycle: Cycle) -> None:
+    """Each pod's bandwidth probe (its pre-check's ``net.bandwidth``), and the slowest pod named where it is
+    well below its role's others (``slow_link``): a Warning Event ``SlowLink``, once per pod named."""
+    state = status_of(cycle)
+    links = {link.pod: link for link in state.links}
+    roles = {pod.name: pod.role for pod in cycle.observed.pods}
+    changed = False
+    for pod in cycle.observed.pods:
+        result = pod.agent.last_check if pod.agent is not None else None
+        if result is None or result.phase != checks.PRE:
+            continue
+        item = next((item for item in result.items if item.name == BANDWIDTH), None)
+        if item is None or item.value is None:
+            continue
+        if pod.name not in links or links[pod.name].mbps != item.value or links[pod.name].node != pod.node:
+            links[pod.name] = LinkRecord(pod=pod.name, node=pod.node, mbps=item.value)
+            changed = True
+    if not changed:
+        return
+    kept = tuple(sorted(links.values(), key=lambda link: link.pod)[:MAX_CHECKED_NODES])
+    found = slow_link(Link(link.pod, roles.get(link.pod, ""), link.mbps) for link in kept)
+    slowest = state.slow_link
+    if found is not None:
+        named, median = found
+        slowest = LinkRecord(pod=named.pod, node=links[named.pod].node, mbps=named.mbps, median=median)
+        if state.slow_link is None or state.slow_link.pod != named.pod:
+            cycle.emit(
+                EventType.WARNING,
+                "SlowLink",
+                f"the bandwidth probe found {named.pod} (node {slowest.node}) the slowest: {named.mbps:.1f} "
+                f"MB/s to the next pod of its role, where the role's median is {median:.1f} MB/s",
+                named.pod,
+            )
+    _put(cycle, links=kept, slow_link=slowest)
 
 
 def reissue_deadlines(cycle: Cycle) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from trainguard.api import FrameworkType, TrainingJob, pod_name
 from trainguard.controller import torchrun_command
 from trainguard.pod import contract
+from trainguard.pod.checks import Ring
 from trainguard.policy import faultcheck
 from trainguard.policy.roles import is_leader, role_order
 
@@ -42,9 +43,19 @@ class Network:
     #: A pod's address: ``{pod}`` is replaced by the pod's name (``{pod}.<job>`` behind a headless Service).
     pod_address: str = "{pod}"
     master_port: int = DEFAULT_MASTER_PORT
+    #: The fault tolerance check's bandwidth probe's port in each pod; None where the pods share one address
+    #: (the local runtime's loopback, where a ring would measure memory copies, not a network).
+    ring_port: int | None = None
 
     def address(self, pod: str) -> str:
         return self.pod_address.replace("{pod}", pod)
+
+    def ring(self, job: TrainingJob, role: str) -> Ring | None:
+        """The bandwidth probe's ring over ``role``'s pods, where each pod has an address of its own."""
+        if self.ring_port is None:
+            return None
+        host = self.address(pod_name(job.name, role, "{index}"))
+        return Ring(host=host, port=self.ring_port, pods=job.spec.replica_specs[role].replicas)
 
 
 @dataclass(frozen=True)
@@ -122,13 +133,15 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
         torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
         in_rendezvous=in_rendezvous,
         horovod_host=job.spec.framework_type is FrameworkType.HOROVOD and not is_leader(job, role),
-        check_env=_check_env(job, role, endpoint if in_rendezvous else None),
+        check_env=_check_env(job, role, endpoint if in_rendezvous else None, network.ring(job, role)),
     )
 
 
-def _check_env(job: TrainingJob, role: str, endpoint: str | None) -> tuple[tuple[str, str], ...]:
+def _check_env(
+    job: TrainingJob, role: str, endpoint: str | None, ring: Ring | None
+) -> tuple[tuple[str, str], ...]:
     """The check's settings for the agent; the rendezvous is checked only by the roles that use it."""
-    settings = faultcheck.settings(job, role, endpoint)
+    settings = faultcheck.settings(job, role, endpoint, ring)
     return () if settings is None else ((contract.ENV_FAULT_CHECK, settings.to_json()),)
 
 

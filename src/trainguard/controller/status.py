@@ -169,6 +169,17 @@ class StragglerRecord(_Model):
     ratio: float
 
 
+class LinkRecord(_Model):
+    """What one pod sent the next pod of its role in the pre-check's bandwidth probe (``net.bandwidth``)."""
+
+    pod: str
+    node: str | None = None
+    #: MB/s (10^6 bytes a second).
+    mbps: float
+    #: The role's median over the pods that reported, when this one was named the slowest.
+    median: float | None = None
+
+
 class FaultCheckStatus(_Model):
     """The job's fault tolerance check: what its agents found and what was done about it."""
 
@@ -182,6 +193,10 @@ class FaultCheckStatus(_Model):
     waiting: dict[str, float] = Field(default_factory=dict)
     #: ``<pod>#<generation>`` of the incarnations found straggling (each is recorded once).
     stragglers: tuple[str, ...] = ()
+    #: Each pod's latest bandwidth probe (at most ``MAX_CHECKED_NODES``, by pod name).
+    links: tuple[LinkRecord, ...] = ()
+    #: The slowest pod of the probe, where it is well below its role's others (``policy.faultcheck.slow_link``).
+    slow_link: LinkRecord | None = None
 
 
 class ReleaseOutcome(str, Enum):

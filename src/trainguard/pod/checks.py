@@ -87,8 +87,56 @@ ITEMS: dict[str, ItemSpec] = {
                  "is throttled or broken"),
         ItemSpec("net.rendezvous", "seconds", ENVIRONMENT, 10.0, 0.1, 600.0, True,
                  "a TCP connection to the job's rendezvous (on one network it takes milliseconds)"),
+        ItemSpec("net.bandwidth", "MB/s", ENVIRONMENT, 25.0, 0.0, 1e6, False,
+                 "what this pod sends to the next pod of its role in a ring, the step of a ring all-reduce "
+                 "(pre-check only): a quarter of what 1 Gb Ethernet carries, so a link fallen back to "
+                 "100 Mb/s or a broken route, where training fabrics carry 40 times more and more"),
     )
 }  # fmt: skip
+
+
+#: The items only the pre-check runs (they need the job's other pods, which the periodic check leaves alone).
+PRE_ONLY = frozenset({"net.bandwidth"})
+#: The port of the bandwidth probe's listener in each pod (its own network namespace) on Kubernetes.
+RING_PORT = 29431
+#: What each pod sends its successor in the bandwidth probe.
+RING_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class Ring:
+    """The bandwidth probe's ring over one role's pods: pod ``index`` listens on ``port(index)`` and sends
+    ``size`` bytes to pod ``index + 1`` (the last to the first), at ``host(index + 1)``. ``host`` has ``{index}``
+    where each pod's index goes (``job-worker-{index}.job`` behind the job's headless Service); ``step``: ports
+    that differ per pod (pods sharing one address), else 0."""
+
+    host: str
+    port: int = RING_PORT
+    pods: int = 1
+    step: int = 0
+    size: int = RING_BYTES
+
+    def next_of(self, index: int) -> int:
+        return (index + 1) % max(self.pods, 1)
+
+    def port_of(self, index: int) -> int:
+        return self.port + self.step * index
+
+    def address_of(self, index: int) -> tuple[str, int]:
+        return self.host.replace("{index}", str(index)), self.port_of(index)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "pods": self.pods, "step": self.step, "size": self.size}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Ring:
+        return cls(
+            host=str(raw["host"]),
+            port=int(raw.get("port", RING_PORT)),
+            pods=int(raw.get("pods", 1)),
+            step=int(raw.get("step", 0)),
+            size=int(raw.get("size", RING_BYTES)),
+        )
 
 
 @dataclass(frozen=True)
@@ -111,6 +159,8 @@ class Settings:
     rendezvous: str | None = None
     #: Measure each rank's own work per step, for finding stragglers (``trainguard.agent.rankwork``).
     stragglers: bool = False
+    #: The bandwidth probe's ring over the pod's role, where the backend gives each pod an address of its own.
+    ring: Ring | None = None
 
     def threshold(self, item: str) -> float:
         return float(self.thresholds.get(item, ITEMS[item].default))
@@ -126,6 +176,7 @@ class Settings:
                 "gpus": self.gpus,
                 "rendezvous": self.rendezvous,
                 "stragglers": self.stragglers,
+                "ring": self.ring.as_dict() if self.ring is not None else None,
             },
             sort_keys=True,
         )
@@ -149,6 +200,7 @@ class Settings:
             gpus=int(raw.get("gpus") or 0),
             rendezvous=str(raw["rendezvous"]) if raw.get("rendezvous") else None,
             stragglers=bool(raw.get("stragglers", False)),
+            ring=Ring.from_dict(raw["ring"]) if isinstance(raw.get("ring"), dict) else None,
         )
 
 

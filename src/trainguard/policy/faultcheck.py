@@ -27,7 +27,7 @@ from enum import IntEnum
 from trainguard.api import RestartScope, TrainingJob
 from trainguard.api.faultcheck import ANNOTATION, FaultCheckPolicy
 from trainguard.api.model import RestartPolicy
-from trainguard.pod.checks import Settings
+from trainguard.pod.checks import Ring, Settings
 from trainguard.policy.roles import canonical, pods_in_scope, resolve_role
 from trainguard.policy.types import RULE_FAULT_CHECK, Decision, Fault, FaultKind, Remedy
 from trainguard.policy.words import seconds, what_happened
@@ -235,7 +235,9 @@ def reissue_expired(job: TrainingJob, reissued_at: float, now: float) -> str | N
     )
 
 
-def settings(job: TrainingJob, role: str, rendezvous: str | None) -> Settings | None:
+def settings(
+    job: TrainingJob, role: str, rendezvous: str | None, ring: Ring | None = None
+) -> Settings | None:
     """What the agents of ``role``'s pods are told about their checks (``contract.ENV_FAULT_CHECK``); None
     where the check is off."""
     if not enabled(job):
@@ -250,6 +252,7 @@ def settings(job: TrainingJob, role: str, rendezvous: str | None) -> Settings | 
         gpus=_gpus(job, role),
         rendezvous=rendezvous or None,
         stragglers=policy.stragglers.enabled,
+        ring=ring,
     )
 
 
@@ -266,3 +269,36 @@ def _gpus(job: TrainingJob, role: str) -> int:
                 total += int(value) if str(value).isdigit() else 0
                 break
     return total
+
+
+#: A pod whose probe sent less than this share of its role's median is named the slowest link.
+SLOW_LINK_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Link:
+    """One pod's bandwidth probe: MB/s to the next pod of its role."""
+
+    pod: str
+    role: str
+    mbps: float
+
+
+def slow_link(links: Iterable[Link], share: float = SLOW_LINK_SHARE) -> tuple[Link, float] | None:
+    """The slowest pod of a role whose probe sent less than ``share`` of that role's median, with the median;
+    the slowest of all such roles' where several have one. None where no role has two probes, or none is that
+    slow (a ring's links are alike: one far below the others is its pod's link, or the next pod's)."""
+    by_role: dict[str, list[Link]] = {}
+    for link in links:
+        by_role.setdefault(link.role, []).append(link)
+    found: list[tuple[Link, float]] = []
+    for role_links in by_role.values():
+        if len(role_links) < 2:
+            continue
+        values = sorted(link.mbps for link in role_links)
+        middle = len(values) // 2
+        median = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+        slowest = min(role_links, key=lambda link: (link.mbps, link.pod))
+        if slowest.mbps < share * median:
+            found.append((slowest, median))
+    return min(found, key=lambda pair: pair[0].mbps / max(pair[1], 1e-9), default=None)

@@ -107,7 +107,19 @@ def fault_check(status: Mapping[str, Any]) -> dict[str, Any] | None:
         "isolated": list(checked.get("isolated") or ()),
         "reissues": int(checked.get("reissues") or 0),
         "nodes": list(checked.get("nodes") or ()),
+        "slow_link": slow_link(checked),
     }
+
+
+def slow_link(checked: Mapping[str, Any]) -> str | None:
+    """The bandwidth probe's slowest pod, in words (None: no probe found one well below its role's others)."""
+    link = checked.get("slowLink")
+    if not link:
+        return None
+    return (
+        f"slowest link: {link.get('pod')} on {link.get('node') or '?'}, {float(link.get('mbps') or 0):.1f} MB/s "
+        f"to the next pod of its role (the role's median {float(link.get('median') or 0):.1f} MB/s)"
+    )
 
 
 def history_label(entry: Mapping[str, Any]) -> str:

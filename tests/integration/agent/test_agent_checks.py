@@ -8,16 +8,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from agent_harness import wait_for
 
 from trainguard.pod import contract
-from trainguard.pod.checks import EXIT_CHECK_FAILED, REASON_HARDWARE, REASON_PRE_CHECK, Settings
+from trainguard.pod.checks import EXIT_CHECK_FAILED, REASON_HARDWARE, REASON_PRE_CHECK, Ring, Settings
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +140,50 @@ def test_bad_settings_are_a_clear_error_and_run_nothing(tmp_path: Path) -> None:
     assert "TRAINGUARD_FAULT_CHECK: unknown check items ['gpu.bogus']" in done.stderr
     assert "Traceback" not in done.stderr
     assert not marker.exists()
+
+
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports free on loopback now."""
+    for base in range(41000, 60000, 97):
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    probe = held.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise AssertionError("no free ports on loopback")
+
+
+def test_the_bandwidth_probe_runs_around_the_ring_of_a_roles_pods(start_agent, faults: Path) -> None:
+    """Three agents as three pods of a role, each listening on a port of its own: each pre-check sends to the
+    next pod (the last to the first) and reports what it carried; a threshold no link reaches fails the
+    pre-check as the environment's (PreCheckFailed), never the hardware's."""
+    base = _free_ports(4)
+    ring = Ring(host="127.0.0.1", port=base, pods=3, step=1, size=8 << 20)
+    runs = [
+        start_agent(
+            [],
+            ["chatty", "--interval", "0.2"],
+            env={**_env(faults, Settings(period=0, ring=ring)), contract.ENV_REPLICA_INDEX: str(index)},
+        )
+        for index in range(3)
+    ]
+    for index, run in enumerate(runs):
+        # Each waits for its successor's listener (CONNECT_PATIENCE), then 8 MiB on loopback: seconds at most.
+        wait_for(lambda run=run: run.events("checked"), 30, f"pod {index}'s pre-check")
+        item = next(item for item in _check(run, "pre")["items"] if item["name"] == "net.bandwidth")
+        assert item["verdict"] == "ok", item
+        assert item["value"] > item["threshold"] == 25.0, item
+        assert item["detail"] == f"to 127.0.0.1:{base + (index + 1) % 3}", item
+        wait_for(lambda run=run: run.events("started"), 30, f"pod {index}'s command")
+
+    # One pod of a ring of two, whose next pod is the first's listener still up: no link carries 10^6 MB/s.
+    strict = Settings(period=0, ring=replace(ring, pods=2, port=base + 2), thresholds={"net.bandwidth": 1e6})
+    run = start_agent([], ["chatty"], env={**_env(faults, strict), contract.ENV_REPLICA_INDEX: "1"})
+    assert run.wait_exit() == EXIT_CHECK_FAILED
+    assert not run.events("started")
+    assert run.events()[-1]["reason"] == REASON_PRE_CHECK
+    item = next(item for item in _check(run, "pre")["items"] if item["name"] == "net.bandwidth")
+    assert (item["verdict"], item["threshold"]) == ("environment", 1e6)

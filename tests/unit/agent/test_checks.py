@@ -13,9 +13,10 @@ import pytest
 
 from trainguard.agent.checks import readings
 from trainguard.agent.checks.readings import Gpus, Machine, Recorded, injected_items
+from trainguard.agent.checks.ring import Listener, Unreachable, send
 from trainguard.agent.checks.run import INJECTED, run_check, words
 from trainguard.pod import contract
-from trainguard.pod.checks import ENVIRONMENT, HARDWARE, OK, SKIPPED, Settings
+from trainguard.pod.checks import ENVIRONMENT, HARDWARE, OK, SKIPPED, Ring, Settings
 
 HEALTHY = Gpus(count=8, ecc=(0,) * 8, retired=(0,) * 8, lost=(False,) * 8, throttled=(False,) * 8)
 
@@ -67,13 +68,73 @@ def test_without_a_gpu_the_gpu_items_are_skipped_and_the_check_passes() -> None:
         (Recorded(writes={"/data": 9.0}), "host.write", ENVIRONMENT),  # a hung mount
         (Recorded(cpu=0.1), "host.cpu", HARDWARE),
         (Recorded(connects={"rdzv:29400": 0.01}), "net.rendezvous", OK),
+        (Recorded(ring=900.0), "net.bandwidth", OK),
+        (Recorded(ring=9.0), "net.bandwidth", ENVIRONMENT),  # a link fallen back to 100 Mb/s, or worse
+        (Recorded(), "net.bandwidth", SKIPPED),  # the next pod not there yet
     ],
 )
 def test_host_and_network_items_judged_against_their_thresholds(
     readings: Recorded, item: str, verdict: str
 ) -> None:
-    settings = Settings(gpus=1, disk={"/data": 2 << 20}, rendezvous="rdzv:29400")
+    settings = Settings(gpus=1, disk={"/data": 2 << 20}, rendezvous="rdzv:29400", ring=RING)
     assert _verdicts(readings, settings)[item][0] == verdict
+
+
+RING = Ring(host="job-worker-{index}.job", pods=4)
+
+
+@pytest.mark.parametrize("phase", ["periodic", "post"])
+def test_the_bandwidth_probe_runs_in_the_pre_check_alone(phase: str) -> None:
+    """It needs the job's other pods, which a later check leaves to their training."""
+    readings = Recorded(ring=900.0, cpu=1.0)
+    assert "net.bandwidth" in {item.name for item in run_check(Settings(ring=RING), "pre", readings).items}
+    assert "net.bandwidth" not in {
+        item.name for item in run_check(Settings(ring=RING), phase, readings).items
+    }
+
+
+def test_without_a_ring_the_bandwidth_probe_is_skipped_saying_why() -> None:
+    item = next(
+        i for i in run_check(Settings(), "pre", Recorded(ring=900.0)).items if i.name == "net.bandwidth"
+    )
+    assert (item.verdict, item.detail) == (
+        SKIPPED,
+        "the job's pods share one address here (the local runtime)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("index", "address"), [(0, ("job-worker-1.job", 29431)), (3, ("job-worker-0.job", 29431))]
+)
+def test_each_pod_of_the_ring_sends_to_the_next_and_the_last_to_the_first(
+    index: int, address: tuple[str, int]
+) -> None:
+    assert RING.address_of(RING.next_of(index)) == address
+    spread = Ring(host="127.0.0.1", port=5000, pods=3, step=1)
+    assert [spread.address_of(spread.next_of(i)) for i in range(3)] == [
+        ("127.0.0.1", 5001), ("127.0.0.1", 5002), ("127.0.0.1", 5000)
+    ]  # fmt: skip
+    assert Ring.from_dict(spread.as_dict()) == spread
+    assert Settings.from_json(Settings(ring=spread).to_json()).ring == spread
+
+
+def test_a_probe_to_a_port_nobody_listens_on_is_unreachable_and_a_listener_counts_what_came(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        closed = taken.getsockname()[1]
+    with pytest.raises(Unreachable):
+        send("127.0.0.1", closed, 1 << 20, patience=0.6)
+    listener = Listener(0, "127.0.0.1")
+    try:
+        assert send("127.0.0.1", listener.port, 3 << 20, patience=2.0) > 0
+    finally:
+        listener.close()
+    # A pod whose next pod is not there is not at fault: the item is skipped, not failed.
+    monkeypatch.setattr(readings, "CONNECT_PATIENCE", 0.6)
+    with pytest.raises(readings.NotAvailable, match="the next pod is not there yet"):
+        Machine(1).ring_send(Ring(host="127.0.0.1", port=closed - 2, pods=3, step=1))
 
 
 def test_a_threshold_set_by_the_job_is_the_one_judged_against() -> None:

@@ -15,6 +15,7 @@ from trainguard.api import TrainingJob
 from trainguard.controller import IsolateNode, JobPhase, JobStatus, LaunchPod, step
 from trainguard.controller.backend import AgentReport, EmitEvent
 from trainguard.controller.status import HistoryKind, IsolationOutcome
+from trainguard.pod import checks
 from trainguard.pod.summary import RankEntry
 from trainguard.policy.types import FaultKind, Remedy
 
@@ -211,3 +212,36 @@ def test_a_job_past_its_reissues_fails_but_still_isolates_the_faulty_node() -> N
     assert cluster.isolated == {node}
     (isolated,) = _entries(status, HistoryKind.ISOLATE)
     assert isolated.action is IsolationOutcome.ISOLATED
+
+
+def _probed(cluster: FakeCluster, mbps: dict[str, float]) -> None:
+    """Each pod's pre-check sent ``mbps`` to the next pod of its role."""
+    for name, value in mbps.items():
+        item = checks.CheckItem("net.bandwidth", checks.OK, value, 25.0, "to the next pod")
+        pod = cluster.pods[name]
+        pod.agent = replace(
+            pod.agent or AgentReport(), last_check=checks.CheckResult("pre", cluster.now, 0.2, (item,))
+        )
+
+
+def test_each_pods_probe_is_kept_and_the_slowest_named_once_with_a_warning() -> None:
+    job, cluster, status = _running()
+    trainers = [f"{JOB}-trainer-{i}" for i in range(3)]
+    _probed(cluster, dict(zip(trainers, (900.0, 870.0, 910.0), strict=True)))
+    status = _rounds(cluster, job, status)
+    assert status.fault_check is not None
+    assert {link.pod: link.mbps for link in status.fault_check.links} == dict(
+        zip(trainers, (900.0, 870.0, 910.0), strict=True)
+    )
+    assert status.fault_check.slow_link is None  # alike: nobody named
+    _probed(cluster, {TRAINER: 60.0})
+    status = _rounds(cluster, job, status)
+    assert status.fault_check is not None
+    slow = status.fault_check.slow_link
+    assert slow is not None
+    assert (slow.pod, slow.node, slow.mbps, slow.median) == (TRAINER, cluster.pods[TRAINER].node, 60.0, 900.0)
+    status = _rounds(cluster, job, status)
+    warnings = [e for e in cluster.log if isinstance(e, EmitEvent) and e.reason == "SlowLink"]
+    assert [w.pod for w in warnings] == [TRAINER]
+    assert "60.0 MB/s" in warnings[0].message
+    assert "median is 900.0 MB/s" in warnings[0].message

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from tests.fake_cluster import FakeCluster
-from trainguard.api import TrainingJob
+from trainguard.api import TrainingJob, pod_name
 from trainguard.api.load import load_jobs
 from trainguard.backends.k8s import manifests, services
 from trainguard.backends.k8s.kinds import NATIVE
 from trainguard.backends.local import podenv
 from trainguard.controller import JobStatus, LaunchPod, step
 from trainguard.controller.launchspec import Network
-from trainguard.pod.checks import Settings
+from trainguard.pod.checks import RING_PORT, Settings
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
 #: Where each backend puts things: these variables name addresses, so their values differ by backend.
@@ -132,7 +132,14 @@ def test_both_backends_give_every_pod_the_same_rank_world_and_environment(
         in_rendezvous = launch.spec.in_rendezvous
         assert checks_local.rendezvous == (on_local["TRAINGUARD_RDZV_ENDPOINT"] if in_rendezvous else None)
         assert checks_kube.rendezvous == (on_kube["TRAINGUARD_RDZV_ENDPOINT"] if in_rendezvous else None)
-        assert replace(checks_local, rendezvous=None) == replace(checks_kube, rendezvous=None)
+        # The bandwidth probe's ring: each Kubernetes pod at its name behind the job's Service, its role's pods
+        # in it; none on the local runtime, whose pods share loopback.
+        role = launch.role
+        assert checks_local.ring is None
+        assert checks_kube.ring is not None
+        assert checks_kube.ring.address_of(0) == (f"{pod_name(job.name, role, 0)}.{job.name}", RING_PORT)
+        assert checks_kube.ring.pods == job.spec.replica_specs[role].replicas
+        assert replace(checks_local, rendezvous=None) == replace(checks_kube, rendezvous=None, ring=None)
         # The same command (torchrun's where it applies), each naming its own rendezvous endpoint.
         here, there = f"127.0.0.1:{LOCAL_PORT}", services.rendezvous_endpoint(job)
         assert [part.replace(here, "RDZV") for part in launch.spec.argv] == [

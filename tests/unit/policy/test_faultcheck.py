@@ -15,6 +15,7 @@ from tests.unit.controller.harness import cce_spec, make_job
 from trainguard.api import RestartScope, TrainingJob
 from trainguard.api.faultcheck import FaultCheckPolicy
 from trainguard.policy.faultcheck import (
+    Link,
     Scenario,
     decide_check_fault,
     enabled,
@@ -23,6 +24,7 @@ from trainguard.policy.faultcheck import (
     reissue_expired,
     scenario,
     settings,
+    slow_link,
 )
 from trainguard.policy.types import RULE_FAULT_CHECK, Fault, FaultKind, PodRef, Remedy
 
@@ -214,3 +216,43 @@ def test_the_agent_settings_follow_the_job() -> None:
 def test_bad_settings_are_refused_with_the_field_and_the_fix(fault_check: dict[str, Any], words: str) -> None:
     with pytest.raises(ValidationError, match=words.replace("[", r"\[").replace("(", r"\(")):
         make_job(cce_spec(faultCheck=fault_check))
+
+
+@pytest.mark.parametrize(
+    ("links", "named"),
+    [
+        ([], None),
+        ([("w-0", "worker", 900.0)], None),  # one probe: nothing to compare with
+        ([("w-0", "worker", 900.0), ("w-1", "worker", 880.0), ("w-2", "worker", 910.0)], None),  # alike
+        ([("w-0", "worker", 900.0), ("w-1", "worker", 80.0), ("w-2", "worker", 910.0)], ("w-1", 900.0)),
+        ([("w-0", "worker", 900.0), ("w-1", "worker", 500.0), ("w-2", "worker", 910.0)], None),  # above half
+        # Each role against its own pods: a slow role is not one slow pod.
+        (
+            [("w-0", "worker", 900.0), ("w-1", "worker", 910.0), ("p-0", "ps", 90.0), ("p-1", "ps", 95.0)],
+            None,
+        ),
+        (
+            [("w-0", "worker", 900.0), ("w-1", "worker", 100.0), ("p-0", "ps", 90.0), ("p-1", "ps", 5.0)],
+            ("p-1", 47.5),  # the further below its role's median of the two
+        ),
+    ],
+)
+def test_the_slowest_link_is_named_only_well_below_its_roles_median(
+    links: list[tuple[str, str, float]], named: tuple[str, float] | None
+) -> None:
+    found = slow_link(Link(*link) for link in links)
+    assert (None if found is None else (found[0].pod, found[1])) == named
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1e5, allow_nan=False), min_size=2, max_size=40))
+def test_a_named_link_is_its_roles_slowest_and_under_half_its_median(values: list[float]) -> None:
+    links = [Link(f"w-{i}", "worker", value) for i, value in enumerate(values)]
+    found = slow_link(links)
+    if found is None:
+        ordered = sorted(values)
+        median = (ordered[(len(values) - 1) // 2] + ordered[len(values) // 2]) / 2
+        assert min(values) >= 0.5 * median
+    else:
+        link, median = found
+        assert link.mbps == min(values)
+        assert link.mbps < 0.5 * median

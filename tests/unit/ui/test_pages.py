@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from trainguard.api.load import load_object
+from trainguard.backends.local import views
 from trainguard.cli.main import main
+from trainguard.controller.status import FaultCheckStatus, LinkRecord
+from trainguard.ui import pages
 from trainguard.ui.pages import (
     PageError,
     history_label,
@@ -183,3 +186,23 @@ def test_what_if_refuses_what_it_cannot_answer(pod: str, fault: str, status: int
     with pytest.raises(PageError, match=message) as raised:
         what_if_answer(job, _view(pods=[_pod(0, "Running")]), pod, fault)
     assert raised.value.status == status
+
+
+def test_the_bandwidth_probes_slowest_pod_is_named_on_the_page_and_in_describe() -> None:
+    """From the status the engine wrote (``FaultCheckStatus.slow_link``, as JSON), the same words in both."""
+    status = FaultCheckStatus(
+        links=(
+            LinkRecord(pod="j-worker-0", node="n0", mbps=900.0),
+            LinkRecord(pod="j-worker-1", node="n1", mbps=60),
+        ),
+        slow_link=LinkRecord(pod="j-worker-1", node="n1", mbps=60.0, median=480.0),
+    )
+    checked = status.model_dump(mode="json", by_alias=True)
+    words = (
+        "slowest link: j-worker-1 on n1, 60.0 MB/s to the next pod of its role (the role's median 480.0 MB/s)"
+    )
+    shown = pages.fault_check({"faultCheck": checked})
+    assert shown is not None
+    assert shown["slow_link"] == words
+    assert words in views.fault_check_lines({"faultCheck": checked})
+    assert pages.fault_check({"faultCheck": {**checked, "slowLink": None}})["slow_link"] is None  # type: ignore[index]

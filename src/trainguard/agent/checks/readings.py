@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainguard.pod import contract
+from trainguard.pod.checks import Ring
 
 #: NVML's return codes and the clock throttle reasons that mean hardware (nvml.h).
 _NVML_SUCCESS = 0
@@ -77,13 +78,24 @@ class Readings:
     def connect_seconds(self, address: str) -> float:
         raise NotAvailable(address)
 
+    def ring_send(self, ring: Ring) -> tuple[float, str]:
+        """MB/s this pod sent to the next pod of its ring, and that pod's address."""
+        raise NotAvailable("no ring")
+
 
 class Machine(Readings):
-    """This machine."""
+    """This machine; ``index``: this pod's in its role (the bandwidth probe's place in the ring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int | None = None) -> None:
         self._cpu_first: float | None = None
         self._nvml: Any = None
+        self.index = index
+
+    @classmethod
+    def of_pod(cls, env: Mapping[str, str] = os.environ) -> Machine:
+        """This machine, as the pod whose index ``contract.ENV_REPLICA_INDEX`` gives."""
+        index = env.get(contract.ENV_REPLICA_INDEX, "")
+        return cls(int(index) if index.isdigit() else None)
 
     def gpus(self) -> Gpus:
         nvml = self._library()
@@ -192,6 +204,20 @@ class Machine(Readings):
                     raise
                 time.sleep(0.5)
 
+    def ring_send(self, ring: Ring) -> tuple[float, str]:
+        """Sends ``ring.size`` bytes to the next pod of the ring and waits for its count of them back
+        (``trainguard.agent.checks.ring``); the next pod not listening within ``CONNECT_PATIENCE`` seconds (it
+        starts later, or is not there yet) is not this pod's fault: nothing to read."""
+        if self.index is None or ring.pods < 2:
+            raise NotAvailable("a ring of one pod")
+        from trainguard.agent.checks.ring import Unreachable, send  # only where a ring is probed
+
+        host, port = ring.address_of(ring.next_of(self.index))
+        try:
+            return send(host, port, ring.size, CONNECT_PATIENCE), f"{host}:{port}"
+        except Unreachable as why:
+            raise NotAvailable(f"the next pod is not there yet: {why}") from None
+
     def _library(self) -> Any:
         if self._nvml is None:
             try:
@@ -214,6 +240,8 @@ class Recorded(Readings):
     writes: Mapping[str, float] = field(default_factory=dict)
     cpu: float | None = None
     connects: Mapping[str, float] = field(default_factory=dict)
+    #: MB/s to the next pod of the ring.
+    ring: float | None = None
     #: Item -> an exception to raise, or seconds to sleep first (a broken or a hung reading).
     broken: Mapping[str, BaseException] = field(default_factory=dict)
     slow: Mapping[str, float] = field(default_factory=dict)
@@ -259,6 +287,12 @@ class Recorded(Readings):
         if address not in self.connects:
             raise NotAvailable(address)
         return self.connects[address]
+
+    def ring_send(self, ring: Ring) -> tuple[float, str]:
+        self._misbehave("net.bandwidth")
+        if self.ring is None:
+            raise NotAvailable("no ring")
+        return self.ring, ring.host
 
 
 def injected_items(env: Mapping[str, str] = os.environ) -> frozenset[str]:

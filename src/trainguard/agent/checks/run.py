@@ -1,5 +1,5 @@
 """One fault tolerance check of the pod's node: every item (``trainguard.pod.checks.ITEMS`` but those the job
-turned off) read through ``Readings`` and judged against its threshold, within ``Settings.timeout``.
+turned off, and the pre-check's own (``PRE_ONLY``) in a later check) read through ``Readings`` and judged against its threshold, within ``Settings.timeout``.
 
 A check is bounded: the items run in a daemon thread, and an item still running when the time is up is
 recorded ``environment`` ("timed out"); one whose reading raised is ``environment`` with the error. A broken
@@ -21,6 +21,8 @@ from trainguard.pod.checks import (
     ENVIRONMENT,
     ITEMS,
     OK,
+    PRE,
+    PRE_ONLY,
     SKIPPED,
     CheckItem,
     CheckResult,
@@ -105,6 +107,13 @@ def _rendezvous(readings: Readings, settings: Settings, shared: _Shared) -> tupl
     return readings.connect_seconds(settings.rendezvous), settings.rendezvous
 
 
+def _bandwidth(readings: Readings, settings: Settings, shared: _Shared) -> tuple[float | None, str]:
+    if settings.ring is None:
+        return None, "the job's pods share one address here (the local runtime)"
+    value, to = readings.ring_send(settings.ring)
+    return value, f"to {to}"
+
+
 READERS: dict[str, Reader] = {
     "gpu.count": _gpu_count,
     "gpu.ecc": _per_device("ecc"),
@@ -116,6 +125,7 @@ READERS: dict[str, Reader] = {
     "host.write": _host_write,
     "host.cpu": _host_cpu,
     "net.rendezvous": _rendezvous,
+    "net.bandwidth": _bandwidth,
 }
 
 
@@ -162,7 +172,9 @@ def run_check(
 ) -> CheckResult:
     """Every item not turned off, within ``settings.timeout``; the items still running then are recorded
     ``environment``, timed out."""
-    names = [name for name in ITEMS if name not in settings.disabled]
+    names = [
+        name for name in ITEMS if name not in settings.disabled and (phase == PRE or name not in PRE_ONLY)
+    ]
     done: dict[str, CheckItem] = {}
     shared = _Shared(readings)
     started_at, started = clock(), time.monotonic()

@@ -10,6 +10,7 @@ from trainguard.api import TrainingJob
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.metadata import LABEL_JOB, Obj, object_meta
 from trainguard.controller.launchspec import DEFAULT_MASTER_PORT, Network
+from trainguard.pod.checks import RING_PORT
 
 RENDEZVOUS_PORT = 29400
 #: Services are DNS-1035 labels.
@@ -41,6 +42,7 @@ def network(job: TrainingJob) -> Network:
         rendezvous_endpoint=rendezvous_endpoint(job),
         pod_address=f"{{pod}}.{service_name(job)}",
         master_port=DEFAULT_MASTER_PORT,
+        ring_port=RING_PORT,
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from trainguard.backends.local.records import JobRecord, PodRecord, PodState
+from trainguard.ui.pages import slow_link
 
 #: Status fields kept for the controller's own bookkeeping; not part of what users read.
 _INTERNAL = (
@@ -270,7 +271,8 @@ def describe(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float)
 
 def fault_check_lines(status: dict[str, Any]) -> list[str]:
     """What the job's fault tolerance check found: each node's latest check, the nodes isolated because of it,
-    the pods issued again (``JobStatus.fault_check``)."""
+    the pods issued again, the bandwidth probe's slowest pod where one is well below the others
+    (``JobStatus.fault_check``)."""
     checked = status.get("faultCheck")
     if not checked:
         return ["(no check reported: off, or no pod has checked its node yet)"]
@@ -278,6 +280,9 @@ def fault_check_lines(status: dict[str, Any]) -> list[str]:
         f"issued again: {checked.get('reissues', 0)} pod(s); isolated: "
         + (", ".join(checked.get("isolated") or ()) or "none")
     ]
+    slowest = slow_link(checked)
+    if slowest is not None:
+        lines.append(slowest)
     rows = []
     for entry in checked.get("nodes") or ():
         failed = ", ".join(

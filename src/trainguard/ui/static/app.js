@@ -136,6 +136,7 @@ function showJob(name) {
     const fc = job.fault_check;
     parts.check.replaceChildren(...(fc === null ? [el("p", { class: "quiet" }, "no check reported: off, or no pod has checked its node yet")] : [
       el("p", { id: "isolated" }, `isolated: ${fc.isolated.length ? fc.isolated.join(", ") : "none"} · issued again: ${fc.reissues}`),
+      ...(fc.slow_link ? [el("p", { id: "slow-link" }, fc.slow_link)] : []),
       table(["node", "pod", "check", "verdict", "at", "items"], fc.nodes.map((n) => [n.node || "", n.pod || "", n.phase,
         el("span", { class: `verdict ${n.verdict}` }, n.verdict), when(n.at),
         n.failed.length ? n.failed.map((f) => `${f.name}=${f.value ?? "?"} (threshold ${f.threshold ?? "?"})`).join(", ") : `${n.items} items passed`])),
