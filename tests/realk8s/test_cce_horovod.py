@@ -195,9 +195,9 @@ def _waits(cluster: RealCluster, pods: list[str]) -> list[str]:
 
 def _explain(cluster: RealCluster, since: float = 0.0) -> str:
     """What a failed wait for progress shows: the launcher's telling lines from 30 s before ``since`` (whether a
-    reset was under way when the fault came), each pod's agent's words, where each trainer's processes wait, the
-    history; last, in three lines (CI keeps a failure's last lines), each agent's last words, the history's
-    newest entries in short and where the launcher's log ends (horovodrun's own error, when it failed)."""
+    reset was under way when the fault came), each pod's agent's words, the discovery, the pods, the history;
+    last, in short lines (CI keeps a failure's last lines), each agent's last words, the history's newest entries,
+    where each trainer's workers wait, and where the launcher's log ends (horovodrun's own error, if it failed)."""
     logs = cluster.logs(LAUNCHER, timestamps=True).splitlines()
     telling = [
         line for line in logs if _TELLING.search(line) and log_stamp(line.split(" ", 1)[0]) > since - 30
@@ -219,21 +219,20 @@ def _explain(cluster: RealCluster, since: float = 0.0) -> str:
         f"pod {name}: {pod['status'].get('phase')} {pod['status'].get('podIP')} on {pod['spec'].get('nodeName')}"
         for name, pod in sorted(pods.items())
     ]
-    lines += _waits(cluster, sorted(pods))
+    waits = _waits(cluster, sorted(pods))
     history = _status(cluster).get("history", [])
     lines += [f"history: {entry}" for entry in history[-6:]]
-    lines.append("each agent's last words: " + " | ".join(last_said))
-    lines.append(
-        "history in short: "
-        + "; ".join(
-            f"{h['seq']} {h['kind']} {h.get('pod')} on {h.get('node')} {h.get('fault')} {h.get('exitCode')} "
-            f"-> {h.get('action')} at {h['at'] - since:+.0f}s"
-            for h in history[-5:]
-        )
-    )
+    # Last, in short lines (CI keeps a failure's last lines, each cut to a width): the history's newest entries,
+    # each agent's last words, where each trainer's python processes wait, and where the launcher's log ends.
+    lines += [f"last words of {said[:220]}" for said in last_said]
+    lines += [
+        f"history in short: {h['seq']} {h['kind']} {h.get('pod', '') or ''} {h.get('fault')} {h.get('exitCode')} "
+        f"-> {h.get('action')} at {h['at'] - since:+.0f}s"
+        for h in history[-3:]
+    ]
+    lines += [line.replace(f"{JOB}-", "") for line in waits if "trainguard.agent" not in line]
     texts = (line.split(" ", 1)[-1] for line in logs)  # without kubectl's timestamp
-    ending = [text[:160] for text in texts if text.strip()][-8:]
-    lines.append("the launcher's log ends: " + " | ".join(ending))
+    lines += [f"the launcher's log ends: {text[:200]}" for text in [t for t in texts if t.strip()][-4:]]
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """The fault tolerance check on real nodes, with the operator installed by the chart and its fault-injection aid
 on (``faultInjection=true``, a test aid): ``gpu.ecc`` injected on one node before a job of 2 pods starts, the
 agent's pre-check in the pod there fails (its command never runs), the node is tainted and labelled, a Node
-Event names the job and the pod, the pod runs again on the other node and the job succeeds;
+Event names the job and the pod, the pod runs again on the other node (its bandwidth probe to the other pod
+measured on real links) and the job succeeds;
 ``trainguard node release`` lifts the taint.
 """
 
@@ -46,7 +47,8 @@ def _job() -> dict[str, Any]:
                     "template": {
                         "spec": {
                             # One pod a node where both fit (the first placement meets the faulty node); after
-                            # the isolation both run on the other.
+                            # the isolation both run on the other. Each trains 30 s: the pod issued again finds
+                            # the other still there for its bandwidth probe.
                             "affinity": {
                                 "podAntiAffinity": {
                                     "preferredDuringSchedulingIgnoredDuringExecution": [spread]
@@ -60,7 +62,7 @@ def _job() -> dict[str, Any]:
                                     "command": [
                                         "python3",
                                         "-c",
-                                        f"import time; time.sleep(10); print({DONE!r})",
+                                        f"import time; time.sleep(30); print({DONE!r})",
                                     ],
                                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
                                 }
@@ -166,6 +168,12 @@ def test_a_node_whose_pre_check_fails_is_tainted_the_job_runs_on_the_other_and_s
     checked = status["faultCheck"]
     assert checked["isolated"] == [bad]
     assert checked["reissues"] >= 1
+    # The bandwidth probe between the pods, each to the other behind the job's Service (real veths): the pod
+    # issued again, on the good node, found the first one there.
+    links = {link["pod"]: link for link in checked.get("links") or ()}
+    assert links, checked
+    for link in links.values():
+        assert link["mbps"] > 25.0, links
     (entry,) = [e for e in status["history"] if e.get("kind") == "isolate"]
     assert entry["node"] == bad
     assert entry["check"]["phase"] == "pre"
