@@ -20,8 +20,9 @@ Scenes, in order:
    Every rank's parameters are compared at one step after the join (they must be equal). Three joins, each
    newcomer killed before the next: cold, with ``Live(warmup=...)`` (a forward and a backward before it
    arrives), cold again.
-3. ``stop``: one rank is SIGSTOPped in the middle of training; the others must be back within the collective
-   bound (``--timeout``) + 2 s. It is then continued and rejoins.
+3. ``stop``: one rank is SIGSTOPped in the middle of training (a silent member: frozen, or its node gone); its
+   beats stop, and the others leave its round at once and go on without it: back within 3 s, far below the
+   collectives' bound (``--timeout``). It is then continued, and rejoins (a later round has it as a member).
 4. ``restart``: the baseline. Every rank killed and started again, as torchrun restarts all workers on any
    fault: from the kill to the new world's first step (its state not even loaded).
 5. ``nccl`` (on a GPU): live mode on NCCL, one rank (NCCL refuses a second on the same GPU): a round's
@@ -121,7 +122,8 @@ def rank_main(args: argparse.Namespace) -> None:
             total = None
             if done % args.check_every == 0:
                 total = float(sum(p.detach().double().sum().item() for p in model.parameters()))
-            emit("step", step=done, rank=live.rank, world=live.world_size, sum=total)
+            emit("step", step=done, rank=live.rank, world=live.world_size, sum=total,
+                 agreed=live.agreements, agreed_s=live.agreement_seconds)  # fmt: skip
             if args.step_delay:
                 time.sleep(args.step_delay)
 
@@ -199,6 +201,13 @@ class Rank:
     def last_step(self) -> int:
         steps = [e["step"] for e in list(self.events) if e["event"] == "step"]
         return steps[-1] if steps else 0
+
+    def pids(self) -> set[int]:
+        """The pids its steps were taken in, as each step's line says: one, where nothing restarted it."""
+        return {e["pid"] for e in list(self.events) if e["event"] == "step"}
+
+    def formed_after(self, t: float) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e["event"] == "formed" and e["t"] > t]
 
 
 class Agents:
@@ -366,6 +375,11 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
     stopped.process.send_signal(signal.SIGCONT)
     continued = time.time()
     wait_for("the stopped rank back", lambda: stopped.steps_after(continued), budget)
+    rejoined = wait_for(
+        "a round with the stopped rank a member again",
+        lambda: next((f for f in stopped.formed_after(continued) if f["world_size"] == len(everyone)), None),
+        budget,
+    )
     alive = all(r.process.poll() is None for r in everyone)
     result = {
         "ranks": args.ranks,
@@ -373,7 +387,8 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
         "step_s": round(before, 4),
         "kill": {
             "survivor_pause_s": [round(p, 3) for p in pauses],
-            "survivor_pids_unchanged": [r.process.pid for r in survivors] == pids[:-1]
+            # Each survivor's steps, before and after the kill, in one process: the one it started as.
+            "survivor_pids_unchanged": all(r.pids() == {pid} for r, pid in zip(survivors, pids, strict=False))
             and all(r.process.poll() is None for r in survivors),
             "origins": [f["origin"] for f in formed_after_kill],
             "steps_lost": [
@@ -394,14 +409,30 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
             "timeout_s": args.timeout,
             "others_pause_s": [round(p, 3) for p in hang_pauses],
             "within_timeout_plus_2s": all(p <= args.timeout + 2 for p in hang_pauses),
-            "stopped_rank_rejoined": True,
+            "within_3s": all(p <= 3.0 for p in hang_pauses),
+            "stopped_rank_rejoined": rejoined["rank"] is not None and stopped.process.poll() is None,
+            "stopped_rank_round": rejoined["round"],
         },
+        # Every member agrees before a step is applied (trainguard.sdk._nccl.agree): its cost per step.
+        "agreement": agreement(survivors, before),
         "all_alive": alive,
-        "survivor_pids_unchanged": [r.process.pid for r in survivors] == pids[:-1],
+        "survivor_pids_unchanged": all(r.pids() == {pid} for r, pid in zip(survivors, pids, strict=False)),
         "warm_steps": warm,
     }
     agents.stop_all()
     return result
+
+
+def agreement(ranks: list[Rank], step_s: float) -> dict[str, float]:
+    """The agreement before each step, per step (each rank's own count and seconds, from its last step line),
+    and its share of a step (``step_s``, measured before the faults)."""
+    per_step = []
+    for rank in ranks:
+        last = rank.steps_after(0)[-1]
+        if last.get("agreed"):
+            per_step.append(last["agreed_s"] / last["agreed"])
+    mean = statistics.mean(per_step) if per_step else 0.0
+    return {"per_step_s": round(mean, 6), "share_of_step": round(mean / step_s, 5) if step_s else 0.0}
 
 
 def join_measures(

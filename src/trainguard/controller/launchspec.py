@@ -117,7 +117,8 @@ class RoleLaunch:
 
 def check_runnable(job: TrainingJob) -> None:
     """``LaunchError`` (a ValueError naming the field) for a role whose torchrun command cannot run; backends
-    call it before they accept a job."""
+    call it before they accept a job; and for a live job whose timeout cannot tell a fault from a slow step."""
+    torchrun_command.check_live(job)
     for role in job.spec.replica_specs:
         role_launch(job, role, Network())
 

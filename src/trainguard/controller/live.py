@@ -16,6 +16,8 @@ counts stay as they are.
 A worker that ended before it formed any round (``AgentReport.live_unused``) says that the job's script does
 not use ``trainguard.Live``: the pod runs under torchrun's agent instead, as without live mode. The job gets
 one Warning Event ``LiveModeUnused`` that says so and what to do (``live_unused_warned`` remembers it).
+A job that asks for live mode but whose containers set NCCL's error handling to a mode that ends the survivors of
+a fault runs without it (``torchrun_command.live_refusal``): one Warning Event ``LiveModeOff`` says why.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TypeVar
 from trainguard.controller.backend import EventType, LiveRound
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.status import HistoryEntry, HistoryKind, LiveOrigin, Reformation
-from trainguard.controller.torchrun_command import LIVE_ANNOTATION
+from trainguard.controller.torchrun_command import LIVE_ANNOTATION, asks_for_live, live_refusal
 from trainguard.policy.types import Remedy
 
 T = TypeVar("T")
@@ -59,6 +61,15 @@ def record_live_rounds(cycle: Cycle) -> None:
     if unused is not None and not cycle.get("live_unused_warned"):
         cycle.updates["live_unused_warned"] = True
         cycle.emit(EventType.WARNING, "LiveModeUnused", _unused_words(unused))
+    refused = live_refusal(cycle.job) if asks_for_live(cycle.job) else None
+    if refused is not None and not cycle.get("live_off_warned"):
+        cycle.updates["live_off_warned"] = True
+        cycle.emit(
+            EventType.WARNING,
+            "LiveModeOff",
+            f'the job asks for live mode (annotation {LIVE_ANNOTATION}: "true") and runs without it, its workers '
+            f"under torchrun's elastic agent: {refused}",
+        )
 
 
 def _representative(reports: Sequence[LiveRound]) -> LiveRound:

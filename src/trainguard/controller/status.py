@@ -339,6 +339,8 @@ class JobStatus(_Model):
     live_round: int = 0
     #: The Warning Event that the job's script does not use live mode was emitted.
     live_unused_warned: bool = False
+    #: The Warning Event that the job asks for live mode but runs without it (``live_refusal``) was emitted.
+    live_off_warned: bool = False
     #: The fault tolerance check (``trainguard.policy.faultcheck``); None until a pod reports a check.
     fault_check: FaultCheckStatus | None = None
     #: Bumped on every change; the key of the status write.

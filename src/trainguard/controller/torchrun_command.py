@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainguard.api import FrameworkType, TrainingJob
+from trainguard.api.model import HangPolicy
 from trainguard.pod import contract
 
 TORCHRUN_ANNOTATION = "trainguard.io/torchrun"
@@ -125,8 +126,59 @@ def uses_torchrun(job: TrainingJob) -> bool:
     return job.spec.framework_type is FrameworkType.PYTORCH or job.spec.elastic is not None
 
 
-def is_live(job: TrainingJob) -> bool:
+def asks_for_live(job: TrainingJob) -> bool:
     return uses_torchrun(job) and job.metadata.annotations.get(LIVE_ANNOTATION, "").lower() == "true"
+
+
+def is_live(job: TrainingJob) -> bool:
+    """The job runs in live mode: it asks for it, and nothing of its own would end the survivors of a fault
+    (``live_refusal``)."""
+    return asks_for_live(job) and live_refusal(job) is None
+
+
+def live_refusal(job: TrainingJob) -> str | None:
+    """Why a job that asks for live mode runs without it: a container of a torchrun role that sets NCCL's error
+    handling to a mode that ends the survivors of a fault (``contract.nccl_refusal``); None where nothing does."""
+    for role in torchrun_roles(job):
+        spec = job.role(role).template.get("spec") or {}
+        for container in (spec.get("containers") or ()) if isinstance(spec, dict) else ():
+            env = {
+                str(var.get("name")): str(var.get("value", ""))
+                for var in (container.get("env") or ())
+                if isinstance(container, dict)
+                if isinstance(var, dict)
+            }
+            why = contract.nccl_refusal(env)
+            if why is not None:
+                return f"replicaSpecs.{role} container {container.get('name', '?')}: {why}"
+    return None
+
+
+#: The shortest bound live mode gives a collective: under it, a slow step (a checkpoint's save, a long
+#: evaluation on one rank) would be taken for a fault.
+LIVE_MIN_TIMEOUT = 10.0
+
+
+def check_live(job: TrainingJob) -> None:
+    """``LaunchError`` for a live job whose one timeout (``live_timeout``) is too short to tell a fault from a
+    slow step."""
+    if not asks_for_live(job):
+        return
+    timeout = live_timeout(job)
+    if timeout < LIVE_MIN_TIMEOUT:
+        raise LaunchError(
+            f"spec.hang.timeoutSeconds: {timeout:g} s is too short for live mode ({LIVE_ANNOTATION}), which bounds "
+            f"every collective by it: a step that takes longer (a checkpoint's save, an evaluation) would be "
+            f"taken for a fault; give at least {LIVE_MIN_TIMEOUT:g}"
+        )
+
+
+def live_timeout(job: TrainingJob) -> float:
+    """A live job's one timeout: its hang detection's (``hang.timeoutSeconds``, ModelArts' suspension) bounds
+    its collectives too; a job without a hang block gets that block's default. A dead or silent member is found
+    by its beats in seconds, whatever this is; the bound is for a member that beats but does not progress."""
+    hang = job.spec.hang
+    return hang.timeout_seconds if hang is not None and hang.enabled else HangPolicy().timeout_seconds
 
 
 def rendezvous(job: TrainingJob, endpoint: str) -> Rendezvous | None:
@@ -192,6 +244,7 @@ def torchrun_env(job: TrainingJob, endpoint: str) -> dict[str, str]:
         roles = [job.spec.replica_specs[name] for name in torchrun_roles(job)]
         env[contract.ENV_LIVE_SIZE] = str(max(sum(spec.replicas for spec in roles), 1) * nproc)
         env[contract.ENV_LIVE_MINIMUM] = str(max(low, 1) * nproc)
+        env[contract.ENV_LIVE_TIMEOUT] = f"{live_timeout(job):g}"
     return env
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
 # ---- the pod's identity, set by the control plane for every pod (the first seven in CCE's words) ----------
 
@@ -159,6 +160,30 @@ REPORT_EXITED = "exited"
 #: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
 REPORT_GAVE_UP = "gave-up"
 REASON_HANG = "Hang"
+
+# ---- live mode and NCCL's error handling ------------------------------------------------------------------
+
+#: NCCL's error handling in torch (its older name is read too), and the mode live mode needs: clean up only (a
+#: failed or timed-out collective aborts its communicator and raises in the training thread; the process lives).
+NCCL_ERROR_HANDLING = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
+NCCL_CLEAN_UP_ONLY = "2"
+#: The modes that end a survivor's process on a peer's fault: tear down (torch's default), skip clean-up.
+NCCL_KILLS_SURVIVORS = frozenset({"1", "3"})
+
+
+def nccl_refusal(env: Mapping[str, str]) -> str | None:
+    """Why ``env``'s NCCL error handling would end the survivors of a fault in live mode; None where it would
+    not (unset, or a mode that keeps the process)."""
+    for name in NCCL_ERROR_HANDLING:
+        value = str(env.get(name, "")).strip()
+        if value in NCCL_KILLS_SURVIVORS:
+            return (
+                f"{name}={value} makes NCCL end every process whose collective fails, so a fault would end the "
+                f"survivors too; remove it (trainguard sets {NCCL_ERROR_HANDLING[0]}={NCCL_CLEAN_UP_ONLY} for "
+                f"live jobs) or set {NCCL_CLEAN_UP_ONLY}"
+            )
+    return None
+
 
 # ---- the live rounds' keys in the job's store -------------------------------------------------------------
 

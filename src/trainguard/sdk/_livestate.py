@@ -19,6 +19,12 @@ def optimizers(state: dict[str, Any]) -> Iterator[Any]:
     return (obj for obj in state.values() if isinstance(obj, torch.optim.Optimizer))
 
 
+def before_each_step(state: dict[str, Any], hook: Callable[..., None]) -> None:
+    """``hook`` called before each step of every optimizer of ``state`` (raising there: the step is not applied)."""
+    for optimizer in optimizers(state):
+        optimizer.register_step_pre_hook(hook)
+
+
 def after_each_step(state: dict[str, Any], hook: Callable[..., None]) -> None:
     """``hook`` called after each step of every optimizer of ``state``."""
     for optimizer in optimizers(state):

@@ -37,10 +37,18 @@ class RoundStore:
         self.poll = poll
 
     def join(
-        self, n: int, held: int, minimum: int, stale_after: float, timeout: float, join_timeout: float
+        self,
+        n: int,
+        held: int,
+        minimum: int,
+        stale_after: float,
+        timeout: float,
+        join_timeout: float,
+        silent: frozenset[str] = frozenset(),
     ) -> Formed | None:
         """Arrives in round ``n`` and waits for it to close: the round if this process is in it, None if it
-        closed without it (it arrived too late: the next round then)."""
+        closed without it (it arrived too late: the next round then). ``silent``: members this process's
+        watchdog found silent, absent at once unless they arrive."""
         client = self.client
         index = int(client.add(self.keys.arrivals(n), 1)) - 1
         client.set(self.keys.arrival(n, index), json.dumps({"member": self.member, "step": held}))
@@ -63,6 +71,7 @@ class RoundStore:
                 m
                 for m in _rounds.awaited(previous, arrivals, set())
                 if late
+                or m in silent
                 or ended_here(m)
                 or client.check([self.keys.gone(m)])
                 or staleness.stale(m, self.beat(m), now)
@@ -108,6 +117,18 @@ class RoundStore:
     def beat(self, member: str) -> int | None:
         key = self.keys.beat(member)
         return int(self.client.add(key, 0)) if self.client.check([key]) else None
+
+    def silent(self, watch: Any, members: tuple[str, ...], staleness: Staleness, now: float) -> list[str]:
+        """The other ``members`` (read with ``watch``, the watchdog's own client) marked gone, or whose beats
+        have not changed for ``staleness.after`` seconds of this process's clock."""
+        found = []
+        for member in members:
+            if member == self.member:
+                continue
+            beat = int(watch.add(self.keys.beat(member), 0))
+            if staleness.stale(member, beat, now) or watch.check([self.keys.gone(member)]):
+                found.append(member)
+        return found
 
     def only_newcomers(self, watch: Any, n: int, members: tuple[str, ...]) -> bool:
         """Whether round ``n``'s arrivals so far are all newcomers and no member of this round is marked gone

@@ -44,17 +44,17 @@ from typing import Any
 from trainguard.pod import contract, workerevents
 from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
-from trainguard.sdk import _livestate, _sockets, _transfer
+from trainguard.sdk import _livestate, _nccl, _sockets, _transfer
 from trainguard.sdk._rounds import Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
+from trainguard.sdk._watchdog import Watchdog
 from trainguard.sdk._world import env_int
 
 #: A member that fails this many formations in a row, with no step completed between, gives up (raises).
 MAX_FAILED_FORMATIONS = 3
-#: A member beats (a counter in the store) this often from its watchdog thread...
-BEAT_EVERY = 0.25
-#: ...and one that has not for this long is taken for hung (stopped, or a thread holding the interpreter):
-#: the round forms without it. It can come back: it arrives in a later round, as a survivor.
+#: A member whose beats (``trainguard.sdk._watchdog``) stop for this long is taken for silent (its processes
+#: frozen, its node gone): its round is left at once and the next forms without it. It can come back: it
+#: arrives in a later round. Beats come from a thread of their own, so a long step never stops them.
 STALE_AFTER = 1.5
 #: A newcomer's arrival (nobody lost) is met at the members' next step boundary, not by aborting the step in
 #: progress; one still not met after this long (a loop that seldom completes a step) aborts it after all.
@@ -137,18 +137,29 @@ class Live:
         self._state_step = -1
         self._failed_in_a_row = 0
         self._group_sockets: dict[int, str] = {}
-        self._broken = threading.Event()
-        #: A newcomer waits in the next round (set by the watchdog; ``advance`` leaves at the step's end).
-        self._join_pending = threading.Event()
-        self._members: tuple[str, ...] = ()
         #: What holds the previous rounds' groups (errors and their frames, the groups): freed once a round
         #: has completed a step.
         self._graveyard: list[Any] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        #: Every member agrees before an optimizer applies a step (``_agree``): seconds spent, and how often.
+        self.agreements = 0
+        self.agreement_seconds = 0.0
+        self._agreeing = False
+        if backend == "nccl":
+            _nccl.prepare()
+        _livestate.before_each_step(self.state, self._agree)
         _livestate.after_each_step(self.state, self._applied)
-        self._thread = threading.Thread(target=self._watchdog, name="trainguard-live", daemon=True)
-        self._thread.start()
+        self.watchdog = Watchdog(
+            self._watch,
+            self.rounds,
+            self.keys,
+            self.member,
+            poll=self.poll,
+            stale_after=self.stale_after,
+            join_within=JOIN_AT_BOUNDARY_WITHIN,
+            abort=self._abort,
+        )
+        self.watchdog.start()
         atexit.register(self.close)
 
     # -- what the training function uses ------------------------------------------------------------------
@@ -166,7 +177,7 @@ class Live:
         self._failed_in_a_row = 0
         if self._graveyard:  # a whole step of the new round done: the old groups' threads are long idle
             self._graveyard.clear()
-        if self._join_pending.is_set():
+        if self.watchdog.join_pending.is_set():
             raise _JoinAtBoundary(f"a newcomer waits in round {self.round + 1}")
 
     @property
@@ -201,7 +212,7 @@ class Live:
                 # still finish an operation deadlocks (its destructor joins them holding the GIL they need),
                 # and a round's forming can be quicker than they are on a busy machine.
                 self._trace(f"round {self.round} failed: {_cause(error)}")
-                self._abort()
+                self._abort(_cause(error))
                 self._graveyard.append(error)
                 self._failed_in_a_row += 1
                 if self._failed_in_a_row >= MAX_FAILED_FORMATIONS:
@@ -219,9 +230,9 @@ class Live:
 
     def close(self) -> None:
         """Leaves the job: marks this member gone (the others need not wait for it) and ends the group."""
-        if self._stop.is_set():
+        if self.watchdog.stop.is_set():
             return
-        self._stop.set()
+        self.watchdog.stop.set()
         with contextlib.suppress(Exception):
             self._client.set(self.keys.gone(self.member), "1")
         self._leave_group()
@@ -250,6 +261,7 @@ class Live:
                 self.stale_after,
                 self.timeout,
                 self.join_timeout,
+                frozenset(self.watchdog.silent),
             )
             self._trace(f"round {n} closed: {formed}")
             if formed is not None:
@@ -285,9 +297,8 @@ class Live:
                 at=time.time(),
             )
         )
-        self._members = formed.members
-        self._join_pending.clear()
-        self._broken.clear()
+        self.watchdog.watching(formed.round, formed.members)
+        self._agreeing = True
         self._tell_agent(self.formations[-1])
         mark = os.environ.get(contract.ENV_LIVE_MARK)
         if mark and len(self.formations) == 1:
@@ -322,6 +333,7 @@ class Live:
     def _leave_group(self) -> None:
         import torch.distributed as dist
 
+        self._agreeing = False
         with self._lock:
             _sockets.shut_down(self._group_sockets)
             self._group_sockets = {}
@@ -381,50 +393,37 @@ class Live:
             self._graveyard.append(group)  # freed with the failed round's other groups (see ``run``)
             raise
 
-    # -- the watchdog -------------------------------------------------------------------------------------
-
-    def _watchdog(self) -> None:
-        beat_every = BEAT_EVERY
-        next_beat = 0.0
-        pending_since = 0.0
-        while not self._stop.wait(self.poll):
-            with contextlib.suppress(Exception):
-                now = time.monotonic()
-                if now >= next_beat:
-                    self._watch.add(self.keys.beat(self.member), 1)
-                    next_beat = now + beat_every
-                if (
-                    self.round
-                    and not self._broken.is_set()
-                    and self._watch.check([self.keys.arrivals(self.round + 1)])
-                ):
-                    if self.rounds.only_newcomers(self._watch, self.round + 1, self._members):
-                        if not self._join_pending.is_set():
-                            self._join_pending.set()
-                            pending_since = now
-                        elif now - pending_since > JOIN_AT_BOUNDARY_WITHIN:
-                            self._abort()
-                    else:
-                        self._abort()
+    # -- leaving a round ---------------------------------------------------------------------------------
 
     def _trace(self, what: str) -> None:
         if os.environ.get(contract.ENV_LIVE_TRACE) == "1":
             print(f"[trainguard live {time.time():.3f} {self.member}] {what}", file=sys.stderr, flush=True)
 
-    def _abort(self) -> None:
+    def _abort(self, why: str) -> None:
         """Ends the round's group at once, so the collective waiting fails: gloo's connections shut down (its
-        own abort returns and leaves the wait going on), NCCL's communicators aborted (from this thread, the
-        watchdog's, while the training thread waits)."""
+        own abort returns and leaves the wait going on), NCCL's communicators aborted (from the watchdog's
+        thread, while the training thread waits; ``trainguard.sdk._nccl``)."""
         with self._lock:
-            self._broken.set()
+            self.watchdog.broken.set()
             shut = _sockets.shut_down(self._group_sockets)
             if self.backend == "nccl":
-                import torch.distributed as dist
+                _nccl.abort()
+        self._trace(f"round {self.round} aborted ({why}): {shut} connections shut down")
 
-                with contextlib.suppress(Exception):
-                    if dist.is_initialized():
-                        dist.group.WORLD.abort()  # type: ignore[union-attr]
-        self._trace(f"round {self.round} aborted: {shut} connections shut down")
+    def _agree(self, *_: Any) -> None:
+        """Before an optimizer applies a step: every member of the round agrees that it finished the step's
+        collectives (``trainguard.sdk._nccl.agree``: a one-element all-reduce whose value is read back, so on
+        NCCL the step's collectives have completed, not only been enqueued). A round broken meanwhile, or a
+        member that did not finish, raises here: no member applies the step, and the next round starts from
+        the last step every member applied."""
+        if not self._agreeing:
+            return
+        if self.watchdog.broken.is_set():
+            raise RuntimeError(f"live: round {self.round} broke before step {self.step} was applied")
+        started = time.perf_counter()
+        _nccl.agree(self.backend, _livestate.device_of(self.state, self.device))
+        self.agreement_seconds += time.perf_counter() - started
+        self.agreements += 1
 
     # -- helpers ------------------------------------------------------------------------------------------
 

@@ -2,6 +2,9 @@
 
 With ``LIVE_WARMUP`` set, it passes ``Live`` a warm-up: ``forward`` (a forward and a backward), ``step``
 (... and an optimizer's step, which Live refuses) or ``fail`` (it raises).
+With ``LIVE_FAULT_DIR`` set, a rank that finds ``$LIVE_FAULT_DIR/rank-<its rank>`` between its step's
+all-reduce (the backward) and its optimizer's step takes the file and raises there, as a collective that
+failed late would. Each step's line carries a hash of the parameters (``hash``).
 With ``LIVE_HOLD_DIR`` set, the first process to start sending a state while ``$LIVE_HOLD_DIR/arm`` exists
 writes its pid to ``$LIVE_HOLD_DIR/sending`` and stops there (the test then kills it in the middle of the
 transfer); every later send goes through.
@@ -9,6 +12,8 @@ transfer); every later send goes through.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
 import sys
@@ -53,6 +58,7 @@ def main() -> None:
     )  # different per process: the state must come over
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    faults = Path(os.environ["LIVE_FAULT_DIR"]) if os.environ.get("LIVE_FAULT_DIR") else None
     warmup = os.environ.get("LIVE_WARMUP")  # forward (as it should be), step (steps the optimizer), fail
 
     def warm_up() -> None:
@@ -67,6 +73,7 @@ def main() -> None:
         {"model": model, "optimizer": optimizer}, timeout=10, warmup=warm_up if warmup else None
     )
     emit("ready", member=live.member)
+    atexit.register(lambda: emit("agreed", count=live.agreements, seconds=live.agreement_seconds))
 
     def train(live: trainguard.Live) -> None:
         emit("formed", warmup_seconds=live.warmup_seconds, **live.formations[-1].as_dict())
@@ -76,9 +83,26 @@ def main() -> None:
             loss = ddp(torch.randn(16, 64, generator=generator)).pow(2).mean()
             optimizer.zero_grad()
             loss.backward()
+            if faults is not None:
+                claim = faults / f"rank-{live.rank}"
+                try:
+                    claim.rename(faults / f"taken-{os.getpid()}-{step}")
+                except FileNotFoundError:
+                    pass
+                else:
+                    emit("fault", step=step, rank=live.rank)
+                    raise RuntimeError("injected: a collective failed between the all-reduce and the step")
             optimizer.step()
             total = float(sum(p.detach().double().sum() for p in model.parameters()))
-            emit("step", step=step + 1, rank=live.rank, world=live.world_size, sum=total)
+            digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+            emit(
+                "step",
+                step=step + 1,
+                rank=live.rank,
+                world=live.world_size,
+                sum=total,
+                hash=digest.hexdigest(),
+            )
             time.sleep(0.02)
 
     live.run(train)

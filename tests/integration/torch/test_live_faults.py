@@ -185,3 +185,44 @@ def test_a_newcomer_warms_up_before_it_arrives_and_its_warm_up_changes_no_state(
     assert "Live(warmup=...) stepped an optimizer" in errors
     assert "the warm-up failed (ValueError: a warm-up that fails); joining without it" in errors
     assert (a.process.poll(), b.process.poll()) == (None, None)  # the survivors kept their processes
+
+
+def test_a_fault_between_the_all_reduce_and_the_step_leaves_every_rank_with_the_same_parameters(
+    job: Callable[..., Rank], tmp_path: Path
+) -> None:
+    """Each rank in turn fails after its step's all-reduce and before its optimizer applies the step. The
+    members agree before any applies a step (``trainguard.sdk._nccl.agree``): none applies that one, the next
+    round starts from the last step all applied, and every rank's parameters hash the same after it (read, not
+    assumed)."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    ranks = [job(seed, LIVE_FAULT_DIR=str(faults)) for seed in (1, 2, 3)]
+    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in ranks), START)
+    for victim in range(3):
+        rounds = {id(r): len(r.formed()) for r in ranks}
+        (faults / f"rank-{victim}").touch()
+        failed = wait_for(
+            f"rank {victim}'s fault",
+            lambda v=victim: next(
+                (e for r in ranks for e in r.events if e["event"] == "fault" and e["rank"] == v), None
+            ),
+            ROUND,
+        )
+        wait_for(
+            f"a round after rank {victim}'s fault",
+            lambda seen=rounds: all(
+                len(r.formed()) > seen[id(r)] and r.formed()[-1]["world_size"] == 3 for r in ranks
+            ),
+            ROUND,
+        )
+        after = max(r.formed()[-1]["step"] for r in ranks)
+        assert after <= failed["step"], (after, failed)  # the step the fault cut was applied by nobody
+
+        def hashes(after: int = after) -> list[str] | None:
+            by_rank = [{s["step"]: s["hash"] for s in r.steps() if s["step"] > after} for r in ranks]
+            common = set.intersection(*(set(steps) for steps in by_rank))
+            return [steps[min(common)] for steps in by_rank] if common else None
+
+        seen = wait_for(f"a common step after rank {victim}'s fault", hashes, ROUND)
+        assert len(set(seen)) == 1, seen
+        assert all(r.process.poll() is None for r in ranks)  # nobody restarted: the same processes

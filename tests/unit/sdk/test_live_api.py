@@ -40,3 +40,20 @@ def test_a_rounds_cause_is_the_errors_type_and_what_happened_not_where() -> None
     assert _cause(gloo) == "RuntimeError: Connection closed by peer [127.0.0.1]:7579. More."
     assert _cause(RuntimeError("")) == "RuntimeError: "
     assert len(_cause(RuntimeError("y" * 500))) == len("RuntimeError: ") + 120
+
+
+def test_live_mode_sets_nccls_error_handling_unless_the_user_chose_one_that_ends_survivors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainguard.sdk import _nccl
+
+    env: dict[str, str] = {}
+    assert _nccl.prepare(env)
+    assert env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+    kept = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}
+    assert _nccl.prepare(kept)
+    assert kept == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}
+    deadly = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    assert not _nccl.prepare(deadly)
+    assert deadly == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}  # the user's, left as it is
+    assert "live mode cannot keep the survivors" in capsys.readouterr().err
