@@ -16,14 +16,18 @@ Set-ups, each ``--trials`` times:
 - ``torchrun_fixed``: the same with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, the fix trainguard applies;
 - ``trainguard``: the job on the local runtime, N pods of one worker each, the worker of pod 1 killed;
 - ``trainguard_live``: the same job in live mode (``--live``, ``trainguard.io/live: "true"``): the survivors
-  keep their processes (checked: their pids before and after) and re-form without the killed worker.
+  keep their processes (checked: their pids before and after) and re-form without the killed worker;
+- ``trainguard_live_silent``: the same live job, and instead of a kill every process of pod 1 (its agent, its
+  launcher, its worker) SIGSTOPped: a pod gone silent, as a node dropped off the network is (no connection is
+  reset). Recovery time: from the stop to the survivors' next step.
 
 The last line of the output is one JSON object with every figure, per number of workers; ``ratio`` is
 trainguard's median recovery time over plain torchrun's, over the trials where torchrun recovered (null when
 it never did), ``ratio_fixed`` the same against ``torchrun_fixed``. ``target_met``: trainguard recovered in
 every trial, and ``ratio`` (where there is one) is at most 0.5. ``ratio_live_fixed`` is live mode's median over
 ``torchrun_fixed``'s; ``target_live_met``: live mode recovered in every trial with the survivors' pids kept,
-0 steps lost, and ``ratio_live_fixed`` at most 0.1.
+0 steps lost, and ``ratio_live_fixed`` at most 0.1. ``target_silent_met``: the silent pod's survivors
+recovered in every trial within 3 s, their pids kept, 0 steps lost.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,13 +91,17 @@ def main() -> int:
                 "torchrun_fixed": [],
                 "trainguard": [],
                 "trainguard_live": [],
+                "trainguard_live_silent": [],
             }
             for trial in range(args.trials):
                 for setup in results:
                     directory = root / f"{size}-{setup}-{trial}"
                     if setup.startswith("trainguard"):
-                        live = setup == "trainguard_live"
-                        outcome = trainguard_trial(directory, size, args.kill_at, args.timeout, live=live)
+                        live = setup.startswith("trainguard_live")
+                        silent = setup == "trainguard_live_silent"
+                        outcome = trainguard_trial(
+                            directory, size, args.kill_at, args.timeout, live=live, silent=silent
+                        )
                     else:
                         fixed = setup == "torchrun_fixed"
                         outcome = torchrun_trial(directory, size, args.kill_at, args.timeout, fixed=fixed)
@@ -129,7 +138,7 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
             "recovery_s": [None if t.seconds is None else round(t.seconds, 2) for t in trials],
             "median_recovery_s": round(statistics.median(times), 2) if times else None,
             "steps_lost": [t.steps_lost for t in trials],
-            **({"pids_kept": [t.pids_kept for t in trials]} if setup == "trainguard_live" else {}),
+            **({"pids_kept": [t.pids_kept for t in trials]} if setup.startswith("trainguard_live") else {}),
         }
     ratio = _ratio(results["trainguard"], results["torchrun"])
     figures["ratio"] = ratio
@@ -143,6 +152,11 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
         and all(t.recovered and t.pids_kept and t.steps_lost == 0 for t in live)
         and figures["ratio_live_fixed"] is not None
         and figures["ratio_live_fixed"] <= 0.1
+    )
+    silent = results["trainguard_live_silent"]
+    figures["target_silent_met"] = bool(silent) and all(
+        t.recovered and t.pids_kept and t.steps_lost == 0 and t.seconds is not None and t.seconds <= 3.0
+        for t in silent
     )
     return figures
 
@@ -181,7 +195,7 @@ def torchrun_trial(directory: Path, size: int, kill_at: int, timeout: float, *, 
         _wait(lambda: (last := run.last_step()) is not None and last.step >= kill_at, 300, process)
         rank0 = [event for event in run.events() if event.event == "start"][-1].fields["pid"]
         victim = next(p for p in psutil.Process(process.pid).children() if p.pid != rank0 and _is_worker(p))
-        return _measure(run, victim, timeout, process)
+        return _measure(run, victim.kill, timeout, process)
     finally:
         _kill_tree(process.pid)
         process.wait()
@@ -197,7 +211,7 @@ def _is_worker(process: psutil.Process) -> bool:
 
 
 def trainguard_trial(
-    directory: Path, size: int, kill_at: int, timeout: float, *, live: bool = False
+    directory: Path, size: int, kill_at: int, timeout: float, *, live: bool = False, silent: bool = False
 ) -> Trial:
     with Session(directory) as session:
         spec = digits_job(
@@ -217,7 +231,11 @@ def trainguard_trial(
         [worker] = workers(torchrun.pid)
         victim = psutil.Process(worker.pid)
         before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != f"{job}-worker-1"}
-        trial = _measure(run, victim, timeout)
+        if silent:  # the whole pod, its agent too: nothing of it says anything any more
+            pod = [psutil.Process(agent), *psutil.Process(agent).children(recursive=True)]
+            trial = _measure(run, lambda: [p.suspend() for p in pod], timeout)
+        else:
+            trial = _measure(run, victim.kill, timeout)
         if not live:
             return trial
         after = session.worker_pids(job)
@@ -229,10 +247,10 @@ def trainguard_trial(
 
 
 def _measure(
-    run: Run, victim: psutil.Process, timeout: float, process: subprocess.Popen[bytes] | None = None
+    run: Run, fault: Callable[[], object], timeout: float, process: subprocess.Popen[bytes] | None = None
 ) -> Trial:
     killed_at = time.time()
-    victim.kill()
+    fault()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = recovery(run.events(), killed_at)
