@@ -12,7 +12,9 @@ recovery:
 - ``force_delete``: a pod force-deleted (replaced);
 - ``node_down``: a node lost with its pod, and its memory (``trainguard chaos node-down``);
 - ``scale_in``: 3 -> 2 workers; ``scale_out``: 2 -> 3;
-- ``random_kill``: a worker killed at a random moment of a step, ``--random-trials`` times.
+- ``random_kill``: a worker killed at a random moment of a step, ``--random-trials`` times;
+- ``silent`` (live mode only): every process of one pod SIGSTOPped (its agent, its launcher, its worker), as a
+  node dropped off the network is silent; once measured it is continued, and rejoins.
 
 Each of the other faults is injected ``--fault-trials`` times (default once).
 
@@ -79,7 +81,7 @@ BACKOFF_MAX_SECONDS = 4
 EPOCHS = 5000
 #: Samples per step of the overhead's model (``--overhead-batches``: also measured at others).
 BATCH = 32
-FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill")
+FAULTS = ("kill", "force_delete", "node_down", "scale_in", "scale_out", "random_kill", "silent")
 SETUPS = ("torchrun_disk", "disk", "memory", "live")
 #: Set-up (c): a snapshot every step, the parameters and the optimizer's state kept in shared memory itself.
 MEMORY_ARGS = ("--snapshots", "--in-place")
@@ -184,19 +186,20 @@ def trainguard_faults(
         spec["spec"]["elastic"]["maxRestarts"] = len(_sequence(trials)) + 10
         job = session.submit(spec)
         _wait_step(lambda: _last_step(session.run(job)), 10)
-        for fault in _sequence(trials):
+        for fault in _sequence(trials, silent=live):
             figures[fault].append(_one(session, job, fault, checks[fault] if live else None))
             _say(setup, model, fault, figures[fault][-1])
         session.call("delete", job=job)
     return figures
 
 
-def _sequence(trials: tuple[int, int]) -> list[str]:
+def _sequence(trials: tuple[int, int], silent: bool = False) -> list[str]:
     """The faults in the order injected: each fixed one ``trials[0]`` times (a scale-in and the scale-out back
-    in turn), then ``trials[1]`` random kills."""
+    in turn), then ``trials[1]`` random kills; with ``silent`` (live mode), a silent pod ``trials[0]`` times."""
     fixed, random_kills = trials
     order = [fault for fault in ("kill", "force_delete", "node_down") for _ in range(fixed)]
-    return order + ["scale_in", "scale_out"] * fixed + ["random_kill"] * random_kills
+    order += ["scale_in", "scale_out"] * fixed + ["random_kill"] * random_kills
+    return order + ["silent"] * (fixed if silent else 0)
 
 
 def _one(
@@ -227,6 +230,12 @@ def _one(
     elif fault == "scale_out":
         session.scale(job, "worker", 3)
         world = 3
+    frozen: list[psutil.Process] = []
+    if fault == "silent":  # the whole pod, its agent too: nothing of it says anything any more
+        agent = psutil.Process(pods[victim]["pid"])
+        frozen = [agent, *agent.children(recursive=True)]
+        for process in frozen:
+            process.suspend()
     at = time.time()
     try:
         figure = _recovered(run, at, world)
@@ -239,6 +248,9 @@ def _one(
     finally:
         if fault == "node_down":
             session.chaos("node-up", pods[victim]["node"])
+        for process in frozen:  # continued: its worker finds its round left, and rejoins
+            with contextlib.suppress(psutil.Error):
+                process.resume()
 
 
 # ---- plain torchrun (a) --------------------------------------------------------------------------------------
