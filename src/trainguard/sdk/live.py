@@ -22,10 +22,12 @@ their order, the newcomers follow. Each member then makes the round's gloo group
 group, under the round's prefix) and the members behind the agreed step receive it from one that holds it.
 
 How a collective is left: a member that fails (a peer's connection closed, a collective timed out after
-``timeout`` s) arrives in the next round; every member's watchdog thread sees that arrival (a key of the
-store, polled every ``poll`` s) and shuts its group's connections down (``trainguard.sdk._sockets``), so the
-collective it waits in fails at once and it arrives too. A newcomer's arrival does the same: the job grows
-within a step.
+``timeout`` s) arrives in the next round; every member's watchdog (``trainguard.sdk._watchdog``) sees that
+arrival, a member marked gone, or a member silent (no beat for ``stale_after`` s) and ends its round's group
+(``trainguard.sdk._roundgroup``), so the collective it waits in fails at once and it arrives too. A newcomer's
+arrival ends the round at the next step's boundary: the job grows within a step. Before an optimizer applies a
+step every member agrees that all finished its collectives (``trainguard.sdk._nccl.agree``): a step is applied
+by every member or by none.
 """
 
 from __future__ import annotations
@@ -34,17 +36,16 @@ import atexit
 import contextlib
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from trainguard.pod import contract, workerevents
 from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
-from trainguard.sdk import _livestate, _nccl, _sockets, _transfer
+from trainguard.sdk import _livestate, _nccl, _transfer
+from trainguard.sdk._roundgroup import RoundGroup
 from trainguard.sdk._rounds import Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
 from trainguard.sdk._watchdog import Watchdog
@@ -136,11 +137,8 @@ class Live:
         #: The step the state is at: ``step``, or one more once the optimizer applied the step in progress.
         self._state_step = -1
         self._failed_in_a_row = 0
-        self._group_sockets: dict[int, str] = {}
-        #: What holds the previous rounds' groups (errors and their frames, the groups): freed once a round
-        #: has completed a step.
-        self._graveyard: list[Any] = []
-        self._lock = threading.Lock()
+        #: The round's groups, and the previous rounds' until a step of this one is done.
+        self.group = RoundGroup(self._client, self.keys, backend, self.timeout)
         #: Every member agrees before an optimizer applies a step (``_agree``): seconds spent, and how often.
         self.agreements = 0
         self.agreement_seconds = 0.0
@@ -175,8 +173,7 @@ class Live:
         self.step += 1
         self._state_step = self.step
         self._failed_in_a_row = 0
-        if self._graveyard:  # a whole step of the new round done: the old groups' threads are long idle
-            self._graveyard.clear()
+        self.group.free()
         if self.watchdog.join_pending.is_set():
             raise _JoinAtBoundary(f"a newcomer waits in round {self.round + 1}")
 
@@ -208,12 +205,10 @@ class Live:
                 # the sender lost in the middle of a state transfer): the next round, where another member
                 # sends the state, or the restore. The round's connections shut down now: every operation
                 # still queued fails at once, not at its timeout. The error (its frames hold the round's DDP)
-                # is kept until the next round has completed a step: freeing a gloo group while its threads
-                # still finish an operation deadlocks (its destructor joins them holding the GIL they need),
-                # and a round's forming can be quicker than they are on a busy machine.
+                # is kept until the next round has completed a step (``RoundGroup``).
                 self._trace(f"round {self.round} failed: {_cause(error)}")
                 self._abort(_cause(error))
-                self._graveyard.append(error)
+                self.group.bury(error)
                 self._failed_in_a_row += 1
                 if self._failed_in_a_row >= MAX_FAILED_FORMATIONS:
                     raise LiveError(
@@ -314,33 +309,11 @@ class Live:
         workerevents.append(path, workerevents.REFORMED, pid=os.getpid(), **formation.as_dict())
 
     def _make_group(self, formed: Formed) -> None:
-        import torch.distributed as dist
-
-        self._leave_group()
-        before = _sockets.sockets()
-        dist.init_process_group(
-            self.backend,
-            store=dist.PrefixStore(  # type: ignore[attr-defined]
-                self.keys.group(formed.round), self._client
-            ),
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=timedelta(seconds=self.timeout),
-        )
-        with self._lock:
-            self._group_sockets = _sockets.opened_since(before)
+        self.group.make(formed.round, self.rank, self.world_size)
 
     def _leave_group(self) -> None:
-        import torch.distributed as dist
-
         self._agreeing = False
-        with self._lock:
-            _sockets.shut_down(self._group_sockets)
-            self._group_sockets = {}
-        if dist.is_initialized():
-            self._graveyard.append(dist.group.WORLD)
-            with contextlib.suppress(Exception):
-                dist.destroy_process_group()
+        self.group.leave()
 
     def _settle_state(self, formed: Formed) -> tuple[str, int]:
         """Puts the agreed state in place: (where it came from, bytes moved here)."""
@@ -359,20 +332,8 @@ class Live:
             return "live", 0
         if not receivers:
             return origin_of_source, 0
-        import torch.distributed as dist
-
         party = [*senders, *receivers]
-        before = _sockets.sockets()
-        group = dist.ProcessGroupGloo(
-            dist.PrefixStore(  # type: ignore[attr-defined]
-                self.keys.transfer(formed.round), self._client
-            ),
-            party.index(self.member),
-            len(party),
-            _transfer.group_options(timedelta(seconds=self.timeout)),
-        )
-        with self._lock:
-            self._group_sockets.update(_sockets.opened_since(before))
+        group = self.group.transfer(formed.round, party.index(self.member), len(party))
         body_key = self.keys.skeleton(formed.round)
         try:
             if self.member in senders:
@@ -390,7 +351,7 @@ class Live:
             self.step = int(self._client.get(self.keys.step(formed.round)))
             return "peer", received
         except BaseException:
-            self._graveyard.append(group)  # freed with the failed round's other groups (see ``run``)
+            self.group.bury(group)  # freed with the failed round's other groups (see ``run``)
             raise
 
     # -- leaving a round ---------------------------------------------------------------------------------
@@ -400,14 +361,10 @@ class Live:
             print(f"[trainguard live {time.time():.3f} {self.member}] {what}", file=sys.stderr, flush=True)
 
     def _abort(self, why: str) -> None:
-        """Ends the round's group at once, so the collective waiting fails: gloo's connections shut down (its
-        own abort returns and leaves the wait going on), NCCL's communicators aborted (from the watchdog's
-        thread, while the training thread waits; ``trainguard.sdk._nccl``)."""
-        with self._lock:
-            self.watchdog.broken.set()
-            shut = _sockets.shut_down(self._group_sockets)
-            if self.backend == "nccl":
-                _nccl.abort()
+        """Ends the round's group at once, so the collective waiting fails (``RoundGroup.abort``), from the
+        watchdog's thread while the training thread waits, or from the training thread after a fault."""
+        self.watchdog.broken.set()
+        shut = self.group.abort()
         self._trace(f"round {self.round} aborted ({why}): {shut} connections shut down")
 
     def _agree(self, *_: Any) -> None:
