@@ -88,3 +88,14 @@ def test_the_operator_may_isolate_nodes_and_fault_injection_is_off_unless_asked(
         "spec"
     ]["containers"]
     assert "--fault-injection" in container["args"]
+
+
+def test_an_isolated_nodes_cool_down_is_off_unless_asked() -> None:
+    def args(*sets: str) -> list[str]:
+        (container,) = _render(*sets)[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        return list(container["args"])
+
+    assert not any(arg.startswith("--isolation-cooldown") for arg in args())
+    assert "--isolation-cooldown=3600" in args("isolationCooldownSeconds=3600")

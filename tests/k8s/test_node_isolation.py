@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +278,79 @@ def test_an_operator_that_may_not_patch_nodes_isolates_nothing_says_why_and_the_
             kube_cluster.kubectl(
                 "delete", "clusterrole,clusterrolebinding", f"{s.namespace}-operator", "--ignore-not-found"
             )
+
+
+# ---- the cool-down ---------------------------------------------------------------------------------------------
+
+
+def test_an_isolated_node_is_released_on_probation_after_its_cool_down_which_doubles_when_isolated_again(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """An operator with ``--isolation-cooldown 4``: a node a pre-check isolated is released on probation after
+    4 s (its strikes kept, a ``NodeReleased`` Event); a later job's pod lands there, and its pre-check (the
+    re-check) failing isolates it again, strike 2, for 8 s; ``trainguard node release`` clears its strikes.
+    The jobs' pods are held to that one node (a nodeSelector)."""
+    with scenario(kube_cluster, tmp_path, nodes=2) as s:
+        s.operator.extra_args = ["--isolation-cooldown", "4"]
+        s.operator.stop()
+        s.operator.start()
+        bad = s.nodes[0]
+        pinned = job(replicas=1)
+        template = pinned["spec"]["replicaSpecs"]["worker"]["template"]["spec"]
+        template["nodeSelector"] = {"kubernetes.io/hostname": bad}
+        s.kubectl("apply", "-f", "-", input=json.dumps(pinned))
+        pod = f"{JOB}-worker-0"
+        s.wait("the pod running on its node", lambda: running(s).get(pod) == bad or None)
+
+        def node() -> Obj:
+            return s.cluster.get_json("get", f"node/{bad}")
+
+        def isolated() -> Obj | None:
+            found = node()
+            return found if isolation.is_isolated(found) else None
+
+        fail_pre_check(s, pod)
+        first = s.wait(f"node {bad} isolated", isolated)
+        assert first["metadata"]["annotations"][isolation.STRIKES] == "1"
+        isolated_at = float(first["metadata"]["annotations"][isolation.AT])
+        released = s.wait(f"node {bad} released on probation", lambda: None if isolated() else node())
+        assert released["metadata"]["labels"][isolation.PROBATION] == "true"
+        assert released["metadata"]["annotations"][isolation.STRIKES] == "1"
+        assert isolation.BY not in released["metadata"]["annotations"]
+        events = s.cluster.get_json("get", "events", "-n", "default")["items"]
+        (event,) = [
+            e for e in events if e["involvedObject"].get("name") == bad and e["reason"] == "NodeReleased"
+        ]
+        assert "cool-down of 4 s (strike 1)" in event["message"]
+        assert "isolates it for 8 s" in event["message"]
+        at = datetime.fromisoformat(event["firstTimestamp"].replace("Z", "+00:00")).timestamp()
+        assert at >= isolated_at + 4 - 1  # not before its cool-down (RFC 3339 keeps whole seconds)
+
+        # A later job's pod lands there (the first job's pod was issued again off that node); its pre-check, the
+        # node's re-check, fails again.
+        later = job("recheck", replicas=1)
+        later["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["nodeSelector"] = {
+            "kubernetes.io/hostname": bad
+        }
+        s.kubectl("apply", "-f", "-", input=json.dumps(later))
+        checking = "recheck-worker-0"
+
+        def landed() -> bool:
+            found = [p for p in s.pods() if p["metadata"]["name"] == checking]
+            return (
+                bool(found)
+                and found[0]["status"].get("phase") == "Running"
+                and found[0]["spec"].get("nodeName") == bad
+            )
+
+        s.wait("the later job's pod running on the node on probation", landed)
+        fail_pre_check(s, checking)
+        again = s.wait(f"node {bad} isolated again", isolated)
+        assert again["metadata"]["annotations"][isolation.STRIKES] == "2"
+        assert isolation.PROBATION not in (again["metadata"].get("labels") or {})
+
+        # An administrator's release clears its strikes.
+        done = trainguard("node", "release", bad, "--kubeconfig", str(kube_cluster.kubeconfig))
+        assert done.returncode == 0, done.stderr
+        assert isolation.STRIKES not in (node()["metadata"].get("annotations") or {})
+        assert not isolation.is_isolated(node())

@@ -71,7 +71,12 @@ POD_FIELDS: Fields = {
 #: A node: its readiness (``observe.node_ready``) and isolation (``isolation.is_isolated``: the taint's key and
 #: effect), and nothing of its capacity, images or addresses.
 NODE_FIELDS: Fields = {
-    "metadata": {"name": ..., "resourceVersion": ...},
+    # The isolation's annotations, for its cool-down (``isolation.isolated_record``): only on isolated nodes.
+    "metadata": {
+        "name": ...,
+        "resourceVersion": ...,
+        "annotations": {"trainguard.io/isolated-at": ..., "trainguard.io/isolation-strikes": ...},
+    },
     "spec": {"taints": {"key": ..., "effect": ...}},
     "status": {"conditions": {"type": ..., "status": ...}},
 }

@@ -19,10 +19,18 @@ from typing import Any
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.events import COMPONENT
 from trainguard.backends.k8s.status import rfc3339
+from trainguard.policy import cooldown
+from trainguard.policy.cooldown import IsolatedNode
 
 Obj = dict[str, Any]
 KEY = "trainguard.io/isolated"
 BY = "trainguard.io/isolated-by"
+#: When it was isolated (seconds since the epoch, the operator's clock), and its strikes: the isolations since an
+#: administrator last released it (``trainguard.policy.cooldown``), kept through a release on probation.
+AT = "trainguard.io/isolated-at"
+STRIKES = "trainguard.io/isolation-strikes"
+#: The label of a node released after its cool-down: the next pod's pre-check there is its re-check.
+PROBATION = "trainguard.io/probation"
 EFFECT = "NoSchedule"
 #: Where the Node Events go (a Node has no namespace; kubectl shows them with the Node).
 EVENTS_NAMESPACE = "default"
@@ -43,8 +51,12 @@ def isolate(kube: Kube, node: str, by: str, reason: str, at: float, key: str) ->
             *((current.get("spec") or {}).get("taints") or ()),
             {"key": KEY, "value": "true", "effect": EFFECT},
         ]
+        strikes = strikes_of(current) + 1
         return {
-            "metadata": {"labels": {KEY: "true"}, "annotations": {BY: by[:1024]}},
+            "metadata": {
+                "labels": {KEY: "true", PROBATION: None},
+                "annotations": {BY: by[:1024], AT: f"{at:.0f}", STRIKES: str(strikes)},
+            },
             "spec": {"taints": taints},
         }
 
@@ -54,8 +66,10 @@ def isolate(kube: Kube, node: str, by: str, reason: str, at: float, key: str) ->
     return patched is not None
 
 
-def release(kube: Kube, node: str) -> bool:
-    """Remove the taint, the label and the annotation; False where the node was not isolated."""
+def release(kube: Kube, node: str, *, probation: bool = False) -> bool:
+    """Remove the taint, the label and the annotations; False where the node was not isolated. An
+    administrator's release clears its strikes too; one ``probation`` (after its cool-down) keeps them and
+    labels the node ``PROBATION``."""
 
     def change(current: Obj) -> Obj | None:
         if not is_isolated(current):
@@ -66,11 +80,57 @@ def release(kube: Kube, node: str) -> bool:
             if not (isinstance(t, dict) and t.get("key") == KEY)
         ]
         return {
-            "metadata": {"labels": {KEY: None}, "annotations": {BY: None}},
+            "metadata": {
+                "labels": {KEY: None, PROBATION: "true" if probation else None},
+                "annotations": {BY: None, AT: None, **({} if probation else {STRIKES: None})},
+            },
             "spec": {"taints": taints or None},
         }
 
     return _patch(kube, node, change, "released") is not None
+
+
+def strikes_of(node: Obj) -> int:
+    """The node's strikes (``STRIKES``): 0 where it has none, or they cannot be read."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(STRIKES, "")
+    return int(text) if str(text).isdigit() else 0
+
+
+def isolated_record(node: Obj) -> IsolatedNode | None:
+    """An isolated node as its cool-down reads it (None: not isolated, or not by a check: no ``AT``)."""
+    if not is_isolated(node):
+        return None
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(AT, "")
+    try:
+        since = float(text)
+    except ValueError:
+        return None
+    return IsolatedNode(node["metadata"]["name"], since, max(strikes_of(node), 1))
+
+
+def release_cooled(kube: Kube, nodes: list[Obj], base: float, now: float) -> list[str]:
+    """Release on probation the isolated ``nodes`` whose cool-down (``base``, doubled each strike) is over,
+    each with a Normal Node Event ``NodeReleased``; the nodes released."""
+    records = {record.name: record for record in map(isolated_record, nodes) if record is not None}
+    released = []
+    for name in cooldown.due(records.values(), base, now):
+        record = records[name]
+        if release(kube, name, probation=True):
+            released.append(name)
+            took = cooldown.cooldown_of(record.strikes, base)
+            _event(
+                kube,
+                name,
+                "",
+                f"node {name} released on probation after its cool-down of {took:.0f} s (strike "
+                f"{record.strikes}): the next pod's pre-check there is its re-check, and a fault found again "
+                f"isolates it for {cooldown.cooldown_of(record.strikes + 1, base):.0f} s",
+                now,
+                f"released/{name}/{record.since:.0f}",
+                kind="Normal",
+                reason="NodeReleased",
+            )
+    return released
 
 
 def _patch(kube: Kube, node: str, change: Callable[[Obj], Obj | None], doing: str) -> Obj | None:
@@ -103,7 +163,17 @@ def isolated_nodes(kube: Kube) -> list[tuple[str, str]]:
     ]
 
 
-def _event(kube: Kube, node: str, uid: str, reason: str, at: float, key: str) -> None:
+def _event(
+    kube: Kube,
+    node: str,
+    uid: str,
+    message: str,
+    at: float,
+    key: str,
+    *,
+    kind: str = "Warning",
+    reason: str = "NodeIsolated",
+) -> None:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     when = rfc3339(at)
     body = {
@@ -111,9 +181,9 @@ def _event(kube: Kube, node: str, uid: str, reason: str, at: float, key: str) ->
         "kind": "Event",
         "metadata": {"name": f"{node}.{digest}", "namespace": EVENTS_NAMESPACE},
         "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
-        "type": "Warning",
-        "reason": "NodeIsolated",
-        "message": reason[:1024],
+        "type": kind,
+        "reason": reason,
+        "message": message[:1024],
         "firstTimestamp": when,
         "lastTimestamp": when,
         "count": 1,

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainguard.api import SpecError, TrainingJob
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import agentreports, held, manifests, metadata, metrics
+from trainguard.backends.k8s import agentreports, held, isolation, manifests, metadata, metrics
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -74,6 +74,9 @@ class Options:
     ui_port: int | None = None
     ui_address: str = "127.0.0.1"
     ui_secret: str | None = None
+    #: Seconds an isolated node stays isolated before it is released on probation (``policy.cooldown``);
+    #: 0: until an administrator releases it.
+    isolation_cooldown: float = 0.0
 
 
 class Operator:
@@ -145,6 +148,14 @@ class Operator:
             if settings.isolate_nodes
             else "isolation off (--no-isolation): pods of failed checks are issued again elsewhere, no node tainted",
         )
+        log.info(
+            "isolated nodes: %s",
+            f"released on probation after a cool-down of {self.options.isolation_cooldown:g} s, doubled each "
+            "time a node is isolated again (--isolation-cooldown)"
+            if self.options.isolation_cooldown > 0
+            else "isolated until an administrator releases them (trainguard node release; --isolation-cooldown "
+            "releases them on probation after a cool-down)",
+        )
         if settings.fault_injection:
             log.warning(
                 "fault injection on (--fault-injection, a test aid): every pod's checks read the items that the "
@@ -158,6 +169,10 @@ class Operator:
             self._threads.append(thread)
         resync = threading.Thread(target=self._resync, name="resync", daemon=True)
         resync.start()
+        if self.options.isolation_cooldown > 0:
+            cooling = threading.Thread(target=self._cool_down, name="cool-down", daemon=True)
+            cooling.start()
+            self._threads.append(cooling)
         self._threads.append(resync)
 
     def stop(self) -> None:
@@ -208,6 +223,21 @@ class Operator:
     def _resync(self) -> None:
         while not self._stop.wait(self.options.resync_seconds):
             self.enqueue_all()
+
+    def _cool_down(self) -> None:
+        """Isolated nodes whose cool-down is over released on probation, looked at every quarter of the
+        cool-down (between 1 and 30 s), by the leader alone."""
+        base = self.options.isolation_cooldown
+        while not self._stop.wait(max(1.0, min(30.0, base / 4))):
+            if not self.leader.is_leader() or not self.synced():
+                continue
+            try:
+                released = isolation.release_cooled(self.kube, self.nodes.items(), base, self.clock())
+            except Exception as error:  # the API server refused (RBAC, a conflict): the next look tries again
+                log.warning("releasing the nodes whose cool-down is over failed: %s", error)
+                continue
+            for name in released:
+                log.info("node %s released on probation after its cool-down", name)
 
     def enqueue_all(self) -> None:
         for kind, cache in self.jobs.items():

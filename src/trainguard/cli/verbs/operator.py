@@ -123,6 +123,14 @@ def register(subparsers: Any) -> None:
         "elsewhere); by default the node a failing pod was bound to is tainted, within the check's bounds",
     )
     parser.add_argument(
+        "--isolation-cooldown",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="release an isolated node on probation after SECONDS (doubled each time it is isolated again; "
+        "its next pod's pre-check is its re-check); default 0: isolated until trainguard node release",
+    )
+    parser.add_argument(
         "--fault-injection",
         action="store_true",
         help="a test aid, never for production: every pod mounts the ConfigMap trainguard-fault-injection of "
@@ -158,6 +166,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"--agent-report-url: expected an http:// or https:// URL the pods can reach, got {url!r}"
         )
+    if args.isolation_cooldown < 0:
+        raise CliError(
+            f"--isolation-cooldown: {args.isolation_cooldown:g} is negative; give the seconds an isolated node waits "
+            "before its release on probation, or 0 to keep it isolated until trainguard node release"
+        )
     secret = None
     if args.ui_token_file is not None:
         try:
@@ -188,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         ui_port=args.ui_port,
         ui_address=args.ui_address,
         ui_secret=secret,
+        isolation_cooldown=args.isolation_cooldown,
     )
     if args.pytorchjobs:
         check_pytorchjob_crd(kube)
