@@ -281,3 +281,34 @@ def test_after_a_worker_fails_the_operator_nudges_the_survivors_through_their_an
         assert annotations()[workers[1]] is None
         events = json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
         assert len([e for e in events if e["reason"] == "NudgeSurvivors"]) == 1
+
+
+def test_kubectl_scale_and_an_autoscalers_read_of_the_scale_subresource_find_the_workers(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """The scale subresource of a PyTorchJob: its status replicas and selector name the workers as the status
+    and the pods do (``worker``), so an autoscaler reading ``/scale`` sees the running workers and selects their
+    pods; ``kubectl scale`` moves ``pytorchReplicaSpecs.Worker.replicas``."""
+    with _pytorch_scenario(kube_cluster, tmp_path) as s:
+        s.kubectl("apply", "-f", "-", input=json.dumps(_pytorchjob()))
+        s.wait_job("pytorchjob", JOB, "job Running", lambda st: st.get("phase") == "Running")
+        path = f"/apis/kubeflow.org/v1/namespaces/{s.namespace}/pytorchjobs/{JOB}/scale"
+
+        def scale() -> Obj:
+            return dict(json.loads(s.kubectl("get", "--raw", path)))
+
+        read = s.wait(
+            "the scale's status at 2 workers",
+            lambda: (lambda r: r if r["status"].get("replicas") == 2 else None)(scale()),
+        )
+        assert read["spec"]["replicas"] == 2
+        selected = json.loads(s.kubectl("get", "pods", "-l", read["status"]["selector"], "-o", "json"))[
+            "items"
+        ]
+        assert sorted(p["metadata"]["name"] for p in selected) == WORKERS
+
+        s.kubectl("scale", "pytorchjob", JOB, "--replicas=3")
+        job = s.job("pytorchjob", JOB)
+        assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+        s.wait("a third worker", lambda: f"{JOB}-worker-2" in pod_names(s.pods()))
+        s.wait("the scale's status at 3 workers", lambda: scale()["status"].get("replicas") == 3)

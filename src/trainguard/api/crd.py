@@ -81,7 +81,8 @@ def pytorchjob_crd() -> dict[str, Any]:
                         "status": {},
                         "scale": {
                             "specReplicasPath": f".spec.pytorchReplicaSpecs.{scale_role}.replicas",
-                            "statusReplicasPath": f".status.replicas.{scale_role}",
+                            # The status names roles as trainguard does, in lower case (``worker``).
+                            "statusReplicasPath": f".status.replicas.{scale_role.lower()}",
                             "labelSelectorPath": STATUS_SELECTOR_PATH,
                         },
                     },

@@ -14,8 +14,14 @@ class JobKind:
     group: str
     version: str
     kind: str
-    #: The role that ``kubectl scale`` moves (the CRD's scale subresource).
+    #: The role that ``kubectl scale`` moves (the CRD's scale subresource), as the job's spec spells it.
     scale_role: str
+
+    @property
+    def status_role(self) -> str:
+        """The scale role as the status and the pods' labels name it: the canonical role (Kubeflow's
+        ``Worker`` is ``worker``)."""
+        return self.scale_role.lower()
 
     @property
     def plural(self) -> str:

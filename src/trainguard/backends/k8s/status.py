@@ -24,7 +24,7 @@ _CONDITION_TIMES = ("lastTransitionTime", "lastProbeTime")
 
 def status_document(kind: JobKind, job: TrainingJob, status: JobStatus) -> Obj:
     """The controller's status as stored, plus the label selector that the scale subresource reads."""
-    selector = f"{metadata.LABEL_JOB}={job.name},{metadata.LABEL_ROLE}={kind.scale_role}"
+    selector = f"{metadata.LABEL_JOB}={job.name},{metadata.LABEL_ROLE}={kind.status_role}"
     document = {**status.to_dict(), "selector": selector}
     document["conditions"] = [
         {**c, **{k: rfc3339(c[k]) for k in _CONDITION_TIMES if isinstance(c.get(k), (int, float))}}
