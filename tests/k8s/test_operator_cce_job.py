@@ -173,6 +173,7 @@ def test_exit_129_restarts_the_launcher_and_operator_restart_loses_nothing(
             timeout=90,
         )
         assert job["status"]["restartCounts"] == {"launcher": 1, "trainer": 1}
+        assert job["status"]["RestartCount"]["trainer"] == 1  # CCE's own key, as CCE's page shows it
         pods = s.pods()
         assert sorted(p["metadata"]["name"] for p in pods) == [LAUNCHER, *TRAINERS]
         generations = {

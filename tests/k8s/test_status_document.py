@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.api.load import load_object
-from trainguard.backends.k8s.kinds import NATIVE
+from trainguard.backends.k8s.kinds import AITRAININGJOB, NATIVE
 from trainguard.backends.k8s.status import read_status, status_document
 from trainguard.controller.phases import JobPhase
 from trainguard.controller.status import Condition, JobStatus
@@ -99,3 +99,14 @@ def test_condition_times_read_back_to_the_whole_second_and_nothing_else_changes(
     assert again.model_copy(update={"conditions": status.conditions}) == status
     # Reading and writing again changes nothing: an unchanged status is never written with new bytes.
     assert status_document(NATIVE, JOB, again) == document
+
+
+def test_an_aitrainingjob_status_has_cces_restart_count_beside_trainguards_and_reads_back_without_it() -> (
+    None
+):
+    """CCE's page shows ``status.RestartCount.trainer``; CCE's scripts read that key."""
+    status = JobStatus(restart_counts={"launcher": 0, "trainer": 2})
+    document = status_document(AITRAININGJOB, JOB, status)
+    assert document["RestartCount"] == document["restartCounts"] == {"launcher": 0, "trainer": 2}
+    assert "RestartCount" not in status_document(NATIVE, JOB, status)
+    assert read_status({"status": document}) == status
