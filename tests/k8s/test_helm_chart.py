@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from tests.k8s.conftest import k8s_skipped, run_script
-from trainguard.backends.k8s import isolation, nodechecker
+from trainguard.backends.k8s import isolation, manifests, nodechecker
+from trainguard.pod import contract
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "trainguard"
 
@@ -154,3 +155,22 @@ def test_the_node_checker_and_no_isolation_are_refused_together() -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0
     assert "choose one" in done.stderr
+
+
+def test_with_fault_injection_the_node_checker_reads_the_injected_items_of_its_own_namespace() -> None:
+    daemonset = _render("nodeChecker.enabled=true", "faultInjection=true")[
+        ("DaemonSet", nodechecker.DEFAULT_NAME)
+    ]
+    pod = daemonset["spec"]["template"]["spec"]
+    (checker,) = pod["containers"]
+    env = {e["name"]: e for e in checker["env"]}
+    assert env[contract.ENV_NODE_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env[contract.ENV_FAULT_INJECT]["value"] == manifests.FAULT_INJECT_DIR
+    (mount,) = checker["volumeMounts"]
+    assert mount["mountPath"] == manifests.FAULT_INJECT_DIR
+    (volume,) = pod["volumes"]
+    assert volume["configMap"] == {"name": manifests.FAULT_INJECT_CONFIG_MAP, "optional": True}
+    plain = _render("nodeChecker.enabled=true")[("DaemonSet", nodechecker.DEFAULT_NAME)]["spec"]["template"][
+        "spec"
+    ]
+    assert "volumes" not in plain

@@ -188,6 +188,11 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    if not 0 < args.node_checker_max_isolated_share <= 1:
+        raise CliError(
+            f"--node-checker-max-isolated-share: {args.node_checker_max_isolated_share:g} is not a share of the "
+            "nodes; give a number above 0 and at most 1, e.g. 0.1"
+        )
     try:
         kube = Kube(args.kubeconfig)
     except Exception as error:
@@ -202,11 +207,6 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"--isolation-cooldown: {args.isolation_cooldown:g} is negative; give the seconds an isolated node waits "
             "before its release on probation, or 0 to keep it isolated until trainguard node release"
-        )
-    if not 0 < args.node_checker_max_isolated_share <= 1:
-        raise CliError(
-            f"--node-checker-max-isolated-share: {args.node_checker_max_isolated_share:g} is not a share of the "
-            "nodes; give a number above 0 and at most 1, e.g. 0.1"
         )
     secret = None
     if args.ui_token_file is not None:

@@ -1,0 +1,42 @@
+"""``trainguard operator``'s isolation flags: one mode at a time (``--isolation-mode`` or ``--no-isolation``),
+and the node checker's bound a share of the nodes, each refused with the fix and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainguard.cli.main import build_parser, main
+
+
+@pytest.mark.parametrize(
+    ("argv", "mode"),
+    [
+        ([], "agents"),
+        (["--isolation-mode", "node-checker"], "node-checker"),
+        (["--no-isolation"], "off"),
+        (["--isolation-mode", "off"], "off"),
+    ],
+)
+def test_each_mode_is_one_flag(argv: list[str], mode: str) -> None:
+    assert build_parser().parse_args(["operator", *argv]).isolation_mode == mode
+
+
+def test_two_modes_at_once_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--no-isolation", "--isolation-mode", "node-checker"]) != 0
+    err = capsys.readouterr().err
+    assert "not allowed with argument --no-isolation" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("share", ["0", "1.5", "-0.1"])
+def test_the_node_checkers_bound_is_a_share_of_the_nodes(
+    share: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["operator", "--isolation-mode", "node-checker", "--node-checker-max-isolated-share", share])
+        != 0
+    )
+    err = capsys.readouterr().err
+    assert "--node-checker-max-isolated-share" in err
+    assert "at most 1, e.g. 0.1" in err
+    assert "Traceback" not in err
