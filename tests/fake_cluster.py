@@ -24,6 +24,7 @@ from trainguard.controller.backend import (
     Applied,
     EmitEvent,
     IsolateNode,
+    IsolationMode,
     LaunchPod,
     LiveRound,
     NotYet,
@@ -97,8 +98,8 @@ class FakeCluster:
     releases: list[ReleaseSurvivors] = field(default_factory=list)
     #: Nodes isolated (``IsolateNode``): nothing is placed there again.
     isolated: set[str] = field(default_factory=set)
-    #: Whether failed checks may isolate nodes here (``Observed.isolation``).
-    isolation: bool = True
+    #: Whose failed checks may isolate nodes here (``Observed.isolation``).
+    isolation: IsolationMode = IsolationMode.AGENTS
     release: ReleaseMode = ReleaseMode.NONE
     #: Where pods find each other, as ``observe`` reports it.
     network: Network = field(default_factory=Network)

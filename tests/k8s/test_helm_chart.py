@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.k8s.conftest import k8s_skipped, run_script
+from trainguard.backends.k8s import isolation, nodechecker
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "trainguard"
 
@@ -99,3 +100,57 @@ def test_an_isolated_nodes_cool_down_is_off_unless_asked() -> None:
 
     assert not any(arg.startswith("--isolation-cooldown") for arg in args())
     assert "--isolation-cooldown=3600" in args("isolationCooldownSeconds=3600")
+
+
+def test_the_node_checker_is_off_by_default_and_on_runs_a_daemonset_whose_checks_alone_isolate() -> None:
+    default = _render()
+    assert not [kind for kind, _ in default if kind == "DaemonSet"]
+    (container,) = default[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
+    assert not any(arg.startswith(("--isolation-mode", "--node-checker")) for arg in container["args"])
+
+    objects = _render("nodeChecker.enabled=true", "nodeChecker.periodSeconds=30")
+    (operator,) = objects[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
+    name = nodechecker.DEFAULT_NAME
+    for flag in (
+        "--isolation-mode=node-checker",
+        "--node-checker-namespace=trainguard-system",
+        f"--node-checker-name={name}",
+        "--node-checker-max-isolated-share=0.1",
+    ):
+        assert flag in operator["args"]
+    daemonset = objects[("DaemonSet", name)]
+    assert daemonset["metadata"]["namespace"] == "trainguard-system"
+    pod = daemonset["spec"]["template"]
+    # What the operator trusts: the DaemonSet's pods (their label), under the ServiceAccount of the same name.
+    assert pod["metadata"]["labels"][nodechecker.NAME_LABEL] == nodechecker.NAME_VALUE
+    assert pod["spec"]["serviceAccountName"] == name
+    assert objects[("ServiceAccount", name)]["metadata"]["namespace"] == "trainguard-system"
+    # It keeps checking the nodes it isolated.
+    assert {"key": isolation.KEY, "operator": "Exists", "effect": isolation.EFFECT} in pod["spec"][
+        "tolerations"
+    ]
+    (checker,) = pod["spec"]["containers"]
+    assert checker["image"] == operator["image"]
+    assert checker["args"] == ["node-checker", "--period=30", "--timeout=60"]
+    env = {e["name"]: e for e in checker["env"]}
+    assert env[nodechecker.ENV_POD_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env[nodechecker.ENV_POD_NAMESPACE]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert "nvidia.com/gpu" not in (checker["resources"].get("limits") or {})  # it takes no GPU
+    # It may patch pods of its namespace (its own annotation), and nothing else.
+    role = objects[("Role", name)]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    binding = objects[("RoleBinding", name)]
+    assert binding["roleRef"]["name"] == name
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "trainguard-system"}]
+
+
+def test_the_node_checker_and_no_isolation_are_refused_together() -> None:
+    if k8s_skipped():
+        pytest.skip("TRAINGUARD_SKIP_K8S=1: helm is built with the test cluster's binaries")
+    node_bin = Path(run_script("build", "--node-binaries").split()[0])
+    argv = [str(node_bin / "helm"), "template", "trainguard", str(CHART)]
+    argv += ["--set", "nodeChecker.enabled=true", "--set", "isolateNodes=false"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert "choose one" in done.stderr

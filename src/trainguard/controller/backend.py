@@ -278,6 +278,16 @@ class ReleaseMode(str, Enum):
     NONE = "none"
 
 
+class IsolationMode(str, Enum):
+    """Whose fault tolerance checks may isolate a node (docs/faultcheck.md, "Trust"; the operator's
+    ``--isolation-mode``): a job's pods' own (``AGENTS``); only the node checker's (``NODE_CHECKER``,
+    ``trainguard.policy.nodechecks``: a job's hardware finding issues its pod again and isolates nothing); none."""
+
+    AGENTS = "agents"
+    NODE_CHECKER = "node-checker"
+    OFF = "off"
+
+
 @dataclass(frozen=True)
 class Observed:
     pods: tuple[ObservedPod, ...] = ()
@@ -291,9 +301,8 @@ class Observed:
     #: tolerance checks (any job's): what bounds the isolations (``policy.faultcheck.isolation``).
     node_count: int = 0
     isolated_nodes: frozenset[str] = frozenset()
-    #: Whether a job's checks may isolate nodes here (the operator's ``--no-isolation`` turns it off: pods
-    #: are still issued again elsewhere, nothing is tainted).
-    isolation: bool = True
+    #: Whose checks may isolate nodes here: a job's (its pods' agents'), only the node checker's, or none.
+    isolation: IsolationMode = IsolationMode.AGENTS
 
 
 # ---- actions ---------------------------------------------------------------------------------------

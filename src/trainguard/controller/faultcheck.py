@@ -4,7 +4,8 @@ the decisions of ``trainguard.policy.faultcheck`` carried out (docs/faultcheck.m
 - ``decide_check``: a pod ended by a failed check (``HardwareFault``, ``PreCheckFailed``) is decided by the
   check's rule, with its node's isolation weighed first (the node is the backend's word: the node the pod was
   bound to, never one the pod names); ``carry_out_check`` isolates the node (``IsolateNode``, an ``isolate``
-  history entry, a Warning Event) and notes the pods issued again;
+  history entry, a Warning Event) where the cluster lets a job's checks isolate (``IsolationMode.AGENTS``),
+  and notes the pods issued again;
 - ``check_of``: the check a fault's history entry carries (the failed one; a post-check that passed makes a
   fault of the user's code scenario 4);
 - ``record_checks``: each node's latest check in the status, and a Warning Event for a periodic check that
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainguard.controller import keys
-from trainguard.controller.backend import AgentReport, EventType, IsolateNode, ObservedPod
+from trainguard.controller.backend import AgentReport, EventType, IsolateNode, IsolationMode, ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import PodPhase
 from trainguard.controller.status import (
@@ -49,6 +50,12 @@ _EMPTY = FaultCheckStatus()
 BANDWIDTH = "net.bandwidth"
 #: The limits whose refusal leaves a node not isolated.
 ISOLATION_LIMITS = frozenset({"faultCheck.maxIsolatedShare", "faultCheck.maxIsolations"})
+#: Why a job's check isolates no node, where its cluster's mode says so.
+UNISOLATED = {
+    IsolationMode.OFF: "isolation is off on this cluster (the operator's --no-isolation)",
+    IsolationMode.NODE_CHECKER: "on this cluster only the node checker isolates nodes (the operator's "
+    "--isolation-mode node-checker); a job's own checks issue its pods again elsewhere",
+}
 
 
 def status_of(cycle: Cycle) -> FaultCheckStatus:
@@ -98,7 +105,8 @@ def decide_check(cycle: Cycle, fault: Fault, pod: ObservedPod | None) -> tuple[D
     failed = _agent(pod).failed_check if pod is not None else None
     phase = failed.phase if failed is not None else None
     refusal = None
-    if fault.kind in ISOLATING and fault.node and cycle.observed.isolation:
+    mode = cycle.observed.isolation
+    if fault.kind in ISOLATING and fault.node and mode is IsolationMode.AGENTS:
         allowed = isolation(
             [fault.node],
             cluster_nodes=max(cycle.observed.node_count or len(cycle.observed.nodes), 1),
@@ -107,7 +115,9 @@ def decide_check(cycle: Cycle, fault: Fault, pod: ObservedPod | None) -> tuple[D
             policy=policy_of(cycle.job),
         )
         refusal = allowed.refused[0] if allowed.refused else None
-    decision = decide_check_fault(cycle.job, fault, phase, status_of(cycle).reissues, refusal)
+    decision = decide_check_fault(
+        cycle.job, fault, phase, status_of(cycle).reissues, refusal, UNISOLATED.get(mode)
+    )
     name = cycle.name_of(fault.pod) if fault.pod is not None else None
     found = int(scenario(fault.kind, phase))
     checked = record(failed, name, fault.node, found) if failed is not None else None
@@ -126,8 +136,9 @@ def carry_out_check(cycle: Cycle, decision: Decision, checked: CheckRecord | Non
     node = fault.node
     if fault.kind not in ISOLATING or not node or node in _isolated(cycle):
         return
-    if not cycle.observed.isolation:
-        reason = f"node {node} not isolated: isolation is off on this cluster (the operator's --no-isolation)"
+    unisolated = UNISOLATED.get(cycle.observed.isolation)
+    if unisolated is not None:
+        reason = f"node {node} not isolated: {unisolated}"
         cycle.emit(
             EventType.WARNING, "NodeNotIsolated", reason, cycle.name_of(fault.pod) if fault.pod else None
         )

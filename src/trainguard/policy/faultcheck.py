@@ -64,6 +64,15 @@ _WORDS = {
 }
 
 
+#: The words of the scenarios that isolate, where a job's checks isolate nothing (``decide_check_fault``).
+_UNISOLATED = {
+    Scenario.PRE_CHECK_HARDWARE: "the pre-check failed and found the hardware faulty: the pod is issued again "
+    "on another node",
+    Scenario.HARDWARE_WHILE_RUNNING: "a hardware fault ended the training process: the pod is issued again on "
+    "another node",
+}
+
+
 def policy_of(job: TrainingJob) -> FaultCheckPolicy:
     return job.spec.fault_check or _DEFAULT
 
@@ -108,18 +117,28 @@ def scenario(kind: FaultKind, phase: str | None) -> Scenario:
 
 
 def decide_check_fault(
-    job: TrainingJob, fault: Fault, phase: str | None, reissues: int, refused: Refusal | None = None
+    job: TrainingJob,
+    fault: Fault,
+    phase: str | None,
+    reissues: int,
+    refused: Refusal | None = None,
+    unisolated: str | None = None,
 ) -> Decision:
     """The decision for a ``HardwareFault`` or ``PreCheckFailed``: the pod is issued again off its node (a
     pre-check's pod alone, the command never ran; after a fault while running, with the scope the job's
     rules give a lost node), not counted toward restart limits. The job fails past ``maxReissues``, or
-    where its node may not be isolated (``refused``, from ``isolation``)."""
+    where its node may not be isolated (``refused``, from ``isolation``). ``unisolated``: why a job's check
+    isolates no node on this cluster (isolation off, or only the node checker isolates), said in the reason
+    of a fault that would otherwise isolate."""
     if fault.pod is None or fault.kind not in CHECK_FAULTS:
         raise ValueError(f"not a fault of a check: {fault.kind.value}")
     policy = policy_of(job)
     pod = canonical(job, fault.pod)
     found = scenario(fault.kind, phase)
-    opening = f"{what_happened(fault)}: {found.words}"
+    if unisolated is not None and fault.kind in ISOLATING:
+        opening = f"{what_happened(fault)}: {_UNISOLATED[found]}; the node is not isolated: {unisolated}"
+    else:
+        opening = f"{what_happened(fault)}: {found.words}"
     if refused is not None:
         return Decision(
             fault,

@@ -13,7 +13,7 @@ from tests.fake_cluster import FakeCluster
 from tests.unit.controller.harness import cce_spec, make_job
 from trainguard.api import TrainingJob
 from trainguard.controller import IsolateNode, JobPhase, JobStatus, LaunchPod, step
-from trainguard.controller.backend import AgentReport, EmitEvent
+from trainguard.controller.backend import AgentReport, EmitEvent, IsolationMode
 from trainguard.controller.status import HistoryKind, IsolationOutcome
 from trainguard.pod import checks
 from trainguard.pod.summary import RankEntry
@@ -190,7 +190,7 @@ def test_a_straggler_with_action_replace_is_a_fault_of_its_node() -> None:
 def test_where_isolation_is_off_the_pod_is_issued_again_and_no_node_is_tainted() -> None:
     job, cluster, status = _running()
     node = cluster.pods[TRAINER].node
-    cluster.isolation = False
+    cluster.isolation = IsolationMode.OFF
     cluster.check_fails(TRAINER, "pre", "gpu.ecc", 3)
     status = _rounds(cluster, job, status)
     assert not [a for a in cluster.log if isinstance(a, IsolateNode)]
@@ -245,3 +245,75 @@ def test_each_pods_probe_is_kept_and_the_slowest_named_once_with_a_warning() -> 
     assert [w.pod for w in warnings] == [TRAINER]
     assert "60.0 MB/s" in warnings[0].message
     assert "median is 900.0 MB/s" in warnings[0].message
+
+
+# ---- where only the node checker isolates (``IsolationMode.NODE_CHECKER``) -------------------------------------
+
+
+def test_where_only_the_node_checker_isolates_a_jobs_hardware_finding_issues_its_pod_again_and_isolates_nothing() -> (
+    None
+):
+    job, cluster, status = _running()
+    node = cluster.pods[TRAINER].node
+    cluster.isolation = IsolationMode.NODE_CHECKER
+    cluster.check_fails(TRAINER, "pre", "gpu.ecc", 3)
+    status = _rounds(cluster, job, status)
+
+    assert not [a for a in cluster.log if isinstance(a, IsolateNode)]
+    assert cluster.isolated == set()
+    assert not _entries(status, HistoryKind.ISOLATE)
+    (fault,) = _entries(status, HistoryKind.FAULT)
+    assert (fault.fault, fault.rule, fault.action, fault.counted) == (
+        FaultKind.HARDWARE_FAULT, "faultCheck", Remedy.RESTART, False,
+    )  # fmt: skip
+    assert "the node is not isolated: on this cluster only the node checker isolates" in fault.reason
+    assert "the node is isolated" not in fault.reason
+    # Issued again off the node, first in line, not counted: as a pre-check that found the environment wanting.
+    relaunch = [a for a in cluster.log if isinstance(a, LaunchPod) and a.pod == TRAINER][-1]
+    assert (relaunch.generation, node in relaunch.avoid_nodes, relaunch.first_in_line) == (2, True, True)
+    assert cluster.pods[TRAINER].node not in (None, node)
+    assert status.fault_check is not None
+    assert (status.fault_check.isolated, status.fault_check.reissues) == ((), 1)
+    (said,) = [e for e in cluster.log if isinstance(e, EmitEvent) and e.reason == "NodeNotIsolated"]
+    assert f"node {node} not isolated" in said.message
+    assert "--isolation-mode node-checker" in said.message
+    assert status.phase is JobPhase.RUNNING
+
+
+def test_where_only_the_node_checker_isolates_a_fault_while_running_keeps_its_scope_and_isolates_nothing() -> (
+    None
+):
+    job, cluster, status = _running()
+    node = cluster.pods[TRAINER].node
+    cluster.isolation = IsolationMode.NODE_CHECKER
+    cluster.check_fails(TRAINER, "periodic", "gpu.lost", 1)
+    status = _rounds(cluster, job, status)
+    assert not [a for a in cluster.log if isinstance(a, IsolateNode)]
+    (fault,) = _entries(status, HistoryKind.FAULT)
+    assert fault.check is not None
+    assert (fault.check.phase, fault.check.scenario, fault.check.verdict) == ("periodic", 3, "hardware")
+    assert "a hardware fault ended the training process: the pod is issued again" in fault.reason
+    assert cluster.pods[TRAINER].node != node
+
+
+def test_where_only_the_node_checker_isolates_no_bound_fails_the_job() -> None:
+    """The bounds on isolations are the isolations': where a job's check isolates nothing, none is weighed."""
+    job, cluster, status = _running(nodes=5, maxIsolations=0)
+    cluster.isolation = IsolationMode.NODE_CHECKER
+    cluster.isolated.add("elsewhere")  # 1 of 5: the cluster's bound is reached
+    cluster.check_fails(TRAINER, "pre", "gpu.ecc", 1)
+    status = _rounds(cluster, job, status)
+    assert status.phase is JobPhase.RUNNING
+    assert not _entries(status, HistoryKind.ISOLATE)
+
+
+def test_where_only_the_node_checker_isolates_a_straggler_replaced_isolates_nothing() -> None:
+    job, cluster, status = _running(stragglers={"action": "Replace"}, maxIsolatedShare=1.0)
+    cluster.isolation = IsolationMode.NODE_CHECKER
+    node = cluster.pods[TRAINER].node
+    trainers = [f"{JOB}-trainer-{i}" for i in range(3)]
+    _working(cluster, dict(zip(trainers, (0.1, 0.35, 0.1), strict=True)))
+    status = _rounds(cluster, job, status)
+    assert cluster.isolated == set()
+    assert cluster.pods[TRAINER].generation == 2
+    assert cluster.pods[TRAINER].node != node

@@ -81,7 +81,7 @@ class JobBackend:
             release=ReleaseMode.ON if self.shared.settings.release_survivors else ReleaseMode.OFF,
             node_count=node_count,
             isolated_nodes=isolated,
-            isolation=self.shared.settings.isolate_nodes,
+            isolation=self.shared.settings.isolation,
         )
 
     # ---- apply: the one applier (``trainguard.controller.apply``) with this backend's verbs ----------

@@ -82,6 +82,21 @@ NODE_FIELDS: Fields = {
 }
 
 
+#: A node checker's pod (``nodechecker.trusted_checks``): whether it is the checker's (namespace, labels, owner,
+#: ServiceAccount), the node it is bound to, and its latest check (its ``trainguard.io/node-check`` annotation).
+CHECKER_POD_FIELDS: Fields = {
+    "metadata": {
+        "name": ...,
+        "namespace": ...,
+        "resourceVersion": ...,
+        "labels": ...,
+        "annotations": {"trainguard.io/node-check": ...},
+        "ownerReferences": {"kind": ..., "name": ..., "controller": ...},
+    },
+    "spec": {"nodeName": ..., "serviceAccountName": ...},
+}
+
+
 def project(obj: Obj, fields: Fields) -> Obj:
     """The fields of ``obj`` that ``fields`` names (new dicts and lists; ``obj`` is left as it is)."""
     kept: Obj = {}

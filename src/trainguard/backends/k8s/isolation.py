@@ -3,7 +3,7 @@
 An isolated Node carries the taint ``trainguard.io/isolated=true:NoSchedule`` (no pod without a toleration
 lands there, of any job, later ones too), the label ``trainguard.io/isolated=true`` (``kubectl get nodes -l
 trainguard.io/isolated``), the annotation ``trainguard.io/isolated-by`` naming the job, the pod, the item and
-its value, and a Warning Event ``NodeIsolated`` on the Node. Pods already running there go on: the controller
+its value (or the node checker's pod, ``nodechecker``), and a Warning Event ``NodeIsolated`` on the Node. Pods already running there go on: the controller
 ends those it decided to. Release: ``trainguard node release NODE`` (or remove the taint and the label).
 
 The operator needs ``get`` and ``patch`` on nodes for it (the chart's ClusterRole); where RBAC refuses, the
@@ -62,7 +62,7 @@ def isolate(kube: Kube, node: str, by: str, reason: str, at: float, key: str) ->
 
     patched = _patch(kube, node, change, "isolated")
     if patched is not None:
-        _event(kube, node, patched["metadata"].get("uid", ""), reason, at, key)
+        node_event(kube, node, reason, at, key, uid=patched["metadata"].get("uid", ""))
     return patched is not None
 
 
@@ -118,10 +118,9 @@ def release_cooled(kube: Kube, nodes: list[Obj], base: float, now: float) -> lis
         if release(kube, name, probation=True):
             released.append(name)
             took = cooldown.cooldown_of(record.strikes, base)
-            _event(
+            node_event(
                 kube,
                 name,
-                "",
                 f"node {name} released on probation after its cool-down of {took:.0f} s (strike "
                 f"{record.strikes}): the next pod's pre-check there is its re-check, and a fault found again "
                 f"isolates it for {cooldown.cooldown_of(record.strikes + 1, base):.0f} s",
@@ -163,17 +162,18 @@ def isolated_nodes(kube: Kube) -> list[tuple[str, str]]:
     ]
 
 
-def _event(
+def node_event(
     kube: Kube,
     node: str,
-    uid: str,
     message: str,
     at: float,
     key: str,
     *,
+    uid: str = "",
     kind: str = "Warning",
     reason: str = "NodeIsolated",
 ) -> None:
+    """An Event on the Node (in ``EVENTS_NAMESPACE``), once per ``key``."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     when = rfc3339(at)
     body = {

@@ -24,7 +24,7 @@ from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.metadata import LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE, Obj, object_meta
 from trainguard.backends.k8s.services import service_name
 from trainguard.controller.agent_options import agent_options
-from trainguard.controller.backend import LaunchPod
+from trainguard.controller.backend import IsolationMode, LaunchPod
 from trainguard.pod import contract
 
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
@@ -87,9 +87,10 @@ class PodSettings:
     #: The PriorityClass of a pod issued again after a failed fault tolerance check (``LaunchPod.first_in_line``):
     #: ahead of the scheduler's queue (the chart's has ``preemptionPolicy: Never``: it evicts nobody).
     reissue_priority_class: str | None = None
-    #: A job's fault tolerance check may isolate the node its pod was bound to (taint, label, Node Event),
-    #: within the check's bounds; off (``--no-isolation``): pods are issued again elsewhere, nothing tainted.
-    isolate_nodes: bool = True
+    #: Whose fault tolerance checks may isolate a node (taint, label, Node Event): a job's, for the node its pod
+    #: was bound to, within the check's bounds (the default); only the node checker's (``--isolation-mode
+    #: node-checker``); none (``--no-isolation``). Pods of failed checks are issued again elsewhere in each.
+    isolation: IsolationMode = IsolationMode.AGENTS
     #: A test aid, off by default: every pod mounts the ``FAULT_INJECT_CONFIG_MAP`` (optional: pods start
     #: without it), and its agent reads the check items injected on its node there.
     fault_injection: bool = False

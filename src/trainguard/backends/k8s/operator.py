@@ -23,12 +23,12 @@ from typing import Any
 
 from trainguard.api import SpecError, TrainingJob
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import agentreports, held, isolation, manifests, metadata, metrics
+from trainguard.backends.k8s import agentreports, held, isolation, manifests, metadata, metrics, nodechecker
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.events import event_body
-from trainguard.backends.k8s.fields import JOB_FIELDS, NODE_FIELDS, POD_FIELDS
+from trainguard.backends.k8s.fields import CHECKER_POD_FIELDS, JOB_FIELDS, NODE_FIELDS, POD_FIELDS
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
@@ -38,7 +38,7 @@ from trainguard.backends.k8s.status import read_status, status_document
 from trainguard.backends.k8s.ui import KubeSource
 from trainguard.controller import JobStatus, SettledSlots, reconcile
 from trainguard.controller.admission import Hold, admit
-from trainguard.controller.backend import EmitEvent, EventType
+from trainguard.controller.backend import EmitEvent, EventType, IsolationMode
 from trainguard.controller.launchspec import check_runnable
 from trainguard.controller.loop import StepResult
 from trainguard.controller.retries import BACKOFF_MAX
@@ -77,6 +77,9 @@ class Options:
     #: Seconds an isolated node stays isolated before it is released on probation (``policy.cooldown``);
     #: 0: until an administrator releases it.
     isolation_cooldown: float = 0.0
+    #: Which pods are the node checker's, and its bound: read where ``pod_settings.isolation`` is
+    #: ``NODE_CHECKER`` (only its checks isolate).
+    node_checker: nodechecker.NodeChecker = field(default_factory=nodechecker.NodeChecker)
 
 
 class Operator:
@@ -104,6 +107,19 @@ class Operator:
             fields=POD_FIELDS,
         )
         self.nodes = Cache(kube, "/api/v1/nodes", self._node_changed, fields=NODE_FIELDS)
+        #: The node checker's pods, where only its checks isolate; the checks acted on (node -> the check's time).
+        self.checkers: Cache | None = None
+        self._checked = threading.Event()
+        self._acted: dict[str, float] = {}
+        if options.pod_settings.isolation is IsolationMode.NODE_CHECKER:
+            checker = options.node_checker
+            self.checkers = Cache(
+                kube,
+                checker.pods_path,
+                lambda obj, now: self._checked.set(),
+                label_selector=checker.label_selector,
+                fields=CHECKER_POD_FIELDS,
+            )
         identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.shared = Shared(
             kube, self.pods, self.nodes, settings=options.pod_settings, clock=clock, identity=identity
@@ -119,8 +135,12 @@ class Operator:
 
     # ---- running -----------------------------------------------------------------------------------
 
+    @property
+    def caches(self) -> tuple[Cache, ...]:
+        return (*self.jobs.values(), self.pods, self.nodes, *((self.checkers,) if self.checkers else ()))
+
     def start(self) -> None:
-        for cache in (*self.jobs.values(), self.pods, self.nodes):
+        for cache in self.caches:
             cache.start()
         if self.options.metrics_port is not None:
             jobs = metrics.snapshots(lambda: [obj for cache in self.jobs.values() for obj in cache.items()])
@@ -142,11 +162,7 @@ class Operator:
             )
         settings = self.options.pod_settings
         log.info(
-            "fault tolerance check: %s",
-            "a job's failed check isolates the node its pod was bound to (the API server's word), within the "
-            "check's bounds"
-            if settings.isolate_nodes
-            else "isolation off (--no-isolation): pods of failed checks are issued again elsewhere, no node tainted",
+            "fault tolerance check: %s", nodechecker.mode_words(settings.isolation, self.options.node_checker)
         )
         log.info(
             "isolated nodes: %s",
@@ -169,6 +185,12 @@ class Operator:
             self._threads.append(thread)
         resync = threading.Thread(target=self._resync, name="resync", daemon=True)
         resync.start()
+        if self.checkers is not None:
+            checking = threading.Thread(
+                target=self._node_checks, args=(self.checkers,), name="node-checks", daemon=True
+            )
+            checking.start()
+            self._threads.append(checking)
         if self.options.isolation_cooldown > 0:
             cooling = threading.Thread(target=self._cool_down, name="cool-down", daemon=True)
             cooling.start()
@@ -186,12 +208,12 @@ class Operator:
             self._report_server.server_close()
         if self.ui is not None:
             self.ui.close()
-        for cache in (*self.jobs.values(), self.pods, self.nodes):
+        for cache in self.caches:
             cache.stop()
         self.shared.pool.shutdown(wait=False)
 
     def synced(self) -> bool:
-        return all(c.synced.is_set() for c in (*self.jobs.values(), self.pods, self.nodes))
+        return all(cache.synced.is_set() for cache in self.caches)
 
     # ---- what to reconcile -------------------------------------------------------------------------
 
@@ -238,6 +260,31 @@ class Operator:
                 continue
             for name in released:
                 log.info("node %s released on probation after its cool-down", name)
+
+    def _node_checks(self, checkers: Cache) -> None:
+        """The node checker's checks decided and carried out (``nodechecker.look``) by the leader alone, at each
+        change of a checker pod and every 10 s."""
+        while not self._stop.is_set():
+            self._checked.wait(10.0)
+            if self._stop.is_set():
+                return
+            if not self.leader.is_leader() or not self.synced():
+                self._stop.wait(1.0)
+                continue
+            self._checked.clear()
+            try:
+                self._acted = dict(
+                    nodechecker.look(
+                        self.kube,
+                        checkers.items(),
+                        self.options.node_checker,
+                        self.shared.isolated_nodes(),
+                        self._acted,
+                        self.clock(),
+                    )
+                )
+            except Exception as error:  # the API server could not be reached: the next look tries again
+                log.warning("deciding the node checker's checks failed: %s", error)
 
     def enqueue_all(self) -> None:
         for kind, cache in self.jobs.items():

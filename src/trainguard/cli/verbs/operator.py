@@ -115,12 +115,42 @@ def register(subparsers: Any) -> None:
         help="the PriorityClass of a pod issued again after a failed fault tolerance check: ahead of the "
         "scheduler's queue (the chart makes one, trainguard-reissued, with preemptionPolicy Never)",
     )
-    parser.add_argument(
+    isolating = parser.add_mutually_exclusive_group()
+    isolating.add_argument(
+        "--isolation-mode",
+        choices=("agents", "node-checker", "off"),
+        default="agents",
+        help="whose fault tolerance checks may isolate a node: agents (the default: a job's pod's own check, "
+        "for the node the pod was bound to, within the check's bounds), node-checker (only the chart's node "
+        "checker DaemonSet: a job's own checks issue their pods again elsewhere and isolate nothing), off",
+    )
+    isolating.add_argument(
         "--no-isolation",
-        dest="isolate_nodes",
-        action="store_false",
-        help="never isolate a node because of a job's fault tolerance check (its pods are still issued again "
-        "elsewhere); by default the node a failing pod was bound to is tainted, within the check's bounds",
+        dest="isolation_mode",
+        action="store_const",
+        const="off",
+        help="never isolate a node (--isolation-mode off): pods of failed checks are still issued again elsewhere",
+    )
+    parser.add_argument(
+        "--node-checker-namespace",
+        default=None,
+        metavar="NS",
+        help="with --isolation-mode node-checker: the node checker's namespace (default: the Lease's)",
+    )
+    parser.add_argument(
+        "--node-checker-name",
+        default=None,
+        metavar="NAME",
+        help="with --isolation-mode node-checker: its DaemonSet's and ServiceAccount's name, both NAME; only "
+        "the pods of that DaemonSet under that ServiceAccount are trusted (default: trainguard-node-checker)",
+    )
+    parser.add_argument(
+        "--node-checker-max-isolated-share",
+        type=float,
+        default=0.1,
+        metavar="SHARE",
+        help="with --isolation-mode node-checker: the node checker isolates at most this share of the "
+        "cluster's nodes, at least one (0.1)",
     )
     parser.add_argument(
         "--isolation-cooldown",
@@ -146,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
         from trainguard.backends.k8s import manifests
         from trainguard.backends.k8s.client import Kube
         from trainguard.backends.k8s.kinds import DEFAULT_KINDS, PYTORCHJOB
+        from trainguard.backends.k8s.nodechecker import DEFAULT_NAME, NodeChecker
         from trainguard.backends.k8s.operator import Operator, Options
+        from trainguard.controller.backend import IsolationMode
     except ImportError as error:
         raise CliError(
             f"the operator needs the Kubernetes client ({error.name}): pip install 'trainguard[k8s]'"
@@ -171,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
             f"--isolation-cooldown: {args.isolation_cooldown:g} is negative; give the seconds an isolated node waits "
             "before its release on probation, or 0 to keep it isolated until trainguard node release"
         )
+    if not 0 < args.node_checker_max_isolated_share <= 1:
+        raise CliError(
+            f"--node-checker-max-isolated-share: {args.node_checker_max_isolated_share:g} is not a share of the "
+            "nodes; give a number above 0 and at most 1, e.g. 0.1"
+        )
     secret = None
     if args.ui_token_file is not None:
         try:
@@ -188,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             report_url=url,
             release_survivors=args.release_survivors,
             reissue_priority_class=args.reissue_priority_class,
-            isolate_nodes=args.isolate_nodes,
+            isolation=IsolationMode(args.isolation_mode),
             fault_injection=args.fault_injection,
         ),
         workers=max(args.workers, 1),
@@ -202,6 +239,11 @@ def run(args: argparse.Namespace) -> int:
         ui_address=args.ui_address,
         ui_secret=secret,
         isolation_cooldown=args.isolation_cooldown,
+        node_checker=NodeChecker(
+            namespace=args.node_checker_namespace or args.lease_namespace or args.namespace or "default",
+            name=args.node_checker_name or DEFAULT_NAME,
+            max_isolated_share=args.node_checker_max_isolated_share,
+        ),
     )
     if args.pytorchjobs:
         check_pytorchjob_crd(kube)
