@@ -17,6 +17,7 @@ import pytest
 from tests.k8s.operator_harness import TRAINGUARD
 from tests.realk8s.real import CHART, NAMESPACE, RealCluster, helm, wait_for
 from trainguard.backends.k8s import isolation, manifests
+from trainguard.pod import contract
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -81,6 +82,10 @@ def injecting(operator: RealCluster) -> Iterator[RealCluster]:
     left injected or isolated."""
     helm(operator, "upgrade", "trainguard", str(CHART), "-n", NAMESPACE, "--reuse-values",
          "--set", "faultInjection=true", "--wait", "--timeout", "300s")  # fmt: skip
+    # helm's --wait ends when the new replicas are ready, while an old one may still lead for its grace period
+    # and dress the job's pods without the aid (their checks then read the machine): the job comes once the
+    # old replicas are gone, and a new one leads.
+    wait_for("the operator's replicas of before the upgrade gone", lambda: _only_current(operator), 180)
     try:
         yield operator
     finally:
@@ -119,8 +124,11 @@ def _explain(cluster: RealCluster) -> str:
     lines = [f"job {JOB}: {status.get('phase')}, history {status.get('history', [])[-6:]}"]
     for pod in pods:
         state = [c.get("state") for c in pod["status"].get("containerStatuses") or []]
+        env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env") or ()}
+        aid = "with" if contract.ENV_FAULT_INJECT in env else "WITHOUT"
         lines.append(
-            f"{pod['metadata']['name']} on {pod['spec'].get('nodeName')}: {pod['status'].get('phase')} {state}"
+            f"{pod['metadata']['name']} on {pod['spec'].get('nodeName')} ({aid} the injection aid): "
+            f"{pod['status'].get('phase')} {state}"
         )
     return "\n".join(lines)
 

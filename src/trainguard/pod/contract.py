@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 # ---- the pod's identity, set by the control plane for every pod (the first seven in CCE's words) ----------
 
@@ -193,15 +194,68 @@ def live_prefix(run_id: str) -> str:
     return f"trainguard/live/{run_id}/"
 
 
-def member_id(pid: int | None = None, host: str | None = None) -> str:
-    """A live worker's name in its rounds: ``host:pid`` (default: this process)."""
-    return f"{host or socket.gethostname()}:{os.getpid() if pid is None else pid}"
+@dataclass(frozen=True)
+class Member:
+    """A live worker as its rounds name it: one process of one pod incarnation. ``host`` and ``pidns`` (its pid
+    namespace's inode) say where its pid means something; ``incarnation`` is its pod's (``<pod>#<generation>``,
+    ``-`` outside trainguard), so that pods sharing a host name (the host network) never share a member, and a
+    pod started again never takes a dead member's name or its gone mark; ``start`` is the process's start
+    (``/proc/<pid>/stat``'s, in clock ticks since boot), so a pid used again is another member."""
+
+    host: str
+    pidns: str
+    incarnation: str
+    pid: int
+    start: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pidns}:{self.incarnation}:{self.pid}:{self.start}"
+
+    @classmethod
+    def parse(cls, text: str) -> Member | None:
+        """The member ``str(member)`` wrote; None for anything else."""
+        parts = text.split(":")
+        if len(parts) != 5 or not parts[3].isdigit() or not parts[4].isdigit():
+            return None
+        return cls(parts[0], parts[1], parts[2], int(parts[3]), int(parts[4]))
+
+    def ended_here(self) -> bool:
+        """Whether this member shares this process's host and pid namespace (its pid can be looked up here) and
+        is gone: no process with its pid, or one started at another time. A member of another pid namespace is
+        never judged here (its beats and gone mark say)."""
+        if self.host != socket.gethostname() or self.pidns != pid_namespace():
+            return False
+        return process_start(self.pid) != self.start
 
 
-def member_host_pid(member: str) -> tuple[str, str]:
-    """A member's host and pid, as ``member_id`` wrote them."""
-    host, _, pid = member.rpartition(":")
-    return host, pid
+def member_id(pid: int | None = None, env: Mapping[str, str] | None = None) -> str:
+    """A live worker's name in its rounds (``Member``), of process ``pid`` (default: this one) in the pod
+    incarnation that ``env`` names (default: this process's environment)."""
+    env = os.environ if env is None else env
+    pod, generation = env.get(ENV_POD_NAME), env.get(ENV_GENERATION)
+    incarnation = f"{pod}#{generation or 0}" if pod else "-"
+    chosen = os.getpid() if pid is None else pid
+    return str(Member(socket.gethostname(), pid_namespace(), incarnation, chosen, process_start(chosen) or 0))
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (its inode), or ``-`` where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
+    except OSError:
+        return "-"
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (``/proc/<pid>/stat``'s 22nd field, clock ticks since boot); None where it
+    is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command's name, which may hold spaces
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
 class LiveKeys:

@@ -13,9 +13,13 @@ rendezvous store), and this launcher only:
   alone again while ``--max-restarts`` allows; the others are not touched. A worker that was not restarted
   ends the pod with its exit status;
 - on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends;
-- when a worker fails before it ever formed a round (its script does not use ``trainguard.Live``), writes
-  ``live-unused`` down for the agent (the job gets a Warning event) and runs the pod as without live mode:
-  torchrun's elastic agent (``trainguard.pod.torchrun``) in its place, with the same options.
+- when a worker's script does not use ``trainguard.Live`` (``not_live``: the pod's first incarnation, the
+  worker's first start, no round formed, and its stderr ending with the static world's failure: torch's
+  ``env://`` rendezvous missing the variables live mode leaves out), writes ``live-unused`` down for the agent
+  (the job gets a Warning event) and runs the pod as without live mode: torchrun's elastic agent
+  (``trainguard.pod.torchrun``) in its place, with the same options. Any other worker that fails before its
+  first round (a replacement that dies starting) is a failure like any other: started again while
+  ``--max-restarts`` allows.
 
 Standard library at import (it runs in users' images from the bundle); torch's argument parser and its
 store client are imported when it starts.
@@ -30,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -45,6 +50,19 @@ class NotLive(Exception):
 
 #: How often the workers are looked at.
 POLL_SECONDS = 0.05
+#: What torch says when a script that does not use ``trainguard.Live`` initializes its static world from the
+#: environment (``env://``), whose ``RANK``, ``MASTER_ADDR``... live mode leaves out (``contract.STATIC_WORLD``).
+STATIC_WORLD_FAILURE = "env:// rendezvous: environment variable"
+#: The end of each worker's stderr kept for ``not_live`` (the rest goes on to the pod's stderr as it comes).
+KEPT_STDERR = 16 << 10
+
+
+def not_live(first: bool, formed: bool, stderr_tail: str) -> bool:
+    """Whether a worker that failed says its script does not use ``trainguard.Live``: the pod's first
+    incarnation and the worker's first start (``first``), no round formed (``formed``), and its stderr showing
+    the static world's failure (``STATIC_WORLD_FAILURE``). A replacement or a restart that dies before its first
+    round, or a first worker that failed for another reason, is a failure like any other."""
+    return first and not formed and STATIC_WORLD_FAILURE in stderr_tail
 
 
 def worker_env(
@@ -76,6 +94,14 @@ class Launcher:
         self.environ = environ
         self.events = environ.get(contract.ENV_WORKER_EVENTS)
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        #: Starts of each local rank, and the end of each worker's stderr (by pid).
+        self.starts: dict[int, int] = {}
+        self.stderr: dict[int, bytearray] = {}
+        self.relays: dict[int, threading.Thread] = {}
+        #: The pod's incarnation is its first (the control plane's generation 1, or none outside trainguard).
+        self.first_incarnation = environ.get(contract.ENV_GENERATION, "1") in ("", "0", "1")
+        #: Each worker's member id, taken while it runs (its start time is read from /proc, gone once reaped).
+        self.members: dict[int, str] = {}
         self.finished: set[int] = set()
         self._store: Any = None
         self._stopping = False
@@ -93,11 +119,18 @@ class Launcher:
             self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
         )
         env[contract.ENV_LIVE_MARK] = str(self.marks)
-        self.workers[local_rank] = subprocess.Popen(self.command(), env=env)
+        process = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE)
+        self.workers[local_rank] = process
+        self.members[process.pid] = contract.member_id(process.pid, env)
+        self.starts[local_rank] = self.starts.get(local_rank, 0) + 1
+        kept = self.stderr[process.pid] = bytearray()
+        threading.Thread(
+            target=_relay, args=(process, kept), name="trainguard-live-stderr", daemon=True
+        ).start()
 
     def gone(self, pid: int) -> None:
         """What no round must wait for: this pod's worker ``pid`` ended."""
-        member = contract.member_id(pid)
+        member = self.members.get(pid) or contract.member_id(pid, self.environ)
         try:
             if self._store is None:
                 from torch.distributed import TCPStore  # type: ignore[attr-defined]
@@ -130,7 +163,12 @@ class Launcher:
                 if code == 0:
                     self.finished.add(local_rank)
                     continue
-                if not self._stopping and not (self.marks / str(process.pid)).exists():
+                formed = (self.marks / str(process.pid)).exists()
+                if process.pid in self.relays:  # its last words, up to its end
+                    self.relays.pop(process.pid).join(timeout=2)
+                tail = bytes(self.stderr.get(process.pid, b"")).decode(errors="replace")
+                first = self.first_incarnation and self.starts.get(local_rank) == 1
+                if not self._stopping and not_live(first, formed, tail):
                     if self.events:
                         workerevents.live_unused(
                             self.events,
@@ -170,6 +208,19 @@ class Launcher:
                 process.wait()
             self.gone(process.pid)
         return 128 - code if code < 0 else code
+
+
+def _relay(process: subprocess.Popen[bytes], kept: bytearray) -> None:
+    """A worker's stderr passed on to the pod's as it comes, its last ``KEPT_STDERR`` bytes kept."""
+    assert process.stderr is not None
+    out = sys.stderr.buffer
+    for line in iter(process.stderr.readline, b""):
+        with contextlib.suppress(OSError, ValueError):
+            out.write(line)
+            out.flush()
+        kept += line
+        if len(kept) > KEPT_STDERR:
+            del kept[: len(kept) - KEPT_STDERR]
 
 
 def main(argv: Sequence[str]) -> int:

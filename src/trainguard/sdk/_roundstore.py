@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -154,10 +153,10 @@ def connect(address: str) -> Any:
 
 
 def ended_here(member: str) -> bool:
-    """A member on this host (the same host name and so the same processes: the local runtime's pods) whose
-    process is gone: absent at once, with no wait for its beats to go stale."""
-    host, pid = contract.member_host_pid(member)
-    return host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+    """A member of this host and pid namespace (the local runtime's pods, this pod's other workers) whose
+    process is gone: absent at once, with no wait for its beats to go stale (``contract.Member.ended_here``)."""
+    found = contract.Member.parse(member)
+    return found is not None and found.ended_here()
 
 
 def default_store() -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,11 +32,11 @@ ROUND = 60.0
 
 
 class Rank:
-    def __init__(self, env: dict[str, str], stderr: Path) -> None:
+    def __init__(self, env: dict[str, str], stderr: Path, prefix: tuple[str, ...] = ()) -> None:
         self.stderr = stderr
         with stderr.open("w") as err:
             self.process = subprocess.Popen(
-                [sys.executable, str(WORKER)], stdout=subprocess.PIPE, stderr=err, text=True, env=env
+                [*prefix, sys.executable, str(WORKER)], stdout=subprocess.PIPE, stderr=err, text=True, env=env
             )
         self.events: list[dict[str, Any]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -69,10 +70,10 @@ def job(tmp_path: Path) -> Iterator[Callable[..., Rank]]:
     ranks: list[Rank] = []
     src = str(Path(__file__).parents[3] / "src")
 
-    def start(seed: int, **extra: str) -> Rank:
+    def start(seed: int, prefix: tuple[str, ...] = (), **extra: str) -> Rank:
         env = dict(os.environ, TRAINGUARD_LIVE_STORE=f"127.0.0.1:{port}", TRAINGUARD_LIVE_PREFIX="t/",
-                   WORLD_SIZE="3", LIVE_SEED=str(seed), PYTHONPATH=src, **extra)  # fmt: skip
-        ranks.append(Rank(env, tmp_path / f"rank-{seed}.stderr"))
+                   LIVE_SEED=str(seed), PYTHONPATH=src, **{"WORLD_SIZE": "3", **extra})  # fmt: skip
+        ranks.append(Rank(env, tmp_path / f"rank-{seed}.stderr", prefix))
         return ranks[-1]
 
     start.store = store  # type: ignore[attr-defined]
@@ -226,3 +227,21 @@ def test_a_fault_between_the_all_reduce_and_the_step_leaves_every_rank_with_the_
         seen = wait_for(f"a common step after rank {victim}'s fault", hashes, ROUND)
         assert len(set(seen)) == 1, seen
         assert all(r.process.poll() is None for r in ranks)  # nobody restarted: the same processes
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare, as root")
+def test_two_pods_on_one_host_network_with_the_same_pids_both_stay_members(job: Callable[..., Rank]) -> None:
+    """Pods on the host network share the host name, and each has its own pid namespace, where their workers
+    may have the very same pid (here both are pid 1 of their namespace): each is a member of its own, and
+    neither takes the other for ended."""
+    alone = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+    a = job(1, alone, WORLD_SIZE="2", TRAININGJOB_POD_NAME="job-worker-0", TRAINGUARD_GENERATION="1")
+    b = job(2, alone, WORLD_SIZE="2", TRAININGJOB_POD_NAME="job-worker-1", TRAINGUARD_GENERATION="1")
+    wait_for("2 ranks training", lambda: all(len(r.steps()) >= 20 for r in (a, b)), START)
+    (pid_a,), (pid_b,) = ({s["pid"] for s in r.steps()} for r in (a, b))
+    assert pid_a == pid_b == 1  # the same pid, each in its own namespace
+    assert a.member != b.member
+    assert a.member.split(":")[0] == b.member.split(":")[0]  # one host name
+    # Both stayed members throughout: one round, of both, and no re-formation.
+    assert [(f["round"], f["world_size"]) for f in a.formed()] == [(1, 2)]
+    assert [(f["round"], f["world_size"]) for f in b.formed()] == [(1, 2)]

@@ -9,8 +9,13 @@ twice.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import socket
+import subprocess
+import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import trainguard
@@ -72,9 +77,51 @@ def test_the_live_store_keys_are_spelled_in_the_contract_alone() -> None:
 
 def test_the_launcher_and_the_sdk_name_the_same_keys() -> None:
     keys = contract.LiveKeys(contract.live_prefix("uid-7"))
-    member = contract.member_id(pid=41, host="node-a")
-    assert member == "node-a:41"
-    assert contract.member_host_pid(member) == ("node-a", "41")
-    assert keys.gone(member) == "trainguard/live/uid-7/gone/node-a:41"
+    member = str(contract.Member("node-a", "4026531836", "job-worker-1#2", 41, 9001))
+    assert member == "node-a:4026531836:job-worker-1#2:41:9001"
+    assert contract.Member.parse(member) == contract.Member(
+        "node-a", "4026531836", "job-worker-1#2", 41, 9001
+    )
+    assert keys.gone(member) == "trainguard/live/uid-7/gone/node-a:4026531836:job-worker-1#2:41:9001"
     assert keys.arrival(3, 1) == "trainguard/live/uid-7/r3/m1"
     assert keys.latest() == "trainguard/live/uid-7/latest"
+
+
+def _env(pod: str, generation: int) -> dict[str, str]:
+    return {contract.ENV_POD_NAME: pod, contract.ENV_GENERATION: str(generation)}
+
+
+def test_a_member_is_one_process_of_one_pod_incarnation() -> None:
+    """Pods on the host network share a host name: their members differ by the pod; a pod started again gets
+    members of its own (its generation), never a dead one's name or gone mark; the launcher names its worker as
+    the worker names itself."""
+    here = contract.member_id()
+    assert contract.member_id(os.getpid(), dict(os.environ)) == here
+    a = contract.member_id(os.getpid(), _env("job-worker-0", 1))
+    b = contract.member_id(os.getpid(), _env("job-worker-1", 1))
+    again = contract.member_id(os.getpid(), _env("job-worker-0", 2))
+    assert len({a, b, again}) == 3
+    parsed = contract.Member.parse(a)
+    assert parsed is not None
+    assert (parsed.host, parsed.incarnation, parsed.pid) == (
+        socket.gethostname(),
+        "job-worker-0#1",
+        os.getpid(),
+    )
+    assert parsed.start == contract.process_start(os.getpid())
+
+
+def test_a_member_is_judged_ended_only_where_its_pid_means_the_same_process() -> None:
+    me = contract.Member.parse(contract.member_id())
+    assert me is not None
+    assert not me.ended_here()  # this very process
+    assert replace(me, start=me.start + 1).ended_here()  # its pid, used again by another process
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = contract.Member.parse(contract.member_id(child.pid))
+    child.wait()
+    assert dead is not None
+    assert dead.ended_here()
+    # Another pod's pid namespace, or another host: its pid means nothing here (its beats and gone mark say).
+    assert not replace(dead, pidns="4026531999").ended_here()
+    assert not replace(dead, host="another-node").ended_here()
+    assert contract.Member.parse("node-a:41") is None  # what is no member
