@@ -13,8 +13,13 @@ The records that cross the wall have modules of their own beside this one: the w
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import quote, unquote
 
 # ---- the pod's identity, set by the control plane for every pod (the first seven in CCE's words) ----------
 
@@ -168,15 +173,85 @@ def live_prefix(run_id: str) -> str:
     return f"trainguard/live/{run_id}/"
 
 
-def member_id(pid: int | None = None, host: str | None = None) -> str:
-    """A live worker's name in its rounds: ``host:pid`` (default: this process)."""
-    return f"{host or socket.gethostname()}:{os.getpid() if pid is None else pid}"
+@dataclass(frozen=True)
+class Member:
+    """A live worker's incarnation, as its rounds name it (``id``, the same string in the launcher and the SDK).
+
+    ``pod`` and ``generation``: the pod's name and incarnation (``TRAININGJOB_POD_NAME``,
+    ``TRAINGUARD_GENERATION``; outside trainguard the host name and 0). ``pid`` and ``started``: the process and
+    when it started (clock ticks since the machine's boot, ``/proc/<pid>/stat``; 0 where there is no ``/proc``),
+    so that a pid used again is another member. ``space``: the pid namespace the pid is counted in (``pid_space``;
+    "" unknown): pods on the host's network share its host name, each with pids of its own.
+    """
+
+    pod: str
+    generation: int
+    pid: int
+    started: int
+    space: str
+
+    @property
+    def id(self) -> str:
+        fields = (quote(self.pod, safe=""), str(self.generation), str(self.pid), str(self.started))
+        return "/".join((*fields, self.space or _NO_SPACE))
+
+    @classmethod
+    def parse(cls, text: str) -> Member:
+        """The member ``id`` names; a ``ValueError`` for any other string."""
+        parts = text.split("/")
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:4]) or not parts[0]:
+            raise ValueError(f"not a live member's id: {text!r} (pod/generation/pid/started/space)")
+        pod, generation, pid, started, space = parts
+        return cls(unquote(pod), int(generation), int(pid), int(started), "" if space == _NO_SPACE else space)
+
+    @classmethod
+    def of(cls, pid: int | None = None, environ: Mapping[str, str] | None = None) -> Member:
+        """Process ``pid`` (default: this one) of this pod, whose environment is ``environ`` (default: this
+        process's; a launcher's workers inherit its pod's names). ``pid`` must be in this pid namespace and not
+        yet reaped."""
+        environ = os.environ if environ is None else environ
+        pid = os.getpid() if pid is None else pid
+        generation = environ.get(ENV_GENERATION, "")
+        return cls(
+            pod=environ.get(ENV_POD_NAME) or socket.gethostname(),
+            generation=int(generation) if generation.isdigit() else 0,
+            pid=pid,
+            started=process_started(pid) or 0,
+            space=pid_space(),
+        )
 
 
-def member_host_pid(member: str) -> tuple[str, str]:
-    """A member's host and pid, as ``member_id`` wrote them."""
-    host, _, pid = member.rpartition(":")
-    return host, pid
+_NO_SPACE = "-"
+
+
+def member_id(pid: int | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """A live worker's name in its rounds (``Member.id``; default: this process)."""
+    return Member.of(pid, environ).id
+
+
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` of this namespace started, in clock ticks since boot; None when there is none (or
+    no ``/proc``). A zombie still has its start until it is reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # Field 22; the name (field 2) is in parentheses and may hold spaces and parentheses itself.
+    fields = text[text.rindex(b")") + 2 :].split()
+    return int(fields[19])
+
+
+@lru_cache(maxsize=1)
+def pid_space() -> str:
+    """This process's pid namespace, the same for every process that shares it and no other: the machine's
+    boot and the namespace's inode, hashed (""  where there is no ``/proc``)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            where = boot.read().strip() + os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
 class LiveKeys:
