@@ -13,10 +13,13 @@ The records that cross the wall have modules of their own beside this one: the w
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import quote, unquote
 
 # ---- the pod's identity, set by the control plane for every pod (the first seven in CCE's words) ----------
 
@@ -196,66 +199,83 @@ def live_prefix(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class Member:
-    """A live worker as its rounds name it: one process of one pod incarnation. ``host`` and ``pidns`` (its pid
-    namespace's inode) say where its pid means something; ``incarnation`` is its pod's (``<pod>#<generation>``,
-    ``-`` outside trainguard), so that pods sharing a host name (the host network) never share a member, and a
-    pod started again never takes a dead member's name or its gone mark; ``start`` is the process's start
-    (``/proc/<pid>/stat``'s, in clock ticks since boot), so a pid used again is another member."""
+    """A live worker's incarnation, as its rounds name it (``id``, the same string in the launcher and the SDK).
 
-    host: str
-    pidns: str
-    incarnation: str
+    ``pod`` and ``generation``: the pod's name and incarnation (``TRAININGJOB_POD_NAME``,
+    ``TRAINGUARD_GENERATION``; outside trainguard the host name and 0). ``pid`` and ``started``: the process and
+    when it started (clock ticks since the machine's boot, ``/proc/<pid>/stat``; 0 where there is no ``/proc``),
+    so that a pid used again is another member. ``space``: the pid namespace the pid is counted in (``pid_space``;
+    "" unknown): pods on the host's network share its host name, each with pids of its own.
+    """
+
+    pod: str
+    generation: int
     pid: int
-    start: int
+    started: int
+    space: str
 
-    def __str__(self) -> str:
-        return f"{self.host}:{self.pidns}:{self.incarnation}:{self.pid}:{self.start}"
+    @property
+    def id(self) -> str:
+        fields = (quote(self.pod, safe=""), str(self.generation), str(self.pid), str(self.started))
+        return "/".join((*fields, self.space or _NO_SPACE))
 
     @classmethod
-    def parse(cls, text: str) -> Member | None:
-        """The member ``str(member)`` wrote; None for anything else."""
-        parts = text.split(":")
-        if len(parts) != 5 or not parts[3].isdigit() or not parts[4].isdigit():
-            return None
-        return cls(parts[0], parts[1], parts[2], int(parts[3]), int(parts[4]))
+    def parse(cls, text: str) -> Member:
+        """The member ``id`` names; a ``ValueError`` for any other string."""
+        parts = text.split("/")
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:4]) or not parts[0]:
+            raise ValueError(f"not a live member's id: {text!r} (pod/generation/pid/started/space)")
+        pod, generation, pid, started, space = parts
+        return cls(unquote(pod), int(generation), int(pid), int(started), "" if space == _NO_SPACE else space)
 
-    def ended_here(self) -> bool:
-        """Whether this member shares this process's host and pid namespace (its pid can be looked up here) and
-        is gone: no process with its pid, or one started at another time. A member of another pid namespace is
-        never judged here (its beats and gone mark say)."""
-        if self.host != socket.gethostname() or self.pidns != pid_namespace():
-            return False
-        return process_start(self.pid) != self.start
+    @classmethod
+    def of(cls, pid: int | None = None, environ: Mapping[str, str] | None = None) -> Member:
+        """Process ``pid`` (default: this one) of this pod, whose environment is ``environ`` (default: this
+        process's; a launcher's workers inherit its pod's names). ``pid`` must be in this pid namespace and not
+        yet reaped."""
+        environ = os.environ if environ is None else environ
+        pid = os.getpid() if pid is None else pid
+        generation = environ.get(ENV_GENERATION, "")
+        return cls(
+            pod=environ.get(ENV_POD_NAME) or socket.gethostname(),
+            generation=int(generation) if generation.isdigit() else 0,
+            pid=pid,
+            started=process_started(pid) or 0,
+            space=pid_space(),
+        )
 
 
-def member_id(pid: int | None = None, env: Mapping[str, str] | None = None) -> str:
-    """A live worker's name in its rounds (``Member``), of process ``pid`` (default: this one) in the pod
-    incarnation that ``env`` names (default: this process's environment)."""
-    env = os.environ if env is None else env
-    pod, generation = env.get(ENV_POD_NAME), env.get(ENV_GENERATION)
-    incarnation = f"{pod}#{generation or 0}" if pod else "-"
-    chosen = os.getpid() if pid is None else pid
-    return str(Member(socket.gethostname(), pid_namespace(), incarnation, chosen, process_start(chosen) or 0))
+_NO_SPACE = "-"
 
 
-def pid_namespace() -> str:
-    """This process's pid namespace (its inode), or ``-`` where it cannot be read."""
+def member_id(pid: int | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """A live worker's name in its rounds (``Member.id``; default: this process)."""
+    return Member.of(pid, environ).id
+
+
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` of this namespace started, in clock ticks since boot; None when there is none (or
+    no ``/proc``). A zombie still has its start until it is reaped."""
     try:
-        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
-    except OSError:
-        return "-"
-
-
-def process_start(pid: int) -> int | None:
-    """When process ``pid`` started (``/proc/<pid>/stat``'s 22nd field, clock ticks since boot); None where it
-    is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[-1].split()  # after the command's name, which may hold spaces
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    # Field 22; the name (field 2) is in parentheses and may hold spaces and parentheses itself.
+    fields = text[text.rindex(b")") + 2 :].split()
+    return int(fields[19])
+
+
+@lru_cache(maxsize=1)
+def pid_space() -> str:
+    """This process's pid namespace, the same for every process that shares it and no other: the machine's
+    boot and the namespace's inode, hashed (""  where there is no ``/proc``)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            where = boot.read().strip() + os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
 class LiveKeys:

@@ -13,13 +13,15 @@ rendezvous store), and this launcher only:
   alone again while ``--max-restarts`` allows; the others are not touched. A worker that was not restarted
   ends the pod with its exit status;
 - on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends;
-- when a worker's script does not use ``trainguard.Live`` (``not_live``: the pod's first incarnation, the
-  worker's first start, no round formed, and its stderr ending with the static world's failure: torch's
-  ``env://`` rendezvous missing the variables live mode leaves out), writes ``live-unused`` down for the agent
-  (the job gets a Warning event) and runs the pod as without live mode: torchrun's elastic agent
-  (``trainguard.pod.torchrun``) in its place, with the same options. Any other worker that fails before its
-  first round (a replacement that dies starting) is a failure like any other: started again while
-  ``--max-restarts`` allows.
+- when a worker's script does not use ``trainguard.Live`` (``without_live``: its first start, in a job where no
+  round ever formed, failed before it formed one, and its stderr shows the static world's variables missing:
+  ``contract.STATIC_WORLD``, unset in live mode), writes ``live-unused`` down for the agent (the job gets a
+  Warning event) and runs the pod as without live mode: torchrun's elastic agent (``trainguard.pod.torchrun``)
+  in its place, with the same options. Any other failure before a round (a replacement's, a restart's, one
+  with the store away) is a worker's failure as any other: that worker alone is started again.
+
+Each worker's member id (``contract.member_id``: its pod, pid and start) is taken as it starts, while its
+``/proc`` entry is there: the same id the worker's ``Live`` computes, under which it is marked gone.
 
 Standard library at import (it runs in users' images from the bundle); torch's argument parser and its
 store client are imported when it starts.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,10 +39,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from trainguard.pod import contract, workerevents
 
@@ -50,19 +53,60 @@ class NotLive(Exception):
 
 #: How often the workers are looked at.
 POLL_SECONDS = 0.05
-#: What torch says when a script that does not use ``trainguard.Live`` initializes its static world from the
-#: environment (``env://``), whose ``RANK``, ``MASTER_ADDR``... live mode leaves out (``contract.STATIC_WORLD``).
-STATIC_WORLD_FAILURE = "env:// rendezvous: environment variable"
-#: The end of each worker's stderr kept for ``not_live`` (the rest goes on to the pod's stderr as it comes).
-KEPT_STDERR = 16 << 10
+#: How much of a first start's stderr is kept to judge its failure by, and how long its last lines are waited for.
+TAIL_BYTES = 16384
+TAIL_WAIT_SECONDS = 2.0
+#: A static world's variable missing, as torch's ``env://`` rendezvous (``init_process_group``'s default) says
+#: it, or as a script that reads it itself fails (``os.environ["RANK"]``).
+_MISSING = re.compile(
+    r"environment variable (?P<torch>{names}) expected, but not set|KeyError: '(?P<script>{names})'".format(
+        names="|".join(contract.STATIC_WORLD)
+    )
+)
 
 
-def not_live(first: bool, formed: bool, stderr_tail: str) -> bool:
-    """Whether a worker that failed says its script does not use ``trainguard.Live``: the pod's first
-    incarnation and the worker's first start (``first``), no round formed (``formed``), and its stderr showing
-    the static world's failure (``STATIC_WORLD_FAILURE``). A replacement or a restart that dies before its first
-    round, or a first worker that failed for another reason, is a failure like any other."""
-    return first and not formed and STATIC_WORLD_FAILURE in stderr_tail
+def missing_static_world(stderr: str) -> str | None:
+    """The static world's variable (``contract.STATIC_WORLD``) that a worker's stderr says it failed without."""
+    found = _MISSING.search(stderr)
+    return None if found is None else found.group("torch") or found.group("script")
+
+
+def without_live(restarted: bool, formed: bool, latest_round: int | None, stderr: str) -> str | None:
+    """Whether a worker that failed shows that the script does not use ``trainguard.Live``: the static world's
+    variable it failed without, or None. Only a first start (``restarted``: this launcher started it again
+    before), that formed no round, in a job where none formed (``latest_round``: the store's latest round;
+    None when the store could not say), and whose stderr says it missed a static world's variable. A script
+    that uses ``Live`` never reads them; any other early failure is a worker's own."""
+    if restarted or formed or latest_round != 0:
+        return None
+    return missing_static_world(stderr)
+
+
+class Tail:
+    """A worker's stderr passed on to the launcher's as it comes, its last ``TAIL_BYTES`` kept."""
+
+    def __init__(self, pipe: IO[bytes], out: IO[bytes]) -> None:
+        self._pipe = pipe
+        self._out = out
+        self._kept = b""
+        self._done = threading.Event()
+        threading.Thread(target=self._copy, name="trainguard-live-stderr", daemon=True).start()
+
+    def _copy(self) -> None:
+        try:
+            while chunk := os.read(self._pipe.fileno(), 65536):
+                with contextlib.suppress(OSError, ValueError):
+                    self._out.write(chunk)
+                    self._out.flush()
+                self._kept = (self._kept + chunk)[-TAIL_BYTES:]
+        finally:
+            self._pipe.close()
+            self._done.set()
+
+    def text(self, wait: float) -> str:
+        """What was kept, once the pipe ended (the worker's last lines read) or after ``wait`` seconds."""
+        self._done.wait(wait)
+        return self._kept.decode(errors="replace")
 
 
 def worker_env(
@@ -94,16 +138,14 @@ class Launcher:
         self.environ = environ
         self.events = environ.get(contract.ENV_WORKER_EVENTS)
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
-        #: Starts of each local rank, and the end of each worker's stderr (by pid).
-        self.starts: dict[int, int] = {}
-        self.stderr: dict[int, bytearray] = {}
-        self.relays: dict[int, threading.Thread] = {}
-        #: The pod's incarnation is its first (the control plane's generation 1, or none outside trainguard).
-        self.first_incarnation = environ.get(contract.ENV_GENERATION, "1") in ("", "0", "1")
-        #: Each worker's member id, taken while it runs (its start time is read from /proc, gone once reaped).
+        #: Each local rank's worker's member id, taken as it started.
         self.members: dict[int, str] = {}
+        #: The local ranks this launcher started again, and the first starts' stderr.
+        self.restarted: set[int] = set()
+        self.tails: dict[int, Tail] = {}
         self.finished: set[int] = set()
         self._store: Any = None
+        self.keys = contract.LiveKeys(contract.live_prefix(self.run_id))
         self._stopping = False
         self.marks = Path(tempfile.mkdtemp(prefix="trainguard-live-"))
 
@@ -119,27 +161,45 @@ class Launcher:
             self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
         )
         env[contract.ENV_LIVE_MARK] = str(self.marks)
-        process = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE)
+        first = local_rank not in self.restarted
+        process = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE if first else None)
         self.workers[local_rank] = process
-        self.members[process.pid] = contract.member_id(process.pid, env)
-        self.starts[local_rank] = self.starts.get(local_rank, 0) + 1
-        kept = self.stderr[process.pid] = bytearray()
-        threading.Thread(
-            target=_relay, args=(process, kept), name="trainguard-live-stderr", daemon=True
-        ).start()
+        self.members[local_rank] = contract.member_id(process.pid, env)
+        if first and process.stderr is not None:
+            self.tails[local_rank] = Tail(process.stderr, sys.stderr.buffer)
 
-    def gone(self, pid: int) -> None:
-        """What no round must wait for: this pod's worker ``pid`` ended."""
-        member = self.members.get(pid) or contract.member_id(pid, self.environ)
+    def gone(self, local_rank: int) -> None:
+        """What no round must wait for: this pod's worker of ``local_rank`` ended."""
+        member = self.members[local_rank]
         try:
-            if self._store is None:
-                from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-                host, _, port = self.endpoint.rpartition(":")
-                self._store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
-            self._store.set(contract.LiveKeys(contract.live_prefix(self.run_id)).gone(member), "1")
+            self._on_store(lambda store: store.set(self.keys.gone(member), "1"))
         except (RuntimeError, ValueError) as error:  # the others then wait until it is stale
             print(f"trainguard live: could not mark {member} gone: {error}", file=sys.stderr, flush=True)
+
+    def latest_round(self) -> int | None:
+        """The job's latest round in the store; None when the store cannot say."""
+        key = self.keys.latest()
+        try:
+            return int(self._on_store(lambda store: store.get(key) if store.check([key]) else b"0"))
+        except (RuntimeError, ValueError):
+            return None
+
+    def _on_store(self, operation: Callable[[Any], Any]) -> Any:
+        """``operation(store)`` on this launcher's client of the job's store, once more on a new client when the
+        first fails (the store's server may have come back since the last)."""
+        for last in (False, True):
+            try:
+                if self._store is None:
+                    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+                    host, _, port = self.endpoint.rpartition(":")
+                    self._store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
+                return operation(self._store)
+            except RuntimeError:
+                self._store = None
+                if last:
+                    raise
+        raise AssertionError("unreachable")
 
     def stop(self, signum: int, _frame: Any) -> None:
         self._stopping = True
@@ -159,16 +219,12 @@ class Launcher:
                 code = process.poll()
                 if code is None or local_rank in self.finished:
                     continue
-                self.gone(process.pid)
+                self.gone(local_rank)
                 if code == 0:
                     self.finished.add(local_rank)
                     continue
-                formed = (self.marks / str(process.pid)).exists()
-                if process.pid in self.relays:  # its last words, up to its end
-                    self.relays.pop(process.pid).join(timeout=2)
-                tail = bytes(self.stderr.get(process.pid, b"")).decode(errors="replace")
-                first = self.first_incarnation and self.starts.get(local_rank) == 1
-                if not self._stopping and not_live(first, formed, tail):
+                missing = None if self._stopping else self.judge(local_rank, process.pid)
+                if missing is not None:
                     if self.events:
                         workerevents.live_unused(
                             self.events,
@@ -177,10 +233,14 @@ class Launcher:
                             exit_code=code,
                         )
                     self.end(code)
-                    raise NotLive(f"worker {local_rank} (pid {process.pid}) ended with {code} in no round")
+                    raise NotLive(
+                        f"worker {local_rank} (pid {process.pid}) ended with {code} in no round, "
+                        f"without {missing}"
+                    )
                 if self._stopping or self.restarts_left <= 0:
                     return self.end(code)
                 self.restarts_left -= 1
+                self.restarted.add(local_rank)
                 if self.events:
                     workerevents.append(
                         self.events,
@@ -194,6 +254,16 @@ class Launcher:
                 return 0
             time.sleep(POLL_SECONDS)
 
+    def judge(self, local_rank: int, pid: int) -> str | None:
+        """The static world's variable a failed worker shows the script lacks (``without_live``), or None."""
+        restarted = local_rank in self.restarted
+        formed = (self.marks / str(pid)).exists()
+        tail = self.tails.get(local_rank)
+        plain = restarted or formed or tail is None  # decided without the store and the stderr
+        latest = None if plain else self.latest_round()
+        stderr = "" if plain or tail is None else tail.text(TAIL_WAIT_SECONDS)
+        return without_live(restarted, formed, latest, stderr)
+
     def end(self, code: int) -> int:
         """A worker failed for good (or the pod is stopping): the others are stopped, each marked gone."""
         for local_rank, process in self.workers.items():
@@ -206,21 +276,8 @@ class Launcher:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            self.gone(process.pid)
+            self.gone(local_rank)
         return 128 - code if code < 0 else code
-
-
-def _relay(process: subprocess.Popen[bytes], kept: bytearray) -> None:
-    """A worker's stderr passed on to the pod's as it comes, its last ``KEPT_STDERR`` bytes kept."""
-    assert process.stderr is not None
-    out = sys.stderr.buffer
-    for line in iter(process.stderr.readline, b""):
-        with contextlib.suppress(OSError, ValueError):
-            out.write(line)
-            out.flush()
-        kept += line
-        if len(kept) > KEPT_STDERR:
-            del kept[: len(kept) - KEPT_STDERR]
 
 
 def main(argv: Sequence[str]) -> int:

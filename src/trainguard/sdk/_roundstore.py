@@ -1,8 +1,18 @@
 """A job's live rounds in its store, as one member sees them: arriving in a round, reading who arrived and who
-still beats, closing the round (``trainguard.sdk._rounds`` decides who is in it), and the store itself.
+still beats, closing the round (``trainguard.sdk._rounds`` decides who is in it).
 
 The keys are the pod contract's (``trainguard.pod.contract.LiveKeys``); ``trainguard.sdk.live`` drives the
-rounds, this module reads and writes them.
+rounds, this module reads and writes them, over a client that connects again when the store comes back
+(``trainguard.sdk._storelink``). A store that comes back is empty; what a member knows is published again:
+
+- at each reconnection, the last round it is in (its ``closed`` record, and ``latest`` raised to it): a
+  newcomer arrives in the round after it, and waits for its members as in a store that was never lost;
+- its arrival, when the store came back while it waits in a round (``join``);
+- its beats resume by themselves (a counter added to); a ``gone`` mark set before is lost: that member is
+  absent once its beats are stale.
+
+A round the store forgot (the latest round is at or past it, and it has no ``closed`` record) closes for
+nobody: its arrivals go on to the next (a newcomer that read ``latest`` before the survivors published it).
 """
 
 from __future__ import annotations
@@ -10,30 +20,29 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import timedelta
 from typing import Any
 
 from trainguard.pod import contract
 from trainguard.pod.contract import LiveKeys
 from trainguard.sdk import _rounds
 from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness
+from trainguard.sdk._storelink import Link, LiveError, connect
 
-STORE_TIMEOUT = timedelta(seconds=60)
-
-
-class LiveError(RuntimeError):
-    """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
-    function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
+__all__ = ["LiveError", "RoundStore", "connect", "default_store", "ended_here"]
 
 
 class RoundStore:
-    """One member's client of the rounds' keys."""
+    """One member's client of the rounds' keys (``client``: ``trainguard.sdk._storelink.connect``'s)."""
 
     def __init__(self, client: Any, keys: LiveKeys, member: str, poll: float) -> None:
         self.client = client
         self.keys = keys
         self.member = member
         self.poll = poll
+        self.link: Link = client.link
+        #: The last round this member is in: what it publishes again in a store that came back empty.
+        self.formed: Formed | None = None
+        self.link.on_reconnect(self.publish_again)
 
     def join(
         self,
@@ -49,8 +58,7 @@ class RoundStore:
         closed without it (it arrived too late: the next round then). ``silent``: members this process's
         watchdog found silent, absent at once unless they arrive."""
         client = self.client
-        index = int(client.add(self.keys.arrivals(n), 1)) - 1
-        client.set(self.keys.arrival(n, index), json.dumps({"member": self.member, "step": held}))
+        arrived_in = self.arrive(n, held)
         previous = self.members_of(n - 1)
         staleness = Staleness(stale_after)
         lateness = Lateness(timeout)
@@ -59,8 +67,11 @@ class RoundStore:
         closed = self.keys.closed(n)
         while True:
             if client.check([closed]):
-                formed = Formed.loads(client.get(closed))
-                return formed if self.member in formed.members else None
+                return self._closed(Formed.loads(client.get(closed)))
+            if self.link.generation != arrived_in:  # the store may have come back empty
+                arrived_in = self.arrive(n, held)
+            if self.forgotten(n):
+                return None
             arrivals = self.arrivals(n)
             now = time.monotonic()
             # A member that beats but does not come within a collective's bound of the survivors' arrival is
@@ -79,7 +90,7 @@ class RoundStore:
             if decided is not None:
                 formed = Formed.loads(client.compare_set(closed, "", decided.dumps()))
                 client.set(self.keys.latest(), str(formed.round))
-                return formed if self.member in formed.members else None
+                return self._closed(formed)
             if now > deadline:
                 raise LiveError(
                     f"live mode: round {n} did not form within {join_timeout:.0f} s: "
@@ -87,6 +98,40 @@ class RoundStore:
                     f"(at least {minimum} needed)"
                 )
             time.sleep(self.poll)
+
+    def arrive(self, n: int, held: int) -> int:
+        """Arrives in round ``n`` with the state at step ``held``; the link's generation it arrived in."""
+        generation = self.link.generation
+        index = int(self.client.add(self.keys.arrivals(n), 1)) - 1
+        self.client.set(self.keys.arrival(n, index), json.dumps({"member": self.member, "step": held}))
+        return generation
+
+    def _closed(self, formed: Formed) -> Formed | None:
+        if self.member not in formed.members:
+            return None
+        self.formed = formed
+        return formed
+
+    def forgotten(self, n: int) -> bool:
+        """Whether round ``n`` is one the store forgot: the latest round is at or past it, and it has no record
+        (a store that came back empty, where the survivors published a later round again)."""
+        closed = self.keys.closed(n)
+        return self.latest() >= n and not self.client.check([closed])
+
+    def publish_again(self, client: Any) -> None:
+        """After a reconnection (``client``: the new connection): the last round this member is in, and the
+        latest round raised to it, unless the store holds them (or a later one) already."""
+        formed = self.formed
+        if formed is None:
+            return
+        client.compare_set(self.keys.closed(formed.round), "", formed.dumps())
+        key, mine = self.keys.latest(), str(formed.round)
+        while True:
+            current = client.get(key).decode() if client.check([key]) else ""
+            if current and int(current) >= formed.round:
+                return
+            if client.compare_set(key, current, mine).decode() == mine:
+                return
 
     def arrivals(self, n: int) -> list[Arrival]:
         return self.read_arrivals(self.client, n)[0]  # one counted but not written yet: not arrived
@@ -139,24 +184,18 @@ class RoundStore:
         return not any(watch.check([self.keys.gone(m)]) for m in members if m != self.member)
 
 
-def connect(address: str) -> Any:
-    """A client of the store at ``address`` (``host:port``)."""
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-    host, _, port = address.rpartition(":")
-    try:
-        return TCPStore(host, int(port), is_master=False, timeout=STORE_TIMEOUT)
-    except (RuntimeError, ValueError) as error:
-        raise LiveError(
-            f"live mode: cannot reach the store at {address} ({error}); set {contract.ENV_LIVE_STORE}=host:port"
-        ) from error
-
-
 def ended_here(member: str) -> bool:
-    """A member of this host and pid namespace (the local runtime's pods, this pod's other workers) whose
-    process is gone: absent at once, with no wait for its beats to go stale (``contract.Member.ended_here``)."""
-    found = contract.Member.parse(member)
-    return found is not None and found.ended_here()
+    """A member whose process is known to have ended: one counted in this process's pid namespace (the workers
+    of one pod; the local runtime's pods, which share the machine's) whose pid is gone or names a process
+    started since. Absent at once, with no wait for its beats to go stale. A member of another namespace
+    (another pod, even one on the host's network with its host name) is never taken for ended here."""
+    try:
+        who = contract.Member.parse(member)
+    except ValueError:  # not a member's id (another version's): only its beats tell
+        return False
+    if not who.space or who.space != contract.pid_space():
+        return False
+    return contract.process_started(who.pid) != who.started
 
 
 def default_store() -> str:

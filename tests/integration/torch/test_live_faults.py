@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from trainguard.pod import contract
+
 pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -241,7 +243,9 @@ def test_two_pods_on_one_host_network_with_the_same_pids_both_stay_members(job: 
     (pid_a,), (pid_b,) = ({s["pid"] for s in r.steps()} for r in (a, b))
     assert pid_a == pid_b == 1  # the same pid, each in its own namespace
     assert a.member != b.member
-    assert a.member.split(":")[0] == b.member.split(":")[0]  # one host name
+    first, second = (contract.Member.parse(r.member) for r in (a, b))
+    assert (first.pid, second.pid) == (1, 1)
+    assert first.space != second.space  # each pod's own pid namespace
     # Both stayed members throughout: one round, of both, and no re-formation.
     assert [(f["round"], f["world_size"]) for f in a.formed()] == [(1, 2)]
     assert [(f["round"], f["world_size"]) for f in b.formed()] == [(1, 2)]

@@ -18,6 +18,10 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 import trainguard
 from trainguard.pod import contract
 
@@ -77,51 +81,70 @@ def test_the_live_store_keys_are_spelled_in_the_contract_alone() -> None:
 
 def test_the_launcher_and_the_sdk_name_the_same_keys() -> None:
     keys = contract.LiveKeys(contract.live_prefix("uid-7"))
-    member = str(contract.Member("node-a", "4026531836", "job-worker-1#2", 41, 9001))
-    assert member == "node-a:4026531836:job-worker-1#2:41:9001"
-    assert contract.Member.parse(member) == contract.Member(
-        "node-a", "4026531836", "job-worker-1#2", 41, 9001
-    )
-    assert keys.gone(member) == "trainguard/live/uid-7/gone/node-a:4026531836:job-worker-1#2:41:9001"
+    member = contract.Member("digits-worker-1", 2, 41, 98765, "3fa9c01b22de4411").id
+    assert member == "digits-worker-1/2/41/98765/3fa9c01b22de4411"
+    assert keys.gone(member) == "trainguard/live/uid-7/gone/digits-worker-1/2/41/98765/3fa9c01b22de4411"
     assert keys.arrival(3, 1) == "trainguard/live/uid-7/r3/m1"
     assert keys.latest() == "trainguard/live/uid-7/latest"
 
 
-def _env(pod: str, generation: int) -> dict[str, str]:
-    return {contract.ENV_POD_NAME: pod, contract.ENV_GENERATION: str(generation)}
+@given(
+    pod=st.text(min_size=1),
+    generation=st.integers(min_value=0),
+    pid=st.integers(min_value=0),
+    started=st.integers(min_value=0),
+    space=st.one_of(st.just(""), st.text(alphabet="0123456789abcdef", min_size=1, max_size=16)),
+)
+def test_a_members_id_gives_back_its_fields(
+    pod: str, generation: int, pid: int, started: int, space: str
+) -> None:
+    member = contract.Member(pod, generation, pid, started, space)
+    assert contract.Member.parse(member.id) == member
 
 
-def test_a_member_is_one_process_of_one_pod_incarnation() -> None:
-    """Pods on the host network share a host name: their members differ by the pod; a pod started again gets
-    members of its own (its generation), never a dead one's name or gone mark; the launcher names its worker as
-    the worker names itself."""
-    here = contract.member_id()
-    assert contract.member_id(os.getpid(), dict(os.environ)) == here
-    a = contract.member_id(os.getpid(), _env("job-worker-0", 1))
-    b = contract.member_id(os.getpid(), _env("job-worker-1", 1))
-    again = contract.member_id(os.getpid(), _env("job-worker-0", 2))
-    assert len({a, b, again}) == 3
-    parsed = contract.Member.parse(a)
-    assert parsed is not None
-    assert (parsed.host, parsed.incarnation, parsed.pid) == (
-        socket.gethostname(),
-        "job-worker-0#1",
-        os.getpid(),
+@pytest.mark.parametrize(
+    "text",
+    [
+        "node-a:41",
+        "",
+        "pod/1/41/98765",
+        "pod/1/41/98765/abc/extra",
+        "pod/one/41/98765/abc",
+        "/1/41/98765/abc",
+    ],
+)
+def test_anything_else_is_not_a_members_id(text: str) -> None:
+    with pytest.raises(ValueError, match="not a live member's id"):
+        contract.Member.parse(text)
+
+
+def test_a_launcher_names_its_worker_as_the_worker_names_itself() -> None:
+    env = dict(os.environ, TRAININGJOB_POD_NAME="digits-worker-1", TRAINGUARD_GENERATION="3")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(SOURCE.parent), env.get("PYTHONPATH"))))
+    code = "from trainguard.pod import contract; print(contract.member_id())"
+    worker = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    named = contract.member_id(worker.pid, env)  # as the launcher does, before it reaps the worker
+    itself, _ = worker.communicate(timeout=60)
+    assert itself.strip() == named
+    member = contract.Member.parse(named)
+    assert (member.pod, member.generation, member.pid) == ("digits-worker-1", 3, worker.pid)
+    assert member.started > 0
+    assert member.space == contract.pid_space() != ""
+
+
+def test_pods_that_share_a_host_name_and_a_restarted_pod_are_other_members() -> None:
+    here = contract.Member.of(os.getpid(), {})
+    assert here.pod == socket.gethostname()  # outside trainguard: the host name, incarnation 0
+    a = contract.Member.of(
+        os.getpid(), {"TRAININGJOB_POD_NAME": "job-worker-0", "TRAINGUARD_GENERATION": "1"}
     )
-    assert parsed.start == contract.process_start(os.getpid())
-
-
-def test_a_member_is_judged_ended_only_where_its_pid_means_the_same_process() -> None:
-    me = contract.Member.parse(contract.member_id())
-    assert me is not None
-    assert not me.ended_here()  # this very process
-    assert replace(me, start=me.start + 1).ended_here()  # its pid, used again by another process
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead = contract.Member.parse(contract.member_id(child.pid))
-    child.wait()
-    assert dead is not None
-    assert dead.ended_here()
-    # Another pod's pid namespace, or another host: its pid means nothing here (its beats and gone mark say).
-    assert not replace(dead, pidns="4026531999").ended_here()
-    assert not replace(dead, host="another-node").ended_here()
-    assert contract.Member.parse("node-a:41") is None  # what is no member
+    b = contract.Member.of(
+        os.getpid(), {"TRAININGJOB_POD_NAME": "job-worker-1", "TRAINGUARD_GENERATION": "1"}
+    )
+    again = contract.Member.of(
+        os.getpid(), {"TRAININGJOB_POD_NAME": "job-worker-0", "TRAINGUARD_GENERATION": "2"}
+    )
+    assert len({here.id, a.id, b.id, again.id}) == 4
+    # The same pod and pid in another pid namespace (a pod on the host network), or started later: others too.
+    assert replace(a, space="0" * 16).id != a.id
+    assert replace(a, started=a.started + 1).id != a.id

@@ -25,7 +25,7 @@ def test_without_a_store_the_error_says_which_variable_to_set(monkeypatch: pytes
 
 def test_an_unreachable_store_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        "trainguard.sdk._roundstore.STORE_TIMEOUT", __import__("datetime").timedelta(seconds=1)
+        "trainguard.sdk._storelink.STORE_TIMEOUT", __import__("datetime").timedelta(seconds=1)
     )
     with pytest.raises(trainguard.LiveError, match=r"cannot reach the store at 127\.0\.0\.1:1"):
         trainguard.Live({"model": torch.nn.Linear(2, 2)}, store="127.0.0.1:1")

@@ -1,0 +1,209 @@
+"""The job's store as live mode reaches it: a client that connects again when its connection is lost.
+
+The store's server can go away and come back on the same address (its pod re-created, its process restarted),
+and every connection to it then fails. ``connect`` gives a ``torch.distributed.Store`` whose operations, when
+one fails so (torch's ``DistNetworkError``), connect to the same address again and are retried, for at most
+``RECONNECT_WITHIN`` seconds, then raise ``LiveError``; any other error (a key not set within the store's
+timeout) is the operation's own. The groups made over it (``PrefixStore`` s of it) reconnect with it.
+
+A store that comes back is empty. All of this process's connections to one address share a ``Link``: after any
+of them connects again, the link counts it (``generation``) and calls what was registered with
+``on_reconnect`` with the new connection, once per reconnection (``trainguard.sdk._roundstore``: the rounds
+publish again what a member knows of them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+
+from trainguard.pod import contract
+
+#: How long one store operation may wait for a key (the client's timeout), and the first connection's bound.
+STORE_TIMEOUT = timedelta(seconds=60)
+#: How long an operation whose connection was lost tries to connect again before it gives up.
+RECONNECT_WITHIN = 60.0
+#: The pause between two tries to connect again (each try itself waits for the server up to the bound).
+RECONNECT_PAUSE = 0.2
+
+
+class LiveError(RuntimeError):
+    """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
+    function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
+
+
+class Link:
+    """This process's way to the store at ``address``: ``open_(seconds)`` connects (waiting up to ``seconds``
+    for the server), an error in ``lost`` is a lost connection."""
+
+    def __init__(
+        self,
+        address: str,
+        open_: Callable[[float], Any],
+        lost: tuple[type[BaseException], ...],
+        *,
+        within: float = RECONNECT_WITHIN,
+        pause: float = RECONNECT_PAUSE,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.address = address
+        self.open_ = open_
+        self.lost = lost
+        self.within = within
+        self.pause = pause
+        self.clock = clock
+        self.sleep = sleep
+        #: How many times a connection of this link connected again.
+        self.generation = 0
+        self._hooks: list[weakref.WeakMethod[Callable[[Any], None]]] = []
+        self._lock = threading.Lock()
+
+    def on_reconnect(self, method: Callable[[Any], None]) -> None:
+        """Calls ``method(client)`` after each reconnection (a bound method, held weakly: its object's end
+        ends it)."""
+        with self._lock:
+            self._hooks.append(weakref.WeakMethod(method))
+
+    def reconnect(self, error: BaseException, deadline: float) -> Any:
+        """A new connection, once the server answers again; ``LiveError`` past ``deadline``."""
+        while True:
+            left = deadline - self.clock()
+            if left <= 0:
+                raise LiveError(
+                    f"live mode: lost the store at {self.address} and could not reach it again within "
+                    f"{self.within:.0f} s ({_first_line(error)})"
+                ) from error
+            try:
+                client = self.open_(left)
+            except Exception as failed:  # not there yet
+                error = failed
+                self.sleep(min(self.pause, max(deadline - self.clock(), 0.0)))
+                continue
+            with self._lock:
+                self.generation += 1
+                hooks = [hook() for hook in self._hooks]
+                self._hooks = [hook for hook in self._hooks if hook() is not None]
+            for hook in hooks:
+                if hook is not None:
+                    with contextlib.suppress(Exception):  # lost again: the next operation reconnects again
+                        hook(client)
+            return client
+
+
+class Connection:
+    """One connection over a ``Link``: ``call`` runs an operation on it, on a new connection when it is lost."""
+
+    def __init__(self, link: Link, client: Any) -> None:
+        self.link = link
+        self.client = client
+        #: The timeout last set through this connection: a new connection gets it too.
+        self.timeout: timedelta | None = None
+
+    def call(self, operation: str, *args: Any) -> Any:
+        deadline: float | None = None
+        while True:
+            client = self.client
+            try:
+                return getattr(client, operation)(*args)
+            except self.link.lost as error:
+                if deadline is None:
+                    deadline = self.link.clock() + self.link.within
+                client = self.link.reconnect(error, deadline)
+                if self.timeout is not None:
+                    with contextlib.suppress(*self.link.lost):
+                        client.set_timeout(self.timeout)
+                self.client = client
+
+
+def connect(address: str) -> Any:
+    """A client of the store at ``address`` (``host:port``) that reconnects: a ``torch.distributed.Store``
+    whose ``link`` is this process's ``Link`` to that address."""
+    link = _link(address)
+    try:
+        first = link.open_(STORE_TIMEOUT.total_seconds())
+    except (RuntimeError, ValueError) as error:
+        raise LiveError(
+            f"live mode: cannot reach the store at {address} ({_first_line(error)}); "
+            f"set {contract.ENV_LIVE_STORE}=host:port"
+        ) from error
+    return _store_class()(Connection(link, first))
+
+
+_links: dict[str, Link] = {}
+_links_lock = threading.Lock()
+
+
+def _link(address: str) -> Link:
+    import torch.distributed as dist
+
+    with _links_lock:
+        if address not in _links:
+            _links[address] = Link(address, lambda seconds: _open(address, seconds), (dist.DistNetworkError,))
+        return _links[address]
+
+
+def _open(address: str, seconds: float) -> Any:
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    host, _, port = address.rpartition(":")
+    client = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=seconds))
+    client.set_timeout(STORE_TIMEOUT)
+    return client
+
+
+@lru_cache(maxsize=1)
+def _store_class() -> type:
+    """The ``torch.distributed.Store`` over a ``Connection`` (made once torch is imported: the SDK imports it
+    lazily). torch calls these methods from C++ too: the groups' ``PrefixStore`` s."""
+    import torch.distributed as dist
+
+    class ReconnectingStore(dist.Store):  # type: ignore[name-defined,misc]
+        def __init__(self, connection: Connection) -> None:
+            super().__init__()
+            self.connection = connection
+            self.link = connection.link
+
+        def set(self, key: str, value: Any) -> None:
+            self.connection.call("set", key, value)
+
+        def get(self, key: str) -> bytes:
+            return self.connection.call("get", key)  # type: ignore[no-any-return]
+
+        def add(self, key: str, amount: int) -> int:
+            return self.connection.call("add", key, amount)  # type: ignore[no-any-return]
+
+        def check(self, keys: list[str]) -> bool:
+            return self.connection.call("check", keys)  # type: ignore[no-any-return]
+
+        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+            return self.connection.call("compare_set", key, expected, desired)  # type: ignore[no-any-return]
+
+        def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+            if timeout is None:
+                self.connection.call("wait", keys)
+            else:
+                self.connection.call("wait", keys, timeout)
+
+        def delete_key(self, key: str) -> bool:
+            return self.connection.call("delete_key", key)  # type: ignore[no-any-return]
+
+        def num_keys(self) -> int:
+            return self.connection.call("num_keys")  # type: ignore[no-any-return]
+
+        def set_timeout(self, timeout: timedelta) -> None:
+            self.connection.timeout = timeout
+            self.connection.call("set_timeout", timeout)
+
+    return ReconnectingStore
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
