@@ -8,6 +8,8 @@ failed late would. Each step's line carries a hash of the parameters (``hash``).
 With ``LIVE_HOLD_DIR`` set, the first process to start sending a state while ``$LIVE_HOLD_DIR/arm`` exists
 writes its pid to ``$LIVE_HOLD_DIR/sending`` and stops there (the test then kills it in the middle of the
 transfer); every later send goes through.
+With ``LIVE_FAIL_ONCE`` set, a process that finds that file removes it and fails before it makes its ``Live``
+(a start that dies before its first round: out of memory, a bad node); the next start goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import atexit
 import hashlib
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -51,6 +54,13 @@ def hold_sends(directory: Path) -> None:
 
 
 def main() -> None:
+    fail_once = Path(os.environ.get("LIVE_FAIL_ONCE") or "/nonexistent")
+    if fail_once.is_file():
+        fail_once.unlink()
+        emit("failing")
+        raise SystemExit(
+            "RuntimeError: CUDA error: out of memory (a start that fails before its first round)"
+        )
     if os.environ.get("LIVE_HOLD_DIR"):
         hold_sends(Path(os.environ["LIVE_HOLD_DIR"]))
     torch.manual_seed(
@@ -72,7 +82,7 @@ def main() -> None:
     live = trainguard.Live(
         {"model": model, "optimizer": optimizer}, timeout=10, warmup=warm_up if warmup else None
     )
-    emit("ready", member=live.member)
+    emit("ready", member=live.member, host=socket.gethostname())
     atexit.register(lambda: emit("agreed", count=live.agreements, seconds=live.agreement_seconds))
 
     def train(live: trainguard.Live) -> None:

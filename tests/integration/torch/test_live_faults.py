@@ -5,19 +5,12 @@ the newcomer arrives, never at the job's start, and a warm-up that trains or fai
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,79 +18,31 @@ from trainguard.pod import contract
 
 pytest.importorskip("torch")
 
+from live_harness import ROUND, SRC, START, WORKER, Rank, free_port, wait_for
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-WORKER = Path(__file__).with_name("live_worker.py")
-#: A rank's start (python, torch's import) on a busy 2-core machine, and a round's forming.
-START = 120.0
-ROUND = 60.0
-
-
-class Rank:
-    def __init__(self, env: dict[str, str], stderr: Path, prefix: tuple[str, ...] = ()) -> None:
-        self.stderr = stderr
-        with stderr.open("w") as err:
-            self.process = subprocess.Popen(
-                [*prefix, sys.executable, str(WORKER)], stdout=subprocess.PIPE, stderr=err, text=True, env=env
-            )
-        self.events: list[dict[str, Any]] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with contextlib.suppress(json.JSONDecodeError):
-                self.events.append(json.loads(line))
-
-    @property
-    def member(self) -> str:
-        return next(e["member"] for e in list(self.events) if e["event"] == "ready")
-
-    def formed(self) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e["event"] == "formed"]
-
-    def steps(self) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e["event"] == "step"]
 
 
 @pytest.fixture
 def job(tmp_path: Path) -> Iterator[Callable[..., Rank]]:
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     ranks: list[Rank] = []
-    src = str(Path(__file__).parents[3] / "src")
 
     def start(seed: int, prefix: tuple[str, ...] = (), **extra: str) -> Rank:
         env = dict(os.environ, TRAINGUARD_LIVE_STORE=f"127.0.0.1:{port}", TRAINGUARD_LIVE_PREFIX="t/",
-                   LIVE_SEED=str(seed), PYTHONPATH=src, **{"WORLD_SIZE": "3", **extra})  # fmt: skip
-        ranks.append(Rank(env, tmp_path / f"rank-{seed}.stderr", prefix))
+                   LIVE_SEED=str(seed), PYTHONPATH=SRC, **{"WORLD_SIZE": "3", **extra})  # fmt: skip
+        command = [*prefix, sys.executable, str(WORKER)] if prefix else None
+        ranks.append(Rank(env, tmp_path / f"rank-{seed}.stderr", command))
         return ranks[-1]
 
     start.store = store  # type: ignore[attr-defined]
     start.ranks = ranks  # type: ignore[attr-defined]
     yield start
     for rank in ranks:
-        with contextlib.suppress(ProcessLookupError):
-            rank.process.kill()
-        rank.process.wait()
-        rank.reader.join(timeout=10)  # it ends at the pipe's end: the process is gone
-        if rank.process.stdout is not None:
-            rank.process.stdout.close()
-
-
-def wait_for(what: str, check: Callable[[], Any], seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {seconds:.0f} s")
+        rank.stop()
 
 
 def test_the_sender_killed_in_the_middle_of_a_transfer_another_survivor_sends(

@@ -1,62 +1,134 @@
-"""The live launcher (``python -m trainguard.pod.torchrun --live``) with real processes: a worker that fails
-before its first round for a reason of its own (not the static world's failure of a script without
-``trainguard.Live``) is started again, and the pod is not switched to torchrun's elastic agent; its stderr
-reaches the pod's as it comes."""
+"""The live launcher (``python -m trainguard.pod.torchrun --live``) with real workers (``live_worker.py``) and
+the job's store as a process: a worker that dies before its first round (a restart of one, or a replacement
+pod's first start), for anything but a static world's variable missing, is started again, alone; its pod stays
+in live mode, and the pod's other worker goes on in its process."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+from live_harness import ROUND, SRC, START, WORKER, Rank, StoreProcess, free_port, wait_for
 
-SRC = str(Path(__file__).parents[3] / "src")
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-#: Fails on its first start with an error of its own, before any round; then ends well.
-SCRIPT = """
-import pathlib, sys
-seen = pathlib.Path(sys.argv[1])
-if not seen.exists():
-    seen.write_text("started")
-    print("RuntimeError: the data set is not mounted yet", file=sys.stderr, flush=True)
-    sys.exit(3)
-print("second start: done", file=sys.stderr, flush=True)
-"""
+#: What the launcher says when it takes the script for one that does not use ``Live``.
+SWITCHED = "does not use trainguard.Live"
 
 
-def test_a_worker_that_fails_before_its_first_round_for_its_own_reason_is_started_again_in_live_mode(
-    tmp_path: Path,
+class Pod:
+    """One pod's launcher, its workers' events on its stdout, its worker events in a file."""
+
+    def __init__(self, tmp_path: Path, port: int, name: str, generation: int, nproc: int) -> None:
+        self.events_file = tmp_path / f"{name}-{generation}.events"
+        self.fail_once = tmp_path / f"{name}-{generation}.fail-once"
+        env = dict(os.environ, PYTHONPATH=SRC, TRAINGUARD_LIVE_SIZE="3", TRAINGUARD_LIVE_MINIMUM="1",
+                   TRAININGJOB_POD_NAME=name, TRAINGUARD_GENERATION=str(generation),
+                   TRAINGUARD_WORKER_EVENTS=str(self.events_file), LIVE_FAIL_ONCE=str(self.fail_once),
+                   LIVE_SEED=str(generation))  # fmt: skip
+        command = [sys.executable, "-m", "trainguard.pod.torchrun", "--live", "--nnodes=1:2",
+                   f"--nproc-per-node={nproc}", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=job",
+                   "--max-restarts=3", str(WORKER)]  # fmt: skip
+        self.launcher = Rank(env, tmp_path / f"{name}-{generation}.stderr", command)
+
+    def workers(self) -> dict[int, list[dict[str, Any]]]:
+        """Each worker's events by its pid, in the order they came."""
+        found: dict[int, list[dict[str, Any]]] = {}
+        for event in list(self.launcher.events):
+            found.setdefault(event["pid"], []).append(event)
+        return found
+
+    def world(self, pid: int) -> int | None:
+        steps = [e for e in self.workers().get(pid, []) if e["event"] == "step"]
+        return steps[-1]["world"] if steps else None
+
+    def worker_events(self) -> list[dict[str, Any]]:
+        if not self.events_file.exists():
+            return []
+        return [json.loads(line) for line in self.events_file.read_text().splitlines() if line.strip()]
+
+    def explain(self) -> str:
+        return (
+            f"{self.events_file.stem}: launcher exit {self.launcher.process.poll()}, workers "
+            f"{ {pid: [e['event'] for e in ev][-3:] for pid, ev in self.workers().items()} }, events "
+            f"{[e['event'] for e in self.worker_events()]}, stderr {self.launcher.stderr.read_text()[-1500:]!r}"
+        )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[StoreProcess]:
+    served = StoreProcess(free_port(), dict(os.environ, PYTHONPATH=SRC))
+    served.start()
+    yield served
+    served.kill()
+
+
+def test_a_worker_that_dies_before_its_first_round_is_started_again_and_the_pod_stays_live(
+    tmp_path: Path, store: StoreProcess
 ) -> None:
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+    pods: list[Pod] = []
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # the job's store
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    events = tmp_path / "events.jsonl"
-    env = dict(os.environ, PYTHONPATH=SRC, TRAINGUARD_WORKER_EVENTS=str(events), TRAINGUARD_GENERATION="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "trainguard.pod.torchrun", "--live", "--nnodes", "1", "--nproc-per-node", "1",
-         "--max-restarts", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "t",
-         str(script), str(tmp_path / "seen")],
-        env=env, capture_output=True, text=True, timeout=100, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "the data set is not mounted yet" in done.stderr  # relayed as it came
-    assert "second start: done" in done.stderr
-    assert "running the workers under torchrun's elastic agent instead" not in done.stderr
-    written = [json.loads(line) for line in events.read_text().splitlines()]
-    assert not [e for e in written if e.get("event") == "live-unused"], written
-    (failed,) = [e for e in written if e.get("event") == "failed"]
-    assert failed["restarts_left"] == 1
-    del store  # served to the end: the launcher marked its failed worker gone there
+    def explain() -> str:
+        return "; ".join(pod.explain() for pod in pods)
+
+    def training(pod: Pod, pid: int, world: int) -> bool:
+        return pod.world(pid) == world
+
+    a = Pod(tmp_path, store.port, "job-worker-0", 1, nproc=2)
+    b = Pod(tmp_path, store.port, "job-worker-1", 1, nproc=1)
+    pods += [a, b]
+    wait_for("3 workers training", lambda: len(a.workers()) == 2 and len(b.workers()) == 1 and
+             all(training(p, pid, 3) for p in (a, b) for pid in p.workers()), START, explain)  # fmt: skip
+    a0, a1 = sorted(a.workers())
+    try:
+        # 1. A replacement pod (the next incarnation of job-worker-1) whose first start fails before its first
+        #    round: its launcher starts that worker again, which joins.
+        (b0,) = b.workers()
+        b.launcher.stop()
+        os.kill(b0, 9)
+        replacement = Pod(tmp_path, store.port, "job-worker-1", 2, nproc=1)
+        replacement.fail_once.touch()
+        pods.append(replacement)
+        joined = wait_for("the replacement's second start in a round of 3", lambda: next(
+            (pid for pid, ev in replacement.workers().items() if training(replacement, pid, 3)), None),
+            START * 2, explain)  # fmt: skip
+        failed = [pid for pid, ev in replacement.workers().items() if ev[0]["event"] == "failing"]
+        assert len(failed) == 1, explain()
+        assert joined != failed[0]
+        kinds = [e["event"] for e in replacement.worker_events()]
+        assert "failed" in kinds, explain()
+        assert "live-unused" not in kinds, explain()
+
+        # 2. In pod 0, worker 1 killed, and its restart fails before its first round: started once more.
+        a.fail_once.touch()
+        os.kill(a1, 9)
+        again = wait_for("a1's third start in a round of 3", lambda: next(
+            (pid for pid in a.workers() if pid not in (a0, a1) and training(a, pid, 3)), None),
+            START * 2, explain)  # fmt: skip
+        assert [e["event"] for e in a.worker_events()].count("failed") == 2, explain()
+        assert "live-unused" not in [e["event"] for e in a.worker_events()], explain()
+        assert again in a.workers()
+        # Neither pod was switched to torchrun's agent, and pod 0's other worker went on in its process.
+        for pod in (a, replacement):
+            assert SWITCHED not in pod.launcher.stderr.read_text(), explain()
+            assert pod.launcher.process.poll() is None, explain()
+        assert [e["event"] for e in a.workers()[a0]].count("ready") == 1
+        wait_for("a0 in the round of 3", lambda: training(a, a0, 3), ROUND, explain)
+        restarted = [f["pid"] for e in a.worker_events() if e["event"] == "failed" for f in e["failures"]]
+        assert a0 not in restarted, explain()
+    finally:
+        for pod in pods:
+            pod.launcher.process.terminate()
+        for pod in pods:
+            try:
+                pod.launcher.process.wait(timeout=60)
+            finally:
+                pod.launcher.stop()
