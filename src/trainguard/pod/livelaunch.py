@@ -172,7 +172,9 @@ class Launcher:
         """What no round must wait for: this pod's worker of ``local_rank`` ended."""
         member = self.members[local_rank]
         try:
-            self._on_store(lambda store: store.set(self.keys.gone(member), "1"))
+            key = self.keys.gone(member)
+            # A set gets no answer (one into a lost connection looks done): the check answers for it.
+            self._on_store(lambda store: (store.set(key, "1"), store.check([key])))
         except (RuntimeError, ValueError) as error:  # the others then wait until it is stale
             print(f"trainguard live: could not mark {member} gone: {error}", file=sys.stderr, flush=True)
 
@@ -185,21 +187,20 @@ class Launcher:
             return None
 
     def _on_store(self, operation: Callable[[Any], Any]) -> Any:
-        """``operation(store)`` on this launcher's client of the job's store, once more on a new client when the
-        first fails (the store's server may have come back since the last)."""
-        for last in (False, True):
+        """``operation(store)`` on this launcher's client of the job's store; on a new client when the one it
+        had fails (the store's server may have come back since)."""
+        if self._store is not None:
             try:
-                if self._store is None:
-                    from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
-                    host, _, port = self.endpoint.rpartition(":")
-                    self._store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
                 return operation(self._store)
             except RuntimeError:
                 self._store = None
-                if last:
-                    raise
-        raise AssertionError("unreachable")
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        host, _, port = self.endpoint.rpartition(":")
+        store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
+        result = operation(store)
+        self._store = store
+        return result
 
     def stop(self, signum: int, _frame: Any) -> None:
         self._stopping = True

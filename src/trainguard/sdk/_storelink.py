@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from trainguard.pod import contract
 
@@ -31,6 +31,9 @@ STORE_TIMEOUT = timedelta(seconds=60)
 RECONNECT_WITHIN = 60.0
 #: The pause between two tries to connect again (each try itself waits for the server up to the bound).
 RECONNECT_PAUSE = 0.2
+
+
+T = TypeVar("T")
 
 
 class LiveError(RuntimeError):
@@ -107,11 +110,20 @@ class Connection:
         self.timeout: timedelta | None = None
 
     def call(self, operation: str, *args: Any) -> Any:
+        return self.run(lambda client: getattr(client, operation)(*args))
+
+    def set(self, key: str, value: Any) -> None:
+        """``set`` gets no answer: one written into a connection already lost looks done. A ``check`` of the key
+        on the same connection answers for it (and the ``set`` is made again on a new one when it fails)."""
+        self.run(lambda client: (client.set(key, value), client.check([key])))
+
+    def run(self, action: Callable[[Any], T]) -> T:
+        """``action(client)``, again on a new connection each time the one it ran on is lost."""
         deadline: float | None = None
         while True:
             client = self.client
             try:
-                return getattr(client, operation)(*args)
+                return action(client)
             except self.link.lost as error:
                 if deadline is None:
                     deadline = self.link.clock() + self.link.within
@@ -171,7 +183,7 @@ def _store_class() -> type:
             self.link = connection.link
 
         def set(self, key: str, value: Any) -> None:
-            self.connection.call("set", key, value)
+            self.connection.set(key, value)
 
         def get(self, key: str) -> bytes:
             return self.connection.call("get", key)  # type: ignore[no-any-return]

@@ -1,7 +1,8 @@
 """The live launcher (``python -m trainguard.pod.torchrun --live``) with real workers (``live_worker.py``) and
 the job's store as a process: a worker that dies before its first round (a restart of one, or a replacement
 pod's first start), for anything but a static world's variable missing, is started again, alone; its pod stays
-in live mode, and the pod's other worker goes on in its process."""
+in live mode, and the pod's other worker goes on in its process. And the launcher marks its workers gone in a
+store that came back empty."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -132,3 +134,23 @@ def test_a_worker_that_dies_before_its_first_round_is_started_again_and_the_pod_
                 pod.launcher.process.wait(timeout=60)
             finally:
                 pod.launcher.stop()
+
+
+def test_the_launcher_marks_a_worker_gone_in_a_store_that_came_back(store: StoreProcess) -> None:
+    from trainguard.pod import contract, livelaunch
+
+    options = SimpleNamespace(nproc_per_node="1", max_restarts="0", rdzv_endpoint=f"127.0.0.1:{store.port}",
+                              rdzv_id="job", nnodes="1")  # fmt: skip
+    launcher = livelaunch.Launcher(options, {})
+    launcher.members = {0: "job-worker-0/1/41/5/-", 1: "job-worker-0/1/42/6/-"}
+    keys = contract.LiveKeys(contract.live_prefix("job"))
+    try:
+        launcher.gone(0)
+        assert store.client().check([keys.gone("job-worker-0/1/41/5/-")])
+        store.kill()
+        store.start()  # empty, on the same port: the launcher's client is lost
+        launcher.gone(1)
+        assert store.client().check([keys.gone("job-worker-0/1/42/6/-")])
+        assert launcher.latest_round() == 0
+    finally:
+        launcher.marks.rmdir()

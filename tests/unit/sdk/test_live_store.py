@@ -63,6 +63,8 @@ class Raw:
 
     def set(self, key: str, value: str | bytes) -> None:
         with self.server.lock:
+            if self.life != self.server.life:  # as TCPStore's: no answer, so nothing tells it was lost
+                return
             self._data()[key] = value.encode() if isinstance(value, str) else value
 
     def get(self, key: str) -> bytes:
@@ -98,6 +100,9 @@ class Client:
     def __init__(self, link: Link) -> None:
         self.link = link
         self.connection = Connection(link, link.open_(1.0))
+
+    def set(self, key: str, value: str) -> None:
+        self.connection.set(key, value)
 
     def __getattr__(self, operation: str) -> Callable[..., Any]:
         return lambda *args: self.connection.call(operation, *args)
@@ -144,6 +149,15 @@ def test_an_operation_whose_connection_was_lost_connects_again_and_is_retried() 
     assert client.get("a") == b"2"
     assert link.generation == 1
     assert [c.life for c in seen.clients] == [1]  # told once, with the new connection
+
+
+def test_a_set_into_a_connection_already_lost_is_made_again_on_the_next() -> None:
+    server = Server()
+    client = Client(link_to(server))
+    server.restart()
+    client.connection.set("gone/a", "1")
+    assert server.open(1.0).get("gone/a") == b"1"
+    assert client.link.generation == 1
 
 
 def test_the_timeout_set_through_a_connection_holds_on_the_next() -> None:
