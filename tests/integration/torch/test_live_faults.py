@@ -6,15 +6,12 @@ the newcomer arrives, never at the job's start, and a warm-up that trains or fai
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from trainguard.pod import contract
 
 pytest.importorskip("torch")
 
@@ -174,23 +171,3 @@ def test_a_fault_between_the_all_reduce_and_the_step_leaves_every_rank_with_the_
         seen = wait_for(f"a common step after rank {victim}'s fault", hashes, ROUND)
         assert len(set(seen)) == 1, seen
         assert all(r.process.poll() is None for r in ranks)  # nobody restarted: the same processes
-
-
-@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare, as root")
-def test_two_pods_on_one_host_network_with_the_same_pids_both_stay_members(job: Callable[..., Rank]) -> None:
-    """Pods on the host network share the host name, and each has its own pid namespace, where their workers
-    may have the very same pid (here both are pid 1 of their namespace): each is a member of its own, and
-    neither takes the other for ended."""
-    alone = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
-    a = job(1, alone, WORLD_SIZE="2", TRAININGJOB_POD_NAME="job-worker-0", TRAINGUARD_GENERATION="1")
-    b = job(2, alone, WORLD_SIZE="2", TRAININGJOB_POD_NAME="job-worker-1", TRAINGUARD_GENERATION="1")
-    wait_for("2 ranks training", lambda: all(len(r.steps()) >= 20 for r in (a, b)), START)
-    (pid_a,), (pid_b,) = ({s["pid"] for s in r.steps()} for r in (a, b))
-    assert pid_a == pid_b == 1  # the same pid, each in its own namespace
-    assert a.member != b.member
-    first, second = (contract.Member.parse(r.member) for r in (a, b))
-    assert (first.pid, second.pid) == (1, 1)
-    assert first.space != second.space  # each pod's own pid namespace
-    # Both stayed members throughout: one round, of both, and no re-formation.
-    assert [(f["round"], f["world_size"]) for f in a.formed()] == [(1, 2)]
-    assert [(f["round"], f["world_size"]) for f in b.formed()] == [(1, 2)]
