@@ -133,7 +133,9 @@ def test_isolating_taints_labels_and_annotates_the_node_and_records_a_node_event
     assert {"key": isolation.KEY, "value": "true", "effect": "NoSchedule"} in seen["spec"]["taints"]
     assert {"key": "gpu", "value": "a100", "effect": "PreferNoSchedule"} in seen["spec"]["taints"]  # kept
     assert seen["metadata"]["labels"] == {isolation.KEY: "true"}
-    assert seen["metadata"]["annotations"] == {isolation.BY: by}
+    # Who, when (for its cool-down) and its first strike.
+    recorded = {isolation.BY: by, isolation.AT: "1000", isolation.STRIKES: "1"}
+    assert seen["metadata"]["annotations"] == recorded
     ((path, event),) = api.events
     assert path == "/api/v1/namespaces/default/events"
     assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1"}
@@ -146,7 +148,7 @@ def test_isolating_taints_labels_and_annotates_the_node_and_records_a_node_event
     # Isolated already: left as it is, no second Event.
     assert not isolation.isolate(api, "n1", "other", "again", 1001.0, "other-key")  # type: ignore[arg-type]
     assert len(api.events) == 1
-    assert node(api, "n1")["metadata"]["annotations"] == {isolation.BY: by}
+    assert node(api, "n1")["metadata"]["annotations"] == recorded
 
 
 def test_a_node_changed_meanwhile_is_read_again_and_isolated() -> None:
