@@ -17,6 +17,12 @@ from collections.abc import Mapping
 from types import EllipsisType
 from typing import Any
 
+from trainguard.backends.k8s.metadata import (
+    ANNOTATION_ISOLATED_AT,
+    ANNOTATION_ISOLATION_STRIKES,
+    ANNOTATION_NODE_CHECK,
+)
+
 Obj = dict[str, Any]
 Fields = Mapping[str, "Fields | EllipsisType"]
 
@@ -75,7 +81,7 @@ NODE_FIELDS: Fields = {
     "metadata": {
         "name": ...,
         "resourceVersion": ...,
-        "annotations": {"trainguard.io/isolated-at": ..., "trainguard.io/isolation-strikes": ...},
+        "annotations": {ANNOTATION_ISOLATED_AT: ..., ANNOTATION_ISOLATION_STRIKES: ...},
     },
     "spec": {"taints": {"key": ..., "effect": ...}},
     "status": {"conditions": {"type": ..., "status": ...}},
@@ -90,7 +96,7 @@ CHECKER_POD_FIELDS: Fields = {
         "namespace": ...,
         "resourceVersion": ...,
         "labels": ...,
-        "annotations": {"trainguard.io/node-check": ...},
+        "annotations": {ANNOTATION_NODE_CHECK: ...},
         "ownerReferences": {"kind": ..., "name": ..., "controller": ...},
     },
     "spec": {"nodeName": ..., "serviceAccountName": ...},

@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+from trainguard.backends.k8s import metadata
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.events import COMPONENT
 from trainguard.backends.k8s.status import rfc3339
@@ -27,8 +28,8 @@ KEY = "trainguard.io/isolated"
 BY = "trainguard.io/isolated-by"
 #: When it was isolated (seconds since the epoch, the operator's clock), and its strikes: the isolations since an
 #: administrator last released it (``trainguard.policy.cooldown``), kept through a release on probation.
-AT = "trainguard.io/isolated-at"
-STRIKES = "trainguard.io/isolation-strikes"
+AT = metadata.ANNOTATION_ISOLATED_AT
+STRIKES = metadata.ANNOTATION_ISOLATION_STRIKES
 #: The label of a node released after its cool-down: the next pod's pre-check there is its re-check.
 PROBATION = "trainguard.io/probation"
 EFFECT = "NoSchedule"

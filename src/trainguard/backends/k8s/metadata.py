@@ -21,6 +21,11 @@ LABEL_KIND = "trainguard.io/kind"
 #: On the rendezvous store's pod and Service (replica pods have none): what they are.
 LABEL_COMPONENT = "trainguard.io/component"
 RENDEZVOUS = "rendezvous"
+#: On an isolated Node: when it was isolated and its strikes (``isolation``, for its cool-down).
+ANNOTATION_ISOLATED_AT = "trainguard.io/isolated-at"
+ANNOTATION_ISOLATION_STRIKES = "trainguard.io/isolation-strikes"
+#: On a node checker's pod: its latest check of its node (``nodechecker``).
+ANNOTATION_NODE_CHECK = "trainguard.io/node-check"
 
 
 def owner_reference(kind: JobKind, job: TrainingJob) -> Obj:

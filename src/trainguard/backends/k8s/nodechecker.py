@@ -24,7 +24,7 @@ from typing import Any
 
 from trainguard.agent.checks.readings import Readings
 from trainguard.agent.checks.run import run_check
-from trainguard.backends.k8s import isolation
+from trainguard.backends.k8s import isolation, metadata
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.metadata import LABEL_JOB
 from trainguard.controller.backend import IsolationMode
@@ -35,7 +35,7 @@ Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
 #: The checker's latest check, as JSON (``CheckResult.as_dict``), on its own pod.
-ANNOTATION = "trainguard.io/node-check"
+ANNOTATION = metadata.ANNOTATION_NODE_CHECK
 #: The label every checker pod carries (the chart's DaemonSet sets it): what the operator watches.
 NAME_LABEL = "app.kubernetes.io/name"
 NAME_VALUE = "trainguard-node-checker"
