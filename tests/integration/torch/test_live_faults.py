@@ -63,7 +63,9 @@ def test_the_sender_killed_in_the_middle_of_a_transfer_another_survivor_sends(
     got = wait_for("d's state", lambda: next((f for f in d.formed() if f["origin"] == "peer"), None), ROUND)
     assert got["source"] == other.member  # the transfer restarted from the other survivor, and says so
     assert got["world_size"] == 2
-    assert [f["origin"] for f in other.formed()[1:]] == ["live"] * (len(other.formed()) - 1)
+    # The other survivor's state stayed in memory: its own, or its peer's one step ahead (a kill in the middle of
+    # an all-reduce can reach one of them only); never the disk or a fresh start.
+    assert {f["origin"] for f in other.formed()[1:]} <= {"live", "peer"}, other.formed()
     assert other.process.poll() is None  # the survivor kept its process through both
     check = wait_for("a step of both after", lambda: _common_step(other, d, after=got["step"] + 2), ROUND)
     assert check[0] == check[1]  # the same parameters: d trains from other's state
