@@ -130,13 +130,3 @@ def test_a_live_job_whose_script_does_not_use_live_runs_as_without(session: Sess
     warnings = [e for e in session.call("events", job=job, limit=200) if e["reason"] == "LiveModeUnused"]
     assert len(warnings) == 1, warnings
     assert "trainguard.Live" in warnings[0]["message"]
-
-
-def _store_process(session: Session, job: str) -> psutil.Process | None:
-    """The job's rendezvous store process, as the control plane wrote it down (its live rounds' store too)."""
-    try:
-        record = json.loads((session.home.job_dir(job) / "rendezvous.json").read_text())
-        found = psutil.Process(int(record["pid"]))
-    except (OSError, ValueError, KeyError, psutil.Error):
-        return None
-    return found if abs(found.create_time() - float(record["create_time"])) < 0.01 else None
