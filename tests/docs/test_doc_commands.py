@@ -36,6 +36,16 @@ PAGES = ("quickstart.md", "metrics.md")
 LOOKING = frozenset({"get", "describe", "logs", "events", "metrics", "plot"})
 #: How long a looking command may take to show what the page says.
 SETTLE_SECONDS = 45.0
+#: A reader's pace: the quickstart's job must still run when a reader who stops for a minute before each
+#: step reaches the kill, and the get after it. So the test takes those steps a minute apart (a reader who
+#: pauses after them only finds the job further along: the steps after it look at what happened), and waits
+#: for the job's end as long as the page says the job runs.
+READER_PAUSE = {"quickstart.md": 60.0}
+#: ... from the step that submits the job to the first one after the fault.
+_PACED_FROM = "trainguard run"
+_PACED_UNTIL = "trainguard chaos"
+#: The longest a page's job runs: how long a looking command may wait for the job's end.
+JOB_SECONDS = {"quickstart.md": 330.0}
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 _FILE = re.compile(r"#\s*([\w.-]+\.ya?ml)\b")
 
@@ -90,7 +100,7 @@ def test_the_page_has_commands(page: str) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_the_commands_of_the_page_run_as_shown(page: str, tmp_path: Path) -> None:
     for name, text in files(page).items():
         (tmp_path / name).write_text(text)
@@ -104,15 +114,30 @@ def test_the_commands_of_the_page_run_as_shown(page: str, tmp_path: Path) -> Non
         "COLUMNS": "200",
     }
     env.pop("TRAINGUARD_METRICS_PORT", None)
+    pause, settle = READER_PAUSE.get(page, 0.0), max(SETTLE_SECONDS, JOB_SECONDS.get(page, 0.0))
+    commands = steps(page)
+    paced = _paced(commands) if pause else range(0)
     try:
-        for step in steps(page):
-            _run(step, tmp_path, env)
+        for index, step in enumerate(commands):
+            if index in paced:
+                time.sleep(pause)  # a reader's pace, not a wait for something: the page must allow it
+            _run(step, tmp_path, env, settle)
     finally:
         _stop(home)
 
 
-def _run(step: Step, cwd: Path, env: dict[str, str]) -> None:
-    deadline = time.monotonic() + (SETTLE_SECONDS if step.looking else 0)
+def _paced(commands: list[Step]) -> range:
+    """The steps a reader takes a minute apart: each after the job's submission up to the first after its
+    fault."""
+    submitted = next(i for i, step in enumerate(commands) if step.command.startswith(_PACED_FROM))
+    fault = next(
+        i for i, step in enumerate(commands) if i > submitted and step.command.startswith(_PACED_UNTIL)
+    )
+    return range(submitted + 1, fault + 2)
+
+
+def _run(step: Step, cwd: Path, env: dict[str, str], settle: float = SETTLE_SECONDS) -> None:
+    deadline = time.monotonic() + (settle if step.looking else 0)
     while True:
         done = subprocess.run(
             ["bash", "-o", "pipefail", "-c", step.command],

@@ -67,6 +67,16 @@ class ElasticSampler:
             self.epoch = epoch
             self.consumed = 0
 
+    def seek(self, epoch: int, consumed: int) -> None:
+        """Stand at ``consumed`` samples into ``epoch`` (all ranks together): where the agreed step of a live
+        round is (``divmod(step * global_batch, dataset_len)``), whatever this process had advanced to."""
+        if not 0 <= consumed <= self.dataset_len or epoch < 0:
+            raise ValueError(
+                f"ElasticSampler.seek({epoch}, {consumed}): consumed must be 0-{self.dataset_len} and epoch >= 0"
+            )
+        self.epoch = epoch
+        self.consumed = consumed
+
     def advance(self, n_global_samples: int) -> None:
         """Record that the job consumed ``n_global_samples`` more samples (all ranks together)."""
         if n_global_samples < 0:

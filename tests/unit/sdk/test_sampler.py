@@ -173,3 +173,21 @@ def test_it_drives_a_dataloader_and_resumes_mid_epoch_in_a_smaller_world() -> No
             seen.update(batch.tolist())
 
     assert seen == Counter(data)
+
+
+@pytest.mark.parametrize(("epoch", "consumed"), [(0, 0), (1, 24), (3, 48)])
+def test_seek_stands_where_the_agreed_step_is_whatever_was_advanced(epoch: int, consumed: int) -> None:
+    moved = ElasticSampler(48, seed=3, rank=1, world_size=2)
+    moved.advance(30)  # a step this process took that the round did not agree on
+    moved.seek(epoch, consumed)
+    fresh = ElasticSampler(48, seed=3, rank=1, world_size=2)
+    fresh.set_epoch(epoch)
+    fresh.advance(consumed)
+    assert list(moved) == list(fresh)
+    assert (moved.epoch, moved.consumed) == (epoch, consumed)
+
+
+@pytest.mark.parametrize(("epoch", "consumed"), [(0, -1), (0, 49), (-1, 0)])
+def test_seek_outside_the_epoch_is_refused(epoch: int, consumed: int) -> None:
+    with pytest.raises(ValueError, match="consumed must be 0-48"):
+        ElasticSampler(48, rank=0, world_size=1).seek(epoch, consumed)
