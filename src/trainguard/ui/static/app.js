@@ -313,7 +313,7 @@ async function showCreate() {
     dialect = next;
   }
   const form = el("form", { id: "create", novalidate: true, on: {
-    input: () => refresh(),
+    input: () => { notice(""); refresh(); },
     change: (event) => { if (event.target === inputs.dialect) dialectChanged(); refresh(); },
     submit: async (event) => {
       event.preventDefault();
