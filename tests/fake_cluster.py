@@ -20,13 +20,11 @@ from trainguard.controller.apply import apply_actions, in_order
 from trainguard.controller.backend import (
     Action,
     ActionError,
-    AgentReport,
     Applied,
     EmitEvent,
     IsolateNode,
     IsolationMode,
     LaunchPod,
-    LiveRound,
     NotYet,
     NudgeSurvivors,
     Observed,
@@ -40,10 +38,10 @@ from trainguard.controller.backend import (
     StatusConflict,
     TerminatePod,
     UpdateDiscovery,
-    WorkerRestart,
     WriteStatus,
 )
 from trainguard.controller.launchspec import Network
+from trainguard.controller.reports import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.status import JobStatus
 from trainguard.pod import checks
 

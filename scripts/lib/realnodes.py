@@ -41,7 +41,7 @@ REGISTRY = f"{HUB}:{REGISTRY_PORT}"
 #: Registry hosts that job files and the chart name, all served by the local registry.
 MIRRORED = (
     "docker.io", "registry-1.docker.io", "ghcr.io", "registry.k8s.io", "quay.io",
-    "registry.baidubce.com",  # CCE's images (its Horovod image, its job barrier), as CCE's job names them
+    "registry.baidubce.com",  # CCE's Horovod image, as CCE's job names it
     REGISTRY,
 )  # fmt: skip
 #: Extended resources every real node advertises, as a device plugin would: CCE's shared-GPU resources, which

@@ -14,7 +14,7 @@ from trainguard.api.load import load_jobs, load_object
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
-from trainguard.controller.backend import LiveRound, WorkerRestart
+from trainguard.controller.reports import LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
 
 from .launches import launch

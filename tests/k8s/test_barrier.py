@@ -168,3 +168,32 @@ def test_the_launcher_runs_its_barrier_with_the_jobs_variables_and_read_access_t
     ]
     assert all(obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1" for obj in (account, role, binding))
     assert json.dumps(role).count("secrets") == 0
+
+
+@pytest.mark.parametrize(
+    ("image", "replaced"),
+    [
+        ("registry.baidubce.com/cce-plugin-dev/jobbarrier:v0.9-1", True),  # CCE's templates
+        ("registry.baidubce.com/cce-plugin-dev/jobbarrier", True),
+        ("registry.baidubce.com/cce-plugin-dev/jobbarrier@sha256:" + "a" * 64, True),
+        ("registry.baidubce.com/cce-plugin-dev/jobbarrier-fork:v1", False),
+        ("example.com/my/barrier:v1", False),  # a barrier of the user's own
+    ],
+)
+def test_the_operators_barrier_image_runs_cces_barrier_in_its_place(image: str, replaced: bool) -> None:
+    job = _cce()
+    job.spec.replica_specs["launcher"].template["spec"]["initContainers"][0]["image"] = image
+    sizes = {"launcher": 1, "trainer": 3}
+    ours = "ghcr.io/trainguard/operator:0.1.0"
+    settings = manifests.PodSettings(barrier_image=ours)
+    launcher = manifests.pod(AITRAININGJOB, job, launch(job, "launcher", 0, sizes), settings)
+    (container,) = [c for c in launcher["spec"]["initContainers"] if c["name"] == "job-barrier"]
+    if replaced:
+        assert (container["image"], container["command"]) == (ours, ["trainguard", "barrier"])
+    else:
+        assert (container["image"], container.get("command")) == (image, None)
+    assert container["args"][0] == "--barrier_roles=trainer"  # CCE's flags, as written
+    # Without the setting, CCE's image as the template names it.
+    plain = manifests.pod(AITRAININGJOB, job, launch(job, "launcher", 0, sizes), manifests.PodSettings())
+    (kept,) = [c for c in plain["spec"]["initContainers"] if c["name"] == "job-barrier"]
+    assert (kept["image"], kept.get("command")) == (image, None)

@@ -97,6 +97,36 @@ def test_cce_yaml_runs_scales_out_and_in(kube_cluster: KubeCluster, tmp_path: Pa
         assert events.strip()
 
 
+def test_a_scale_out_whose_pod_cannot_be_placed_is_rolled_back_after_the_scaling_timeout(
+    kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    with scenario(kube_cluster, tmp_path, namespace="default", nodes=4) as s:
+        _started(s)
+        s.kubectl("annotate", f"{AITJ}/{JOB}", "trainguard.io/scaling-timeout-seconds=5")
+        for node in s.nodes:  # no room for a new pod anywhere
+            s.cluster.kubectl("cordon", node)
+        s.kubectl("scale", f"{AITJ}/{JOB}", "--replicas=4")
+        fourth = f"{JOB}-trainer-3"
+        s.wait("the 4th trainer's pod pending", lambda: fourth in pod_names(s.pods(), alive_only=False))
+        job = s.wait_job(
+            AITJ,
+            JOB,
+            "the scale-out rolled back",
+            lambda st: (
+                any(h["kind"] == "scale-timeout" for h in st.get("history", [])) and st["phase"] == "Running"
+            ),
+        )
+        entry = next(h for h in job["status"]["history"] if h["kind"] == "scale-timeout")
+        assert (entry["pods"], entry["scaleFrom"], entry["scaleTo"]) == ([fourth], 4, 3), entry
+        assert job["status"]["replicas"]["trainer"] == 3
+        s.wait("the 4th trainer's pod gone", lambda: fourth not in pod_names(s.pods(), alive_only=False))
+        assert _running(s) == [LAUNCHER, *TRAINERS]  # the others trained on, untouched
+        events = s.kubectl("get", "events", "--field-selector", "reason=ScaleTimeout", "-o", "json")
+        (event,) = json.loads(events)["items"]
+        assert event["type"] == "Warning"
+        assert fourth in event["message"]
+
+
 def test_force_deleted_trainer_is_replaced_and_counted(kube_cluster: KubeCluster, tmp_path: Path) -> None:
     with scenario(kube_cluster, tmp_path, namespace="default") as s:
         _started(s)

@@ -14,8 +14,9 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.realk8s.real import EXAMPLES, RealCluster, log_stamp, wait_for
+from tests.realk8s.real import CHART, EXAMPLES, RealCluster, log_stamp, wait_for
 
 # What each wait allows, as the sum of what it waits for, on a loaded 2-core machine (busy with the other
 # lane of the suite, or with stress-ng on both cores): every figure below was measured there, then doubled.
@@ -60,6 +61,9 @@ pytestmark = pytest.mark.timeout(
 CCE_JOB = EXAMPLES.parent / "jobs" / "cce-horovod-elastic.yaml"
 JOB = "test-horovod-elastic"
 LAUNCHER = f"{JOB}-launcher-0"
+_VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+#: The chart's operator image, which runs CCE's job barrier by default.
+OPERATOR_IMAGE = f"{_VALUES['image']['repository']}:{_VALUES['image']['tag']}"
 #: horovodrun prefixes each worker's lines with ``[rank]<stdout>:``.
 _ITER = re.compile(r"^(\S+) (?:\[\d+\]<stdout>:)?Iter #(\d+): ([0-9.]+) img/sec per CPU")
 _WORKERS = re.compile(r"Number of CPUs: (\d+)|Workers after the reset: (\d+)")
@@ -370,6 +374,12 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             every=2,
         )
         assert any(c["name"] == "job-barrier" for c in init)
+        # CCE's barrier image (CCE's registry) run by the operator's own image, as the chart does by default:
+        # no image of that name exists in this cluster's registry.
+        (barrier,) = [
+            c for c in _pods(cluster)[LAUNCHER]["spec"]["initContainers"] if c["name"] == "job-barrier"
+        ]
+        assert (barrier["image"], barrier["command"]) == (OPERATOR_IMAGE, ["trainguard", "barrier"]), barrier
         wait_for("1 launcher and 3 trainers Running", lambda: _running(cluster, 3), START, every=3)
         phases = wait_for("the job Running", lambda: _phases_once_running(cluster), 60, every=2)
         # Pending first, then Creating, then Running. A pod that fails while the job starts (seen twice on 2

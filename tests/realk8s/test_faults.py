@@ -116,6 +116,17 @@ for pid in os.listdir('/proc'):
         parents[int(pid)] = int(stat.rsplit(')', 1)[1].split()[1])
 """
 
+
+def _store_running(cluster: RealCluster, name: str, old_uid: str) -> bool:
+    """Whether the job's store pod is a new one (not ``old_uid``) and running."""
+    found = cluster.json("get", "pods", "--field-selector", f"metadata.name={name}")["items"]
+    return (
+        bool(found)
+        and found[0]["metadata"]["uid"] != old_uid
+        and found[0]["status"].get("phase") == "Running"
+    )
+
+
 #: SIGKILL to the training process alone: the children of the fork server that trainguard's torchrun forks
 #: its workers from (torchrun's agent and the fork server go on).
 KILL_WORKER = (
@@ -478,6 +489,23 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         )
         pods = [f"{LIVE_JOB}-worker-{i}" for i in range(3)]
         before = {pod: _training_pid(trainer, pod) for pod in pods}
+
+        # 0. The store's pod deleted: the operator creates it again behind the same Service, empty; the workers
+        # train on in their processes through its absence (their clients connect again), and the next round
+        # (step 1's) forms on the new store.
+        store_pod = f"{LIVE_JOB}-rendezvous"
+        old_store = trainer.pod(store_pod)["metadata"]["uid"]
+        trainer.kubectl("delete", "pod", store_pod, "--wait=false")
+        deleted_at = time.time()
+        wait_for("the store's new pod running", lambda: _store_running(trainer, store_pod, old_store), 300, every=2,
+                 explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
+        back_at = time.time()
+        wait_for("steps of 3 after the store came back", lambda: _step_after(trainer, LIVE_JOB, back_at + 5, world=3),
+                 120, every=1, explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
+        _report("live: the store's pod deleted (to the new store's first steps)", deleted_at, time.time())
+        restarted = [p["metadata"]["name"] for p in _workers(trainer, LIVE_JOB)
+                     if any(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or [])]  # fmt: skip
+        assert restarted == [], (restarted, _explain(trainer, LIVE_JOB))
 
         # 1. The training process of worker-2 killed: the launcher restarts it alone; it rejoins from a peer.
         killed_at = time.time()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainguard.api import dialects
+from trainguard.api import dialects, timeouts
 from trainguard.api.dialects import modelarts
 from trainguard.api.dialects.base import validate_strictly
 from trainguard.api.dialects.modelarts import Overlay
@@ -131,6 +131,7 @@ def _load_document(document: Document, overlays: Sequence[Overlay]) -> LoadedJob
     conversion = dialect.convert(document)
     native, origins = modelarts.lay_over(conversion.data, document, list(overlays))
     native, annotation_warnings = modelarts.apply(native, origins)
+    native = timeouts.apply(native, origins)
     job = validate_strictly(TrainingJob, native, document, conversion.source_path)
     problems = dialect.check(job, document)
     if problems:

@@ -277,6 +277,26 @@ class SchedulingPolicy(_Model):
     schedule_timeout_seconds: int | None = Field(default=None, ge=1)
 
 
+class ScaleTimeoutAction(str, Enum):
+    """What a scale step that did not complete within ``scaling.timeoutSeconds`` ends as."""
+
+    #: The pods the step added that do not run yet are removed and the role's size goes back by as many:
+    #: the job trains on at the size it had reached (a Warning Event and a history entry say so).
+    ROLL_BACK = "RollBack"
+    #: The job fails, naming the pods that did not start.
+    FAIL = "Fail"
+
+
+class ScalingPolicy(_Model):
+    """CCE's scaling timeout: how long a scale-out may take before it is rolled back (or fails the job).
+    Any dialect sets it with the annotation ``trainguard.io/scaling-timeout-seconds``; a Horovod job's
+    launcher gets it as ``HOROVOD_ELASTIC_TIMEOUT``, whose default (600 s) it shares."""
+
+    #: From the scale step's acceptance to each added pod running.
+    timeout_seconds: int = Field(default=600, ge=1, le=7 * 86400)
+    on_timeout: ScaleTimeoutAction = ScaleTimeoutAction.ROLL_BACK
+
+
 class JobRetryPolicy(_Model):
     """ModelArts-style job-level retries (annotations ``fault-tolerance/*``)."""
 
@@ -340,6 +360,7 @@ class TrainingJobSpec(_Model):
     priority: str | None = None
     plugin: dict[str, Any] | None = None
     scheduling_policy: SchedulingPolicy | None = None
+    scaling: ScalingPolicy = Field(default_factory=ScalingPolicy)
 
     @field_validator("replica_specs")
     @classmethod

@@ -5,7 +5,6 @@ status and actions go out; a backend (``Backend``) observes and carries the acti
 from trainguard.controller.backend import (
     Action,
     ActionError,
-    AgentReport,
     Applied,
     Backend,
     EmitEvent,
@@ -13,7 +12,6 @@ from trainguard.controller.backend import (
     IsolateNode,
     IsolationMode,
     LaunchPod,
-    LiveRound,
     NotYet,
     NudgeSurvivors,
     Observed,
@@ -27,12 +25,12 @@ from trainguard.controller.backend import (
     StatusConflict,
     TerminatePod,
     UpdateDiscovery,
-    WorkerRestart,
     WriteStatus,
 )
 from trainguard.controller.loop import step
 from trainguard.controller.phases import JOB_TRANSITIONS, POD_TRANSITIONS, JobPhase, PodPhase
 from trainguard.controller.reconcile import ReconcileResult, reconcile
+from trainguard.controller.reports import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import Condition, HistoryEntry, JobStatus, PhaseTransition, PodStatus
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainguard.controller import keys
-from trainguard.controller.backend import AgentReport, EventType, IsolateNode, IsolationMode, ObservedPod
+from trainguard.controller.backend import EventType, IsolateNode, IsolationMode, ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import PodPhase
+from trainguard.controller.reports import AgentReport
 from trainguard.controller.status import (
     MAX_CHECKED_NODES,
     CheckFinding,

@@ -113,6 +113,8 @@ class RoleLaunch:
     horovod_host: bool = False
     #: The fault tolerance check's settings for the agent (``contract.ENV_FAULT_CHECK``), where it is on.
     check_env: tuple[tuple[str, str], ...] = ()
+    #: A Horovod launcher's elastic timeout: the job's scaling timeout.
+    horovod_env: tuple[tuple[str, str], ...] = ()
 
 
 def check_runnable(job: TrainingJob) -> None:
@@ -129,12 +131,18 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
     endpoint = network.rendezvous_endpoint
     argv = torchrun_command.render(job, role, endpoint)
     in_rendezvous = role in torchrun_command.torchrun_roles(job)
+    horovod = job.spec.framework_type is FrameworkType.HOROVOD
     return RoleLaunch(
         argv=tuple(argv),
         torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
         in_rendezvous=in_rendezvous,
-        horovod_host=job.spec.framework_type is FrameworkType.HOROVOD and not is_leader(job, role),
+        horovod_host=horovod and not is_leader(job, role),
         check_env=_check_env(job, role, endpoint if in_rendezvous else None, network.ring(job, role)),
+        horovod_env=(
+            ((contract.HOROVOD_ELASTIC_TIMEOUT, str(job.spec.scaling.timeout_seconds)),)
+            if horovod and is_leader(job, role)
+            else ()
+        ),
     )
 
 
@@ -185,6 +193,7 @@ def launch_spec(
         ("PYTHONUNBUFFERED", "1"),
         *shared.torchrun_env,
         *shared.check_env,
+        *shared.horovod_env,
     )
     return LaunchSpec(
         argv=shared.argv,

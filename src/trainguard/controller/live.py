@@ -25,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-from trainguard.controller.backend import EventType, LiveRound
+from trainguard.controller.backend import EventType
 from trainguard.controller.cycle import Cycle
+from trainguard.controller.reports import LiveRound
 from trainguard.controller.status import HistoryEntry, HistoryKind, LiveOrigin, Reformation
 from trainguard.controller.torchrun_command import LIVE_ANNOTATION, asks_for_live, live_refusal
 from trainguard.policy.types import Remedy

@@ -33,7 +33,9 @@ from trainguard.controller.scaling import (
     discovery_held_until,
     grow_back,
     reach_desired,
+    scale_timeout_at,
     take_scale_requests,
+    time_out_scale_steps,
     update_discovery,
 )
 from trainguard.controller.settled import SettledSlots
@@ -99,6 +101,7 @@ def _run(cycle: Cycle) -> None:
     take_scale_requests(cycle)
     reach_desired(cycle, cause="scale")
     observe_pods(cycle)
+    time_out_scale_steps(cycle)
     record_checks(cycle)
     record_stragglers(cycle)
     reissue_deadlines(cycle)
@@ -135,9 +138,9 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
-    reissue_at = reissue_wake_at(cycle)
-    if reissue_at is not None:
-        times.append(reissue_at)
+    for at in (reissue_wake_at(cycle), scale_timeout_at(cycle)):
+        if at is not None:
+            times.append(at)
     held_until = discovery_held_until(cycle)
     if held_until is not None:
         times.append(held_until)

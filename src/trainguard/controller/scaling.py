@@ -8,7 +8,9 @@ the desired size) and is started again when capacity returns.
 
 from __future__ import annotations
 
-from trainguard.api import FrameworkType
+from dataclasses import replace
+
+from trainguard.api import FrameworkType, ScaleTimeoutAction
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, ScaleRequest, UpdateDiscovery
 from trainguard.controller.cycle import Cycle
@@ -101,6 +103,7 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
                 hang_restarts=old.hang_restarts if old is not None else 0,
                 due_at=cycle.now,
                 cause=cause,
+                scaled_at=cycle.now if cause == "scale" else None,
             )
         )
         added.append(name)
@@ -108,6 +111,81 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
     cycle.state = record_grown(cycle.state, [PodRef(role, cycle.slots[name].index) for name in added])
     if cause == "scale" and added:
         _record_scale(cycle, ScaleOperation.SCALE_OUT, role, added, len(taken), len(taken) + len(added))
+
+
+#: The phases of a slot a scale-out added that does not run yet.
+_NOT_YET_RUNNING = frozenset({PodPhase.WAITING, PodPhase.PENDING, PodPhase.CREATING})
+
+
+def time_out_scale_steps(cycle: Cycle) -> None:
+    """CCE's scaling timeout: the pods a scale-out added that do not run ``scaling.timeoutSeconds`` after the
+    step was accepted. ``RollBack`` removes them and takes the role's size back by as many (the job trains on
+    at the size it reached); ``Fail`` fails the job. Either way a ``ScaleTimeout`` Warning Event and a
+    ``scale-timeout`` history entry name the pods. A slot's clock stops once its pod runs."""
+    scaling = cycle.job.spec.scaling
+    for role in cycle.job.spec.replica_specs:
+        late: list[PodStatus] = []
+        for slot in cycle.role_slots(role):
+            if slot.scaled_at is None:
+                continue
+            if slot.phase not in _NOT_YET_RUNNING or slot.cause != "scale":
+                cycle.put(slot, scaled_at=None)  # it ran (or ended otherwise): the step is done for it
+            elif cycle.now >= slot.scaled_at + scaling.timeout_seconds:
+                late.append(slot)
+        if late:
+            _timed_out(cycle, role, late, scaling.on_timeout)
+
+
+def _timed_out(cycle: Cycle, role: str, late: list[PodStatus], action: ScaleTimeoutAction) -> None:
+    names = [slot.name for slot in late]
+    timeout = cycle.job.spec.scaling.timeout_seconds
+    present = sum(1 for s in cycle.role_slots(role) if s.phase is not PodPhase.REMOVED)
+    not_running = f"{len(names)} pods ({', '.join(names)}) not running {timeout} s after the scale-out"
+    if action is ScaleTimeoutAction.FAIL:
+        reason = f"scaling timeout of role {role}: {not_running}; spec.scaling.onTimeout is Fail"
+        for slot in late:
+            cycle.put(slot, scaled_at=None)
+        if cycle.state.job_failure is None:
+            cycle.state = replace(cycle.state, job_failure=reason)
+        operation, after = ScaleOperation.SCALE_OUT, present
+    else:
+        reason = (
+            f"scaling timeout of role {role}: {not_running}; rolled back to {present - len(names)} replicas"
+        )
+        cycle.desired[role] = cycle.desired.get(role, present) - len(names)
+        cycle.updates["scale_version"] = cycle.get("scale_version") + 1
+        for slot in late:
+            cycle.put(slot, phase=PodPhase.REMOVED, open_faults=(), message="scaling timeout", due_at=None,
+                      scaled_at=None)  # fmt: skip
+        cycle.scale_message(ScaleOperation.SCALE_IN.value, role, names)
+        operation, after = ScaleOperation.SCALE_IN, present - len(names)
+    cycle.record(
+        HistoryEntry(
+            at=cycle.now,
+            kind=HistoryKind.SCALE_TIMEOUT,
+            role=role,
+            pods=tuple(names),
+            action=operation,
+            scale_from=present,
+            scale_to=after,
+            reason=reason,
+            counters={"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")},
+        )
+    )
+    cycle.emit(EventType.WARNING, "ScaleTimeout", reason)
+
+
+def scale_timeout_at(cycle: Cycle) -> float | None:
+    """When the next pod of a scale-out times out, or None."""
+    timeout = cycle.job.spec.scaling.timeout_seconds
+    return min(
+        (
+            s.scaled_at + timeout
+            for s in cycle.slots.values()
+            if s.scaled_at is not None and s.phase in _NOT_YET_RUNNING
+        ),
+        default=None,
+    )
 
 
 def _scale_in(cycle: Cycle, role: str, present: int, slots: list[PodStatus]) -> None:

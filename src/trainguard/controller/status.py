@@ -83,6 +83,9 @@ class PodStatus(_Model):
     shrunk_for: str | None = None
     #: Why the current incarnation was started: "start", "restart", "scale", "grow" or "resume".
     cause: str = "start"
+    #: When the scale step that added this slot was accepted, while its pod does not run yet (the scaling
+    #: timeout counts from it); None once it ran, and for slots no scale-out added.
+    scaled_at: float | None = None
     #: Why the slot ended as it did (permanent failure, scale-in, cleanup).
     message: str = ""
 
@@ -103,6 +106,8 @@ class HistoryKind(str, Enum):
     SCALE = "scale"
     #: A scale request refused (outside [minReplicas, maxReplicas], an unknown role).
     SCALE_REJECTED = "scale-rejected"
+    #: A scale-out whose pods did not all run within ``scaling.timeoutSeconds``: rolled back or failed.
+    SCALE_TIMEOUT = "scale-timeout"
     #: Capacity returned and a role shrunk for want of it grew back.
     GROW = "grow"
     #: The survivors of a lost peer released from their connections to it (or why they were not).

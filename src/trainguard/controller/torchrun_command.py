@@ -175,10 +175,11 @@ def check_live(job: TrainingJob) -> None:
 
 def live_timeout(job: TrainingJob) -> float:
     """A live job's one timeout: its hang detection's (``hang.timeoutSeconds``, ModelArts' suspension) bounds
-    its collectives too; a job without a hang block gets that block's default. A dead or silent member is found
+    its collectives too (on or off: ``trainguard.io/hang-timeout-seconds`` sets it alone); a job without a hang
+    block gets that block's default. A dead or silent member is found
     by its beats in seconds, whatever this is; the bound is for a member that beats but does not progress."""
     hang = job.spec.hang
-    return hang.timeout_seconds if hang is not None and hang.enabled else HangPolicy().timeout_seconds
+    return hang.timeout_seconds if hang is not None else HangPolicy().timeout_seconds
 
 
 def rendezvous(job: TrainingJob, endpoint: str) -> Rendezvous | None:

@@ -127,7 +127,8 @@ HANG_RESTARTS = MetricSpec(
 SCALE_EVENTS = MetricSpec(
     "trainguard_scale_events_total",
     "Scaling steps by role and operation (scaleout, scalein, rejected) and cause (request: scale or apply; "
-    "shrink: an elastic role went on without a failed pod; grow: capacity returned).",
+    "shrink: an elastic role went on without a failed pod; grow: capacity returned; timeout: a scale-out rolled "
+    "back, or failed, past the job's scaling timeout).",
     MetricType.COUNTER,
     (*_JOB, "role", "operation", "cause"),
 )
@@ -276,6 +277,8 @@ def _add_job(
             tallies[SCALE_EVENTS][(role, "scaleout", "grow")] += 1
         elif entry.kind == "scale-rejected":
             tallies[SCALE_EVENTS][(role, "rejected", "request")] += 1
+        elif entry.kind == "scale-timeout":
+            tallies[SCALE_EVENTS][(role, entry.action.value, "timeout")] += 1
         elif entry.kind == "reformed":
             tallies[LIVE_REFORMATIONS][()] += 1
         elif entry.kind == "isolate":

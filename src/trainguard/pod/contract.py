@@ -66,6 +66,11 @@ TORCH_DISABLE_SHARE_RDZV_TCP_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: back to torchrun's agent) instead of training alone in a world of one.
 STATIC_WORLD = (RANK, GROUP_RANK, ROLE_RANK, MASTER_ADDR, MASTER_PORT, NODE_RANK)
 
+# ---- Horovod's own names, as trainguard sets them ----------------------------------------------------------
+#: horovodrun's wait for enough hosts after its cluster changed (its default 600 s): the job's scaling timeout
+#: (``spec.scaling.timeoutSeconds``), given to the launcher's pod.
+HOROVOD_ELASTIC_TIMEOUT = "HOROVOD_ELASTIC_TIMEOUT"
+
 # ---- the agent: what the control plane tells it -----------------------------------------------------------
 
 ENV_HANG_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"

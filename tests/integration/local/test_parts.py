@@ -20,8 +20,8 @@ from trainguard.backends.local.rendezvous import JobPods
 from trainguard.backends.local.reports import parse
 from trainguard.backends.local.runtime import START_ERROR_EXIT, Runtime
 from trainguard.backends.local.store import Store
-from trainguard.controller.backend import AgentReport, WorkerRestart
 from trainguard.controller.launchspec import LaunchSpec, launch_spec
+from trainguard.controller.reports import AgentReport, WorkerRestart
 
 from .jobs import cce_job, simple_job
 

@@ -1,10 +1,13 @@
 """Example 1 in live mode (``--live``, the annotation ``trainguard.io/live: "true"``) on the local runtime: the
-survivors of a killed worker, a scale-out and a scale-in keep their processes and lose no step."""
+survivors of the store's loss, a killed worker, a scale-out and a scale-in keep their processes and lose no
+step."""
 
 from __future__ import annotations
 
+import json
 import time
 
+import psutil
 import pytest
 from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, wait_world, workers_of
 
@@ -33,6 +36,18 @@ def _kept(session: Session, job: str, before: dict[str, tuple[int, ...]], pods: 
     return all(now.get(pod) == before[pod] for pod in pods)
 
 
+def _store_process(session: Session, job: str, other_than: int | None = None) -> psutil.Process | None:
+    """The job's rendezvous store process (its live rounds' store too), as the control plane wrote it down."""
+    try:
+        record = json.loads((session.home.job_dir(job) / "rendezvous.json").read_text())
+        found = psutil.Process(int(record["pid"]))
+        started = found.create_time()
+    except (OSError, ValueError, KeyError, psutil.Error):
+        return None
+    same = abs(started - float(record["create_time"])) < 0.01 and found.pid != other_than
+    return found if same else None
+
+
 def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session: Session) -> None:
     # 24 epochs (about 540 steps): a newcomer that starts slowly on busy cores (17 s seen on a cold run, when
     # 8 epochs ended before it arrived) still finds the others training.
@@ -44,6 +59,20 @@ def test_survivors_keep_their_processes_through_a_kill_and_both_resizes(session:
     job = session.submit(spec)
     wait_step(session, job, 15)
     before = session.worker_pids(job)
+
+    # 0. The store's process killed (what its pod's deletion is on Kubernetes): the control plane starts it
+    # again on the job's port, empty; the workers train on in the same processes through its absence, and the
+    # rounds after (the kill's, the resizes') form on the new store.
+    store = _store_process(session, job)
+    assert store is not None
+    store.kill()
+    lost_at = time.time()
+    session.wait("the store started again", lambda: _store_process(session, job, other_than=store.pid), 60)
+    reached = session.run(job).last_step()
+    assert reached is not None
+    wait_step(session, job, reached.step + 10)
+    assert session.worker_pids(job) == before
+    assert recovery(session.run(job).events(), lost_at) is None  # no round ended: nothing to recover from
 
     # 1. A worker killed: the launcher restarts it alone; the two others go on in their processes.
     (victim,) = workers_of(session, job, "digits-live-worker-2")

@@ -13,7 +13,8 @@ from tests.fake_cluster import FakeCluster
 from tests.unit.controller.harness import cce_spec, make_job
 from trainguard.api import TrainingJob
 from trainguard.controller import IsolateNode, JobPhase, JobStatus, LaunchPod, step
-from trainguard.controller.backend import AgentReport, EmitEvent, IsolationMode
+from trainguard.controller.backend import EmitEvent, IsolationMode
+from trainguard.controller.reports import AgentReport
 from trainguard.controller.status import HistoryKind, IsolationOutcome
 from trainguard.pod import checks
 from trainguard.pod.summary import RankEntry

@@ -15,15 +15,9 @@ from hypothesis import strategies as st
 from tests.unit.controller.harness import cce_spec, make_job, with_role
 from trainguard.controller import JobPhase, JobStatus, ReconcileResult, SettledSlots, reconcile
 from trainguard.controller import faults as faults_module
-from trainguard.controller.backend import (
-    AgentReport,
-    Observed,
-    ObservedNode,
-    ObservedPhase,
-    ObservedPod,
-    TerminatePod,
-)
+from trainguard.controller.backend import Observed, ObservedNode, ObservedPhase, ObservedPod, TerminatePod
 from trainguard.controller.phases import PodPhase
+from trainguard.controller.reports import AgentReport
 from trainguard.controller.status import HistoryEntry, PodStatus
 from trainguard.policy import PodCounters, PodRef, PolicyState
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainguard.agent.nudge import format_nudge, parse_nudge
-from trainguard.controller.backend import AgentReport, LiveRound, WorkerRestart
+from trainguard.controller.reports import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
 from trainguard.pod import summary as summaries
 

@@ -10,6 +10,17 @@ from trainguard.backends.k8s.metadata import Obj, object_meta
 
 #: What CCE's job barrier is told to wait for; a template whose init container has it runs a barrier.
 BARRIER_FLAG = "--barrier_roles"
+#: CCE's job-barrier image, as its templates name it (any tag): the operator's ``--barrier-image`` replaces it.
+CCE_BARRIER_REPOSITORY = "registry.baidubce.com/cce-plugin-dev/jobbarrier"
+#: How a barrier image that is not CCE's (the operator's own) runs the barrier, with the template's args.
+BARRIER_COMMAND = ("trainguard", "barrier")
+
+
+def is_cces_barrier(container: Obj) -> bool:
+    """An init container that runs CCE's job barrier image by its entrypoint (args only, CCE's templates)."""
+    image = str(container.get("image") or "")
+    repository = image.split("@", 1)[0].rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    return repository == CCE_BARRIER_REPOSITORY and not container.get("command")
 
 
 def barrier_roles(job: TrainingJob) -> set[str]:

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from trainguard._version import __version__
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import discovery, gang, ssh
-from trainguard.backends.k8s.access import access_name, barrier_roles, needs_pod_access
+from trainguard.backends.k8s.access import (
+    BARRIER_COMMAND,
+    access_name,
+    barrier_roles,
+    is_cces_barrier,
+    needs_pod_access,
+)
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.metadata import LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE, Obj, object_meta
 from trainguard.backends.k8s.services import service_name
@@ -94,6 +100,10 @@ class PodSettings:
     #: A test aid, off by default: every pod mounts the ``FAULT_INJECT_CONFIG_MAP`` (optional: pods start
     #: without it), and its agent reads the check items injected on its node there.
     fault_injection: bool = False
+    #: The image that runs CCE's job barrier in its place (``trainguard barrier``, with the template's args):
+    #: the operator's own (the chart's default), so that CCE's templates run where CCE's registry is not
+    #: reachable. None: CCE's image as the template names it.
+    barrier_image: str | None = None
 
 
 def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSettings) -> Obj:
@@ -119,6 +129,8 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     if gang.scheduler_of(job, settings.scheduler):
         metadata["annotations"][gang.ANNOTATION_GROUP] = gang.group_name(job)
     _job_env_in_init_containers(spec, launch)
+    if settings.barrier_image:
+        _barrier_image(spec, settings.barrier_image)
     if needs_pod_access(job) and launch.role in barrier_roles(job) and not spec.get("serviceAccountName"):
         spec["serviceAccountName"] = access_name(job)
     spec["restartPolicy"] = "Never"
@@ -187,6 +199,15 @@ def _job_env_in_init_containers(spec: Obj, launch: LaunchPod) -> None:
     )
     for container in spec.get("initContainers") or []:
         container["env"] = [*ours, *(container.get("env") or [])]
+
+
+def _barrier_image(spec: Obj, image: str) -> None:
+    """CCE's job barrier run by ``image`` (``trainguard barrier`` takes its flags): its init containers that
+    name CCE's image and no command."""
+    for container in spec.get("initContainers") or []:
+        if is_cces_barrier(container):
+            container["image"] = image
+            container["command"] = list(BARRIER_COMMAND)
 
 
 def deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool) -> None:

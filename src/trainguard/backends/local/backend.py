@@ -28,7 +28,6 @@ from trainguard.controller.apply import ErrorLog, apply_actions, in_order
 from trainguard.controller.backend import (
     Action,
     ActionError,
-    AgentReport,
     Applied,
     EmitEvent,
     IsolateNode,
@@ -46,6 +45,7 @@ from trainguard.controller.backend import (
     UpdateDiscovery,
     WriteStatus,
 )
+from trainguard.controller.reports import AgentReport
 from trainguard.controller.status import JobStatus
 
 

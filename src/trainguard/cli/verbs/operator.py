@@ -41,6 +41,14 @@ def register(subparsers: Any) -> None:
         help="the image every pod's init container copies the agent from: the operator's own (default: "
         "ghcr.io/trainguard/operator:VERSION); the pods' own images need only python3",
     )
+    parser.add_argument(
+        "--barrier-image",
+        metavar="IMAGE",
+        default=None,
+        help="run CCE's job barrier (init containers of registry.baidubce.com/cce-plugin-dev/jobbarrier) with "
+        "this image's `trainguard barrier` instead: the operator's own, where CCE's registry is not reachable "
+        "(the chart's default); unset: CCE's image as the template names it",
+    )
     parser.add_argument("--pytorchjobs", action="store_true", help="also serve pytorchjobs.kubeflow.org")
     parser.add_argument("--workers", type=int, default=4, help="jobs reconciled at once (4)")
     parser.add_argument(
@@ -227,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
             reissue_priority_class=args.reissue_priority_class,
             isolation=IsolationMode(args.isolation_mode),
             fault_injection=args.fault_injection,
+            barrier_image=args.barrier_image or None,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
