@@ -183,7 +183,7 @@ def test_a_job_made_on_the_create_page_is_checked_as_validate_checks_it_and_runs
     form.locator("input[name=hang_timeout]").fill("60")
     expect(yaml_shown).to_contain_text("fault-tolerance/job-retry-num: '3'")
     expect(yaml_shown).to_contain_text("fault-tolerance/hang-retry: 'true'")
-    expect(yaml_shown).to_contain_text("timeoutSeconds: 60")
+    expect(yaml_shown).to_contain_text("trainguard.io/hang-timeout-seconds: '60'")
     expect(page.locator("#create-verdict")).to_have_text("TrainingJob: valid")
     page.screenshot(path=str(_artifact("create-page.png", tmp_path)), full_page=True)
     page.locator("#create-submit").click()

@@ -18,11 +18,10 @@ How each dialect says each field (docs/ui.md, "Creating a job"):
   ``faultTolerant: true`` and each role's ``replicaType``.
 - Kubeflow's ``PyTorchJob``: ``pytorchReplicaSpecs`` ``Master``/``Worker``, the Worker's min and max in
   ``elasticPolicy``, the container named ``pytorch``; Kubeflow has no field for the rest, so the annotations
-  that work on any dialect say it: ``fault-tolerance/job-retry-num``, ``fault-tolerance/hang-retry``,
-  ``trainguard.io/fault-check``. Its hang timeout has no spelling (1,800 s): a note says so.
-- ModelArts' annotations: a ``TrainingJob`` whose restarts are ``fault-tolerance/job-retry-num`` and
-  ``fault-tolerance/hang-retry`` (the hang timeout in ``spec.hang.timeoutSeconds``, which the annotation
-  keeps), the check ``trainguard.io/fault-check``.
+  that work on any dialect say it: ``fault-tolerance/job-retry-num``, ``fault-tolerance/hang-retry`` with
+  ``trainguard.io/hang-timeout-seconds``, ``trainguard.io/fault-check``.
+- ModelArts' annotations: a ``TrainingJob`` whose every setting is one of those annotations, as an overlay
+  would lay them over any job.
 
 Live mode is the annotation ``trainguard.io/live`` everywhere. Every role's own ``restartPolicy`` is ``Never``:
 what restarts is what the form says (the job retry, the hang restart), as on ModelArts.
@@ -40,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from trainguard.api import SpecError
+from trainguard.api import SpecError, timeouts
 from trainguard.api.dialects import aitrainingjob, modelarts, pytorchjob
 from trainguard.api.faultcheck import ANNOTATION as FAULT_CHECK_ANNOTATION
 from trainguard.api.load import LoadedJob, load_bytes
@@ -129,7 +128,7 @@ class JobForm:
     auto_restart: bool = True
     retries: Typed = DEFAULT_RETRIES
     hang_restart: bool = False
-    hang_timeout: Typed = HangPolicy().timeout_seconds
+    hang_timeout: Typed = int(HangPolicy().timeout_seconds)
     fault_check: bool = True
     live: bool = False
 
@@ -311,13 +310,7 @@ def _native_spec(
     if choice is CCE:
         spec["faultTolerant"] = True
     if choice is MODELARTS:
-        if form.auto_restart:
-            annotations[modelarts.JOB_RETRY_NUM] = _annotation(form.retries)
-        if form.hang_restart:
-            annotations[modelarts.HANG_RETRY] = _TRUE
-            if form.hang_timeout is not None:
-                spec["hang"] = {"timeoutSeconds": form.hang_timeout}
-        annotations[FAULT_CHECK_ANNOTATION] = _TRUE if form.fault_check else _FALSE
+        _annotate(form, annotations)
     else:
         if form.auto_restart:
             spec["jobRetry"] = {"retryNum": _value(form.retries)}
@@ -349,16 +342,7 @@ def _kubeflow_spec(
     form: JobForm, template: dict[str, Any], annotations: dict[str, str], notes: list[str]
 ) -> dict[str, Any]:
     """Kubeflow's PyTorchJob: its replica types and elasticPolicy; the rest in the annotations any dialect reads."""
-    if form.auto_restart:
-        annotations[modelarts.JOB_RETRY_NUM] = _annotation(form.retries)
-    if form.hang_restart:
-        annotations[modelarts.HANG_RETRY] = _TRUE
-        if form.hang_timeout not in (None, HangPolicy().timeout_seconds):
-            notes.append(
-                f"a PyTorchJob has no field for the hang timeout: it is {HangPolicy().timeout_seconds:g} s "
-                "(trainguard's TrainingJob sets it)"
-            )
-    annotations[FAULT_CHECK_ANNOTATION] = _TRUE if form.fault_check else _FALSE
+    _annotate(form, annotations)
     spec: dict[str, Any] = {}
     replicas: dict[str, Any] = {}
     for role in form.roles:
@@ -378,6 +362,17 @@ def _kubeflow_spec(
         }
     spec["pytorchReplicaSpecs"] = replicas
     return spec
+
+
+def _annotate(form: JobForm, annotations: dict[str, str]) -> None:
+    """Auto restart, restart upon suspension and the check as the annotations any dialect's job reads."""
+    if form.auto_restart:
+        annotations[modelarts.JOB_RETRY_NUM] = _annotation(form.retries)
+    if form.hang_restart:
+        annotations[modelarts.HANG_RETRY] = _TRUE
+        if form.hang_timeout is not None:
+            annotations[timeouts.HANG_TIMEOUT] = _annotation(form.hang_timeout)
+    annotations[FAULT_CHECK_ANNOTATION] = _TRUE if form.fault_check else _FALSE
 
 
 def _argv(command: str) -> tuple[list[str], str | None]:

@@ -93,6 +93,17 @@ def test_each_dialect_spells_the_form_its_own_way_and_means_the_same(
 
 
 @pytest.mark.parametrize("dialect", [c.key for c in CHOICES])
+def test_the_hang_timeout_is_said_in_every_dialect(dialect: str) -> None:
+    job = draft(_form(dialect, hang_restart=True, hang_timeout="60")).job.job
+    assert job.spec.hang is not None
+    assert (job.spec.hang.enabled, job.spec.hang.timeout_seconds, job.spec.hang.max_consecutive) == (
+        True,
+        60,
+        3,
+    )
+
+
+@pytest.mark.parametrize("dialect", [c.key for c in CHOICES])
 def test_switches_off_are_off(dialect: str) -> None:
     job = draft(_form(dialect, auto_restart=False, hang_restart=False, fault_check=False)).job.job
     assert job.spec.job_retry is None
@@ -156,7 +167,6 @@ def test_bad_fields_are_named(fields: dict[str, Any], problem: str) -> None:
 @pytest.mark.parametrize(
     ("dialect", "fields", "note"),
     [
-        ("PyTorchJob", {"hang_restart": True, "hang_timeout": "60"}, "no field for the hang timeout"),
         ("PyTorchJob", {"roles": [{"name": "Master", "replicas": "1", "min": "1"}]}, "has no min or max"),
         ("TrainingJob", {"live": True}, "choose the framework pytorch"),
         ("TrainingJob", {"image": ""}, "no image"),
