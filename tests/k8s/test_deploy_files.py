@@ -49,6 +49,8 @@ def test_operator_manifests_parse_and_grant_what_the_operator_does() -> None:
         ("pods", "delete"),
         ("events", "create"),
         ("aitrainingjobs/status", "update"),
+        ("trainingjobs", "create"),  # the job pages' create page
+        ("aitrainingjobs", "create"),
         ("tokenreviews", "create"),  # which pod an agent's report comes from
         ("nodes", "patch"),  # a faulty node isolated (taint, label), and released
     ]:

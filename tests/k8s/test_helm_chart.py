@@ -84,6 +84,8 @@ def test_the_operator_may_isolate_nodes_and_fault_injection_is_off_unless_asked(
     assert set(nodes["verbs"]) == {"get", "list", "watch", "patch"}
     events = next(rule for rule in rules if rule["resources"] == ["events"])
     assert "create" in events["verbs"]
+    jobs = next(rule for rule in rules if rule["resources"] == ["trainingjobs", "aitrainingjobs"])
+    assert set(jobs["verbs"]) == {"get", "list", "watch", "create", "patch"}  # create, patch: the job pages
     (container,) = objects[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
     assert "--fault-injection" not in container["args"]
     (container,) = _render("faultInjection=true")[("Deployment", "trainguard-operator")]["spec"]["template"][

@@ -31,11 +31,17 @@ def job(local: LocalRuntime) -> str:
 
 
 @pytest.fixture
-def secret_url(local: LocalRuntime, job: str) -> str:
-    """The address ``trainguard ui --url`` prints (with the secret that allows actions)."""
+def ui_url(local: LocalRuntime) -> str:
+    """The address ``trainguard ui --url`` prints (with the secret that allows actions), no job yet."""
     result = local.cli("ui", "--url")
     assert result.code == 0, result.err
     url = result.out.strip()
     assert url.startswith("http://127.0.0.1:"), url
     assert "?token=" in url, url
     return url
+
+
+@pytest.fixture
+def secret_url(job: str, ui_url: str) -> str:
+    """``ui_url`` with the ``pages`` job running."""
+    return ui_url

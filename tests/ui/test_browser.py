@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.integration.local.harness import LocalRuntime
+from tests.integration.local.jobs import TICKING, simple_job, with_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -36,7 +37,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any, secret_url: str) -> Iterator[Any]:
+def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     opened = context.new_page()
     errors: list[str] = []
@@ -143,3 +144,73 @@ def test_a_live_re_formation_shows_in_the_history_with_its_own_words(
     expect(row).to_contain_text("0.4 s")
     expect(page.locator("#history tbody tr")).to_have_count(1)
     expect(page.locator("#events")).to_contain_text("LiveReformed")
+
+
+#: A job of the create page that runs a moment and succeeds.
+SHORT = "python3 -c 'import time; [time.sleep(0.2) for _ in range(5)]; print(\"done\")'"
+
+
+def test_a_job_made_on_the_create_page_is_checked_as_validate_checks_it_and_runs_to_succeeded(
+    local: LocalRuntime, ui_url: str, page: Any, tmp_path: Path
+) -> None:
+    expect = playwright_api.expect
+    page.goto(ui_url)
+    expect(page.locator("#access")).to_have_text("local · actions allowed")
+    page.locator("#create-link").click()
+    form = page.locator("form#create")
+    form.locator("input[name=name]").fill("made")
+    role = form.locator("tr.role")
+    role.locator("input[name=role-replicas]").fill("2")
+    role.locator("input[name=role-min]").fill("1")
+    role.locator("input[name=role-max]").fill("3")
+    form.locator("input[name=command]").fill(SHORT)
+    yaml_shown, problems = page.locator("#create-yaml"), page.locator("#create-problems li")
+    # The YAML the server writes, as the form changes; a retry count out of 1-128 is validate's error.
+    form.locator("input[name=retries]").fill("0")
+    expect(yaml_shown).to_contain_text("retryNum: 0")
+    expect(problems).to_have_text(["made.yaml:9: spec.jobRetry.retryNum: retryNum 0 must be at least 1"])
+    page.locator("#create-submit").click()
+    expect(page.locator("#notice")).to_contain_text("nothing was submitted")
+    assert local.call("get") == []
+    form.locator("input[name=retries]").fill("129")
+    expect(problems).to_have_text(["made.yaml:9: spec.jobRetry.retryNum: retryNum 129 must be at most 128"])
+    form.locator("input[name=retries]").fill("3")
+    expect(page.locator("#create-verdict")).to_have_text("TrainingJob: valid")
+    expect(problems).to_have_count(0)
+    # ModelArts' spelling: its annotations; restart upon suspension with its timeout.
+    form.locator("select[name=dialect]").select_option("ModelArts")
+    form.locator("input[name=hang_restart]").check()
+    form.locator("input[name=hang_timeout]").fill("60")
+    expect(yaml_shown).to_contain_text("fault-tolerance/job-retry-num: '3'")
+    expect(yaml_shown).to_contain_text("fault-tolerance/hang-retry: 'true'")
+    expect(yaml_shown).to_contain_text("trainguard.io/hang-timeout-seconds: '60'")
+    expect(page.locator("#create-verdict")).to_have_text("TrainingJob: valid")
+    page.screenshot(path=str(_artifact("create-page.png", tmp_path)), full_page=True)
+    page.locator("#create-submit").click()
+    # Submitted: the job's own page, which follows it to the end.
+    expect(page.locator("#notice")).to_have_text("job made submitted")
+    expect(page.locator("#where")).to_have_text("job made")
+    expect(page.locator("#pods tbody tr")).to_have_count(2, timeout=15000)
+    expect(page.locator("#phase")).to_have_text("Succeeded", timeout=60000)
+    spec = local.view("made")["spec"]
+    assert (spec["jobRetry"]["retryNum"], spec["hang"]["timeoutSeconds"]) == (3, 60)
+
+
+def test_a_pods_hang_restarts_show_on_the_job_page(local: LocalRuntime, ui_url: str, page: Any) -> None:
+    """A hung pod restarted in place: its hang restarts counted in a column of their own, not as restarts."""
+    expect = playwright_api.expect
+    job = with_spec(
+        simple_job("hung", TICKING, replicas=2), hang={"timeoutSeconds": 1.5, "gracePeriodSeconds": 1}
+    )
+    local.submit(job)
+    local.wait_running("hung", 2)
+    page.goto(ui_url + "#job=hung")
+    expect(page.locator("#pods thead th").nth(6)).to_have_text("hang restarts")
+    row = page.locator("#pods tbody tr", has_text="hung-worker-1")
+    expect(row.locator("td").nth(6)).to_have_text("0")
+    assert local.cli("chaos", "hang", "hung-worker-1").code == 0
+    expect(row.locator("td").nth(6)).to_have_text("1", timeout=20000)
+    expect(row.locator("td").nth(5)).to_have_text("0")  # restarts: nothing relaunched
+    expect(row.locator("td").nth(4)).to_have_text("Running")
+    page.locator("#home").click()
+    expect(page.locator("#jobs tbody tr", has_text="hung").locator("td").nth(4)).to_have_text("1")

@@ -6,7 +6,7 @@ import http.client
 import json
 import time
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 
@@ -146,3 +146,95 @@ def test_a_chaos_kill_reaches_an_open_stream_within_two_seconds(
     assert (faults[0]["pod"], faults[0]["fault"]) == ("pages-worker-1", "Exited")
     assert any(mark["pod"] == "pages-worker-1" for mark in seen["timeline"]["faults"])
     conn.close()
+
+
+#: A job of the create page that runs a moment and succeeds.
+SHORT = "python3 -c 'import time; [time.sleep(0.2) for _ in range(5)]; print(\"done\")'"
+
+
+def _made(**fields: Any) -> dict[str, Any]:
+    """The create page's form, as the page sends it (what was typed, as text)."""
+    return {
+        "dialect": "TrainingJob",
+        "name": "made",
+        "namespace": "default",
+        "framework": "generic",
+        "roles": [{"name": "worker", "replicas": "2", "min": "1", "max": "3"}],
+        "image": "",
+        "command": SHORT,
+        "working_dir": "",
+        "auto_restart": True,
+        "retries": "3",
+        "hang_restart": False,
+        "hang_timeout": "1800",
+        "fault_check": True,
+        "live": False,
+        **fields,
+    }
+
+
+def _draft(browser: Browser, form: dict[str, Any]) -> dict[str, Any]:
+    return dict(browser.json(f"/api/create/draft?{urlencode({'form': json.dumps(form)})}"))
+
+
+def test_the_create_page_drafts_in_each_dialect_with_validates_words(
+    local: LocalRuntime, ui_url: str
+) -> None:
+    browser = Browser(ui_url)
+    about = browser.json("/api/create")
+    assert [d["key"] for d in about["dialects"]] == [
+        "TrainingJob",
+        "AITrainingJob",
+        "PyTorchJob",
+        "ModelArts",
+    ]
+    assert (about["form"]["namespace"], about["form"]["retries"]) == ("default", 3)
+    kinds = {d["key"]: _draft(browser, _made(dialect=d["key"], roles=[{"name": d["roles"][0], "replicas": "1"}]))
+             for d in about["dialects"]}  # fmt: skip
+    assert {key: (d["kind"], d["valid"]) for key, d in kinds.items()} == {
+        "TrainingJob": ("TrainingJob", True),
+        "AITrainingJob": ("AITrainingJob", True),
+        "PyTorchJob": ("PyTorchJob", True),
+        "ModelArts": ("TrainingJob", True),
+    }
+    assert "fault-tolerance/job-retry-num: '3'" in kinds["ModelArts"]["yaml"]
+    # A retry count out of 1-128: the YAML shown, and what trainguard validate says of it, line for line.
+    for retries in ("0", "129"):
+        bad = _draft(browser, _made(retries=retries))
+        assert not bad["valid"]
+        path = local.workdir / bad["file"]
+        path.write_text(bad["yaml"])
+        validated = local.cli("validate", str(path))
+        assert validated.code == 2
+        said = validated.err.removeprefix("error:").strip().replace(f"{local.workdir}/", "")
+        assert bad["problems"] == said.splitlines()
+        assert bad["problems"] == [
+            f"made.yaml:9: spec.jobRetry.retryNum: retryNum {retries} must be "
+            + ("at least 1" if retries == "0" else "at most 128")
+        ]
+    assert browser.request("GET", "/api/create/draft?form=nope")[0] == 400
+
+
+def test_the_create_page_submits_a_valid_job_only_and_with_the_token(
+    local: LocalRuntime, ui_url: str
+) -> None:
+    reader = Browser(ui_url)
+    assert reader.request("POST", "/api/create", {"form": _made()})[0] == 403  # read-only
+    browser, token = _signed_in(ui_url)
+    act = {"X-Trainguard-Token": token}
+    status, _, body = browser.request("POST", "/api/create", {"form": _made(retries="129")}, act)
+    assert status == 400
+    assert "retryNum 129 must be at most 128" in json.loads(body)["error"]
+    assert browser.json("/api/jobs") == []  # nothing submitted
+    status, _, body = browser.request("POST", "/api/create", {"form": _made()}, act)
+    assert status == 200, body
+    assert json.loads(body) == {"name": "made", "message": "job made submitted"}
+    assert [row["name"] for row in browser.json("/api/jobs")] == ["made"]
+    done = local.wait_phase("made", "Succeeded", timeout=60)
+    assert [pod["name"] for pod in done["status"]["pods"]] == ["made-worker-0", "made-worker-1"]
+    # The job submitted is the one validated, as trainguard run would have submitted it.
+    spec = local.view("made")["spec"]
+    assert (spec["jobRetry"]["retryNum"], spec["faultCheck"]["enabled"]) == (3, True)
+    status, _, body = browser.request("POST", "/api/create", {"form": _made()}, act)
+    assert status == 400
+    assert "exists already" in json.loads(body)["error"]

@@ -71,6 +71,8 @@ def job_row(
         "phase": status.get("phase", "Pending"),
         "roles": roles(job, status),
         "restarts": sum(int(n) for n in (status.get("restartCounts") or {}).values()),
+        # Hang restarts in place are not relaunches: counted on their own, as ``get`` and ``describe`` do.
+        "hang_restarts": sum(int(n) for n in (status.get("hangRestartCounts") or {}).values()),
         "age_s": _age(view, now),
     }
 
@@ -89,7 +91,7 @@ def job_detail(
     return {
         **job_row(job, view, now, key),
         "conditions": list(status.get("conditions", [])),
-        "pods": list(status.get("pods", [])),
+        "pods": [{"hangRestarts": 0, **pod} for pod in status.get("pods", [])],
         "history": [{**entry, "label": history_label(entry)} for entry in status.get("history", [])],
         "timeline": drawn.to_dict(),
         "events": list(events)[-EVENTS_SHOWN:],

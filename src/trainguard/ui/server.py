@@ -6,8 +6,12 @@
   ``GET /api/jobs/<name>/whatif?pod=P&fault=F``: what the page shows.
 - ``GET /api/stream`` (every job) or ``GET /api/stream?job=<name>``: the same JSON again whenever it changes,
   as server-sent events.
+- ``GET /api/create``: the create page's dialects and its form's first values; ``GET /api/create/draft?form=F``
+  (``F`` the form as JSON): the job in the dialect chosen, its YAML and ``trainguard validate``'s problems with
+  it (``trainguard.ui.create``).
 - ``POST /api/jobs/<name>/scale`` ``{"role", "replicas"}``; ``POST /api/chaos`` ``{"action", "target", ...}``
-  where the backend has chaos (the local runtime).
+  where the backend has chaos (the local runtime); ``POST /api/create`` ``{"form"}``: the job submitted to the
+  backend, when it is valid (nothing is, when it is not).
 
 **Who may act.** The address that ``trainguard ui --url`` prints carries the server's secret
 (``/?token=...``): opening it sets a session cookie (HttpOnly, SameSite=Strict) and the page gets that
@@ -35,8 +39,8 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from trainguard.api.model import TrainingJob
-from trainguard.ui import pages
+from trainguard.api.model import FrameworkType, TrainingJob
+from trainguard.ui import create, pages
 from trainguard.ui.pages import PageError
 
 log = logging.getLogger("trainguard.ui")
@@ -66,6 +70,7 @@ class Source(Protocol):
 
     backend: str  # "local" or "kubernetes"
     chaos_actions: tuple[str, ...]  # the chaos the backend can inject (none on Kubernetes)
+    namespace: str  # where the create page puts a job unless told otherwise
 
     def jobs(self) -> list[tuple[str, TrainingJob, dict[str, Any]]]:
         """(key, job, view) of every job; the key names the job in the pages (its name, or namespace/name)."""
@@ -80,6 +85,10 @@ class Source(Protocol):
     def scale(self, name: str, role: str, replicas: int) -> str: ...
 
     def chaos(self, action: str, target: str, exit_code: int | None) -> str: ...
+
+    def submit(self, draft: create.Draft) -> create.Created:
+        """Submit a valid job of the create page (``draft.job``) as the backend takes jobs."""
+        ...
 
 
 @dataclass
@@ -211,6 +220,16 @@ def _handler(source: Source, sessions: Sessions) -> type[BaseHTTPRequestHandler]
                 )
             elif path == "/api/jobs":
                 self._send_json(_jobs(source))
+            elif path == "/api/create":
+                self._send_json(
+                    {
+                        "dialects": [choice.to_dict() for choice in create.CHOICES],
+                        "frameworks": [framework.value for framework in FrameworkType],
+                        "form": create.defaults(source.namespace).to_dict(),
+                    }
+                )
+            elif path == "/api/create/draft":
+                self._send_json(create.draft(_form(query.get("form", "{}"))).to_dict())
             elif path == "/api/stream":
                 self._stream(query.get("job"))
             elif path.startswith("/api/jobs/"):
@@ -251,6 +270,11 @@ def _handler(source: Source, sessions: Sessions) -> type[BaseHTTPRequestHandler]
                 if code is not None and not isinstance(code, int):
                     raise PageError("exit_code must be a whole number")
                 self._send_json({"message": source.chaos(action, str(body.get("target", "")), code)})
+            elif path == "/api/create":
+                draft = create.draft(create.JobForm.from_dict(body.get("form")))
+                if not draft.valid:  # validation's problems, and nothing submitted
+                    raise PageError(draft.refusal)
+                self._send_json(source.submit(draft).to_dict())
             else:
                 raise PageError("not found", 404)
 
@@ -348,6 +372,14 @@ def _now() -> float:
     """The clock the pages show ages and the timeline's end by: in steps of ``CLOCK_STEP_S``, so that a stream
     sends a job again when something happened, or when that much time has passed, not at every look."""
     return (time.time() // CLOCK_STEP_S) * CLOCK_STEP_S
+
+
+def _form(text: str) -> create.JobForm:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise PageError("form: not JSON") from None
+    return create.JobForm.from_dict(data)
 
 
 def _hostname(host: str) -> str:

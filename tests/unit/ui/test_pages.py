@@ -73,6 +73,20 @@ def test_a_row_of_the_jobs_list() -> None:
     assert (row["name"], row["phase"], row["restarts"], row["age_s"]) == ("demo", "Running", 2, 90.0)
 
 
+def test_hang_restarts_are_counted_on_their_own_per_job_and_per_pod() -> None:
+    """As ``get`` and ``describe`` show them: not among the restarts (relaunches)."""
+    job = load_object(JOB, "test").job
+    pods = [{**_pod(0, "Running"), "hangRestarts": 2}, _pod(1, "Running")]  # an older status: no count
+    view = _view(phase="Running", restartCounts={"worker": 1}, hangRestartCounts={"worker": 2}, pods=pods)
+    row = job_row(job, view)
+    assert (row["restarts"], row["hang_restarts"]) == (1, 2)
+    detail = job_detail(job, view, [], now=1795600800.0)
+    assert [(p["name"], p["restarts"], p["hangRestarts"]) for p in detail["pods"]] == [
+        ("demo-worker-0", 0, 2),
+        ("demo-worker-1", 0, 0),
+    ]
+
+
 @pytest.mark.parametrize(
     ("history", "lost", "by_cause", "goodput"),
     [

@@ -156,7 +156,7 @@ class Operator:
             )
             log.info("agent reports at %s", self.agent_report_url)
         if self.options.ui_port is not None:
-            source = KubeSource(self.kube, self.kinds, self.jobs, self.pods)
+            source = KubeSource(self.kube, self.kinds, self.jobs, self.pods, self.options.namespace)
             self.ui = ui_server.serve(
                 source, self.options.ui_address, self.options.ui_port, self.options.ui_secret
             )

@@ -2,6 +2,10 @@
 resources the operator reconciles from its watch caches, their Events and their pods' logs from the API
 server, and scaling a role by editing its ``replicas`` in the job resource (as ``kubectl edit`` would).
 
+A job from the create page is created as the resource of its dialect (the document the page showed), as
+``kubectl create -f`` would, and reconciled like any other: the operator needs ``create`` on the job kinds for
+it, and takes only the kinds it serves, in the namespace it watches.
+
 Jobs are named ``<namespace>/<name>`` in the pages. Who may act: whoever opens the address with the secret of
 the chart's Secret ``<release>-ui`` (``--ui-token-file``), which only those who may read Secrets in the
 operator's namespace can; through ``kubectl port-forward``, so the pages need no Service of their own.
@@ -19,11 +23,12 @@ from trainguard.api import SpecError, TrainingJob
 from trainguard.api.load import load_object
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
-from trainguard.backends.k8s.kinds import JobKind
+from trainguard.backends.k8s.kinds import PYTORCHJOB, JobKind
 from trainguard.backends.k8s.metadata import LABEL_JOB
 from trainguard.backends.k8s.observe import parse_time
 from trainguard.backends.k8s.shared import owned_by
 from trainguard.policy.elastic import scale_refusal
+from trainguard.ui.create import Created, Draft
 from trainguard.ui.pages import PageError
 
 Obj = dict[str, Any]
@@ -39,9 +44,17 @@ class KubeSource:
     chaos_actions: tuple[str, ...] = ()
 
     def __init__(
-        self, kube: Kube, kinds: Mapping[str, JobKind], jobs: Mapping[str, Cache], pods: Cache
+        self,
+        kube: Kube,
+        kinds: Mapping[str, JobKind],
+        jobs: Mapping[str, Cache],
+        pods: Cache,
+        watched: str | None = None,
     ) -> None:
         self.kube = kube
+        #: The one namespace the operator watches (None: all of them).
+        self.watched = watched
+        self.namespace = watched or "default"
         self.kinds = kinds
         self.caches = jobs
         self.pods = pods
@@ -133,6 +146,36 @@ class KubeSource:
 
     def chaos(self, action: str, target: str, exit_code: int | None) -> str:
         raise PageError("no chaos on Kubernetes: use kubectl (delete --force, drain, ...)")
+
+    def submit(self, draft: Draft) -> Created:
+        job = draft.job.job
+        document = draft.document
+        wanted = (document.get("apiVersion"), document.get("kind"))
+        kind = next((k for k in self.kinds.values() if (k.api_version, k.kind) == wanted), None)
+        if kind is None:
+            served = ", ".join(f"{k.kind}s" for k in self.kinds.values())
+            hint = " (trainguard operator --pytorchjobs serves them)" if wanted[1] == PYTORCHJOB.kind else ""
+            raise PageError(f"this operator does not serve {wanted[1]}s{hint}; it serves {served}")
+        namespace = job.metadata.namespace
+        if self.watched is not None and namespace != self.watched:
+            raise PageError(
+                f"metadata.namespace {namespace!r}: this operator watches namespace {self.watched!r} only; "
+                "create the job there"
+            )
+        key = f"{namespace}/{job.name}"
+        try:
+            self.kube.create(kind.path(namespace), document)
+        except ApiError as error:
+            if error.status == 409:
+                raise PageError(f"job {key} exists already", 409) from None
+            if error.status == 403:
+                raise PageError(
+                    f"the operator may not create {kind.plural} in {namespace} (its ClusterRole needs create on "
+                    f"them): {error.message}",
+                    403,
+                ) from None
+            raise PageError(f"cannot create {kind.kind} {key}: {error}", 502) from None
+        return Created(key, f"{kind.kind} {key} created")
 
     # ---- helpers -----------------------------------------------------------------------------------
 

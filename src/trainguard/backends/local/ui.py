@@ -3,17 +3,21 @@
 They listen on the loopback interface only, on an ephemeral port unless ``TRAINGUARD_UI_PORT`` names one
 (``off`` serves nothing); ``TRAINGUARD_UI_ADDRESS`` binds elsewhere, for whoever asks for it explicitly. The
 pages read what the CLI reads (``trainguard.backends.local.service``) and act through the same requests, so a
-scale out of range is refused with the CLI's own message.
+scale out of range is refused with the CLI's own message, and a job from the create page is submitted as
+``trainguard run --detach`` submits one (``op_submit``), to run in the user's home directory (the form's
+working directory, when relative, is taken from there).
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from trainguard.api.model import TrainingJob
 from trainguard.backends.local.service import RequestError, Service
+from trainguard.ui.create import Created, Draft
 from trainguard.ui.pages import PageError
 from trainguard.ui.server import Endpoint, serve
 
@@ -25,6 +29,7 @@ DEFAULT_ADDRESS = "127.0.0.1"
 class LocalSource:
     backend = "local"
     chaos_actions: tuple[str, ...] = ("kill", "hang", "evict", "force-delete", "node-down", "node-up")
+    namespace = "default"
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -63,6 +68,14 @@ class LocalSource:
 
     def chaos(self, action: str, target: str, exit_code: int | None) -> str:
         return str(self._ask(self.service.op_chaos, action=action, target=target, exit_code=exit_code))
+
+    def submit(self, draft: Draft) -> Created:
+        loaded = draft.job
+        done = self._ask(
+            self.service.op_submit, spec=loaded.job.to_dict(), workdir=str(Path.home()), source=draft.file
+        )
+        held = f" (it waits: {done['held']})" if done.get("held") else ""
+        return Created(done["name"], f"job {done['name']} submitted{held}")
 
     @staticmethod
     def _ask(request: Any, **args: Any) -> Any:

@@ -74,11 +74,12 @@ function showJobs() {
   main.replaceChildren(el("h1", {}, "Jobs"), body);
   listen("/api/stream", (data) => {
     if (!data.jobs.length) return body.replaceChildren(el("p", { class: "quiet" }, "No jobs yet."));
-    body.replaceChildren(table(["job", "phase", "roles (ready/desired, min–max)", "restarts", "age"], data.jobs.map((job) => [
+    body.replaceChildren(table(["job", "phase", "roles (ready/desired, min–max)", "restarts", "hang restarts", "age"], data.jobs.map((job) => [
       el("a", { href: `#job=${encodeURIComponent(job.name)}`, class: "job-link" }, job.name),
       el("span", { class: `phase ${job.phase}` }, job.phase),
       job.roles.map((r) => `${r.name} ${r.ready}/${r.desired} (${r.min}–${r.max})`).join(", "),
       el("span", { class: "num" }, job.restarts),
+      el("span", { class: "num" }, job.hang_restarts),
       age(job.age_s),
     ])));
   });
@@ -117,10 +118,12 @@ function showJob(name) {
     renderRoles(parts.roles, job);
     parts.conditions.replaceChildren(table(["type", "status", "reason", "message"], job.conditions.map((c) => [
       c.type, c.status, c.reason || "", c.message || ""])));
-    parts.pods.replaceChildren(table(["pod", "role", "index", "node", "phase", "restarts", "last exit", "chaos"],
+    // Restarts are relaunches; a hang restart (the hung command run again in its pod) is counted on its own,
+    // as trainguard get and describe show it.
+    parts.pods.replaceChildren(table(["pod", "role", "index", "node", "phase", "restarts", "hang restarts", "last exit", "chaos"],
       job.pods.map((p) => [p.name, p.role, p.index, p.node || "", el("span", { class: `phase ${p.phase}` }, p.phase),
-        el("span", { class: "num" }, p.restarts), [p.exitCode ?? "", p.reason ? ` ${p.reason}` : ""].join(""),
-        chaosButtons(p)])));
+        el("span", { class: "num" }, p.restarts), el("span", { class: "num" }, p.hangRestarts ?? 0),
+        [p.exitCode ?? "", p.reason ? ` ${p.reason}` : ""].join(""), chaosButtons(p)])));
     parts.timeline.replaceChildren(drawTimeline(job.timeline));
     parts.history.replaceChildren(table(
       ["time", "pod", "node", "fault", "rule", "action", "counted", "recovery", "reason"],
@@ -234,12 +237,128 @@ function logsPanel(job) {
   return { form, output, pods: (names) => keepOptions(pod, names) };
 }
 
+// ---- create a job ----------------------------------------------------------------------------------------
+// The form sends what was typed; the server writes the job in the dialect chosen, shows its YAML and checks it
+// as trainguard validate does (trainguard.ui.create). Nothing here spells a field of any dialect.
+
+async function showCreate() {
+  if (stream) { stream.close(); stream = null; }
+  document.getElementById("where").textContent = "create a job";
+  const about = await (await fetch("/api/create")).json();
+  const start = about.form;
+  const field = (name, attrs = {}) => el("input", { name, value: start[name] ?? "", ...attrs });
+  const check = (name) => el("input", { type: "checkbox", name, checked: Boolean(start[name]) });
+  const inputs = {
+    dialect: el("select", { name: "dialect" }, about.dialects.map((d) => el("option", { value: d.key }, d.label))),
+    name: field("name", { placeholder: "a Kubernetes name", required: true }),
+    namespace: field("namespace"),
+    framework: el("select", { name: "framework" }, about.frameworks.map((f) => el("option", { value: f }, f))),
+    image: field("image", { placeholder: "the image (Kubernetes)", class: "wide" }),
+    command: field("command", { placeholder: "python train.py --epochs 10", class: "wide" }),
+    working_dir: field("working_dir", { placeholder: "where it runs (optional)" }),
+    auto_restart: check("auto_restart"),
+    retries: field("retries", { type: "number" }),
+    hang_restart: check("hang_restart"),
+    hang_timeout: field("hang_timeout", { type: "number" }),
+    fault_check: check("fault_check"),
+    live: check("live"),
+  };
+  inputs.dialect.value = start.dialect;
+  inputs.framework.value = start.framework;
+  const roles = el("tbody");
+  const addRole = (role) => roles.append(el("tr", { class: "role" },
+    ["name", "replicas", "min", "max"].map((key) => el("td", {}, el("input", {
+      name: `role-${key}`, value: role[key] ?? "", type: key === "name" ? "text" : "number" }))),
+    el("td", {}, el("button", { type: "button", class: "remove-role", on: { click: (event) => {
+      if (roles.children.length > 1) { event.target.closest("tr").remove(); refresh(); }
+    } } }, "remove"))));
+  start.roles.forEach(addRole);
+  const readRoles = () => [...roles.children].map((row) => {
+    const [name, replicas, min, max] = [...row.querySelectorAll("input")].map((input) => input.value);
+    return { name, replicas, min, max };
+  });
+  const read = () => ({
+    ...Object.fromEntries(Object.entries(inputs).map(([key, input]) => [key, input.type === "checkbox" ? input.checked : input.value])),
+    roles: readRoles(),
+  });
+  const yaml = el("pre", { class: "yaml", id: "create-yaml" });
+  const problems = el("ul", { class: "problems", id: "create-problems" });
+  const notes = el("ul", { class: "quiet", id: "create-notes" });
+  const verdict = el("span", { id: "create-verdict" });
+  const submit = el("button", { type: "submit", id: "create-submit", disabled: !session.actions }, "Create");
+  const label = (text, ...children) => el("label", {}, text, ...children);
+  let dialect = about.dialects.find((d) => d.key === start.dialect);
+  let asked = 0;
+  async function refresh() {
+    const mine = ++asked;
+    const reply = await fetch(`/api/create/draft?${new URLSearchParams({ form: JSON.stringify(read()) })}`);
+    const data = await reply.json();
+    if (mine !== asked) return;  // an answer to an older form
+    if (!reply.ok) return problems.replaceChildren(el("li", {}, data.error));
+    yaml.textContent = data.yaml;
+    verdict.textContent = data.valid ? `${data.kind}: valid` : `${data.kind}: not valid`;
+    verdict.className = data.valid ? "verdict pass" : "verdict fail";
+    problems.replaceChildren(...data.problems.map((p) => el("li", {}, p)), ...data.warnings.map((w) => el("li", { class: "warning" }, `warning: ${w}`)));
+    notes.replaceChildren(...data.notes.map((n) => el("li", {}, n)));
+  }
+  function dialectChanged() {
+    const next = about.dialects.find((d) => d.key === inputs.dialect.value);
+    // The roles a job of the old dialect starts with become those of the new one; roles the user named stay.
+    const names = readRoles().map((r) => r.name);
+    if (names.join("\n") === dialect.roles.join("\n")) {
+      [...roles.children].forEach((row, i) => { if (next.roles[i]) row.querySelector("input").value = next.roles[i]; });
+    }
+    if (next.framework) inputs.framework.value = next.framework;
+    inputs.framework.disabled = Boolean(next.framework);
+    dialect = next;
+  }
+  const form = el("form", { id: "create", novalidate: true, on: {
+    input: () => { notice(""); refresh(); },
+    change: (event) => { if (event.target === inputs.dialect) dialectChanged(); refresh(); },
+    submit: async (event) => {
+      event.preventDefault();
+      try {
+        const done = await post("/api/create", { form: read() });
+        afterRoute = [done.message, true];
+        location.hash = `#job=${encodeURIComponent(done.name)}`;
+      } catch (error) { notice(error.message); }
+    },
+  } },
+    el("fieldset", {}, el("legend", {}, "Job"),
+      label("dialect ", inputs.dialect), label("name ", inputs.name), label("namespace ", inputs.namespace),
+      label("framework ", inputs.framework)),
+    el("fieldset", {}, el("legend", {}, "Roles"),
+      el("table", {}, el("thead", {}, el("tr", {}, ["role", "replicas", "min", "max", ""].map((h) => el("th", {}, h)))), roles),
+      el("button", { type: "button", id: "add-role", on: { click: () => { addRole({ name: "", replicas: 1 }); refresh(); } } }, "add a role")),
+    el("fieldset", {}, el("legend", {}, "Container"),
+      label("image ", inputs.image), label("command ", inputs.command), label("working directory ", inputs.working_dir)),
+    el("fieldset", {}, el("legend", {}, "Fault tolerance"),
+      label("", inputs.auto_restart, " auto restart, at most "), inputs.retries, " times (1–128)",
+      el("br"),
+      label("", inputs.hang_restart, " restart upon suspension, after "), inputs.hang_timeout, " s without progress",
+      el("br"),
+      label("", inputs.fault_check, " fault tolerance check"), label("", inputs.live, " live mode (trainguard.Live)")),
+    el("div", { class: "row" }, submit, session.actions ? "" : el("span", { class: "quiet" }, "read-only: creating needs the address trainguard ui --url prints")));
+  main.replaceChildren(
+    el("h1", {}, "Create a job"),
+    el("div", { class: "grid" },
+      el("section", { id: "create-form" }, form),
+      el("section", { id: "create-template" }, el("h2", {}, "YAML template ", verdict), problems, notes, yaml)));
+  dialectChanged();
+  refresh();
+}
+
 // ---- start -----------------------------------------------------------------------------------------------
 
+// What the next page shows in the notice (a job just created says so on its own page).
+let afterRoute = null;
+
 function route() {
-  notice("");
+  notice(...(afterRoute || [""]));
+  afterRoute = null;
   const match = location.hash.match(/^#job=(.+)$/);
   if (match) showJob(decodeURIComponent(match[1]));
+  else if (location.hash === "#create") showCreate();
   else showJobs();
 }
 
