@@ -250,7 +250,11 @@ class HangDetector:
         return Hang(last, idle[last])
 
     def _progressed(self, deciding: tuple[HangSignal, ...], before: Mapping[HangSignal, float]) -> bool:
-        if self.heartbeats_in_charge and self._steps_seen:
+        if (self.heartbeats_in_charge and self._steps_seen) or (
+            # A job that reported steps before it hung progresses only past them: a restarted command's start
+            # (its imports' CPU, its first lines), however late on a busy machine, replays what it did.
+            self._baseline_step is not None and HangSignal.HEARTBEAT in self._signals
+        ):
             return self._best_step is not None and (
                 self._baseline_step is None or self._best_step > self._baseline_step
             )

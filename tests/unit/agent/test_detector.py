@@ -209,6 +209,21 @@ def test_replaying_steps_below_the_watermark_is_not_progress() -> None:
     assert feed([Tick(t, {0: t}) for t in range(7)], "heartbeat", baseline=5)[-1].progressed
 
 
+@pytest.mark.parametrize(
+    ("tick", "progressed"),
+    [
+        (Tick(11.0, output=True), False),  # its start's first lines, however late
+        (Tick(11.0, cpu=50.0), False),  # its imports' CPU
+        (Tick(11.0, {0: 5}), False),  # replaying the step it hung after
+        (Tick(11.0, {0: 6}), True),
+    ],
+)
+def test_a_restart_of_a_job_that_reported_steps_progresses_only_past_them(
+    tick: Tick, progressed: bool
+) -> None:
+    assert feed([Tick(0.0, cpu=0.0), tick], "heartbeat,log,cpu", baseline=5)[-1].progressed is progressed
+
+
 def test_any_step_is_progress_before_the_first_hang() -> None:
     assert feed([Tick(0, {0: 0})], "heartbeat")[-1].progressed
 
