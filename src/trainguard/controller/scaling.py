@@ -159,19 +159,7 @@ def _timed_out(cycle: Cycle, role: str, late: list[PodStatus], action: ScaleTime
                       scaled_at=None)  # fmt: skip
         cycle.scale_message(ScaleOperation.SCALE_IN.value, role, names)
         operation, after = ScaleOperation.SCALE_IN, present - len(names)
-    cycle.record(
-        HistoryEntry(
-            at=cycle.now,
-            kind=HistoryKind.SCALE_TIMEOUT,
-            role=role,
-            pods=tuple(names),
-            action=operation,
-            scale_from=present,
-            scale_to=after,
-            reason=reason,
-            counters={"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")},
-        )
-    )
+    _record(cycle, HistoryKind.SCALE_TIMEOUT, operation, role, names, (present, after), reason)
     cycle.emit(EventType.WARNING, "ScaleTimeout", reason)
 
 
@@ -199,21 +187,35 @@ def _record_scale(
     cycle: Cycle, operation: ScaleOperation, role: str, names: list[str], before: int, after: int
 ) -> None:
     reason = f"{operation.value} of role {role}: {len(names)} pods ({', '.join(names)})"
-    counters = {"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")}
-    entry = HistoryEntry(
-        at=cycle.now,
-        kind=HistoryKind.SCALE,
-        role=role,
-        pods=tuple(names),
-        action=operation,
-        scale_from=before,
-        scale_to=after,
-        reason=reason,
-        counters=counters,
-    )
-    cycle.record(entry)
+    _record(cycle, HistoryKind.SCALE, operation, role, names, (before, after), reason)
     cycle.scale_message(operation.value, role, names)
     cycle.emit(EventType.NORMAL, "Scaling", cycle.get("scaling_message"))
+
+
+def _record(
+    cycle: Cycle,
+    kind: HistoryKind,
+    operation: ScaleOperation,
+    role: str,
+    names: list[str],
+    sizes: tuple[int, int],
+    reason: str,
+) -> None:
+    """A scale step's history entry: the role's size before and after, and the counters of CCE's message."""
+    counters = {"replicas": cycle.desired.get(role, 0), "jobVersion": cycle.get("scale_version")}
+    cycle.record(
+        HistoryEntry(
+            at=cycle.now,
+            kind=kind,
+            role=role,
+            pods=tuple(names),
+            action=operation,
+            scale_from=sizes[0],
+            scale_to=sizes[1],
+            reason=reason,
+            counters=counters,
+        )
+    )
 
 
 def grow_back(cycle: Cycle) -> None:
