@@ -139,7 +139,7 @@ def test_a_live_re_formation_shows_in_the_history_with_its_own_words(
             report.write(json.dumps(line) + "\n")
     row = page.locator("#history tbody tr").first
     expect(row).to_contain_text(
-        "re-formed live: round 2, 2 workers at step 30 (newcomers got the state from a peer)", timeout=5000
+        "re-formed live: round 2, 2 workers at step 30 (the state from a peer)", timeout=5000
     )
     expect(row).to_contain_text("0.4 s")
     expect(page.locator("#history tbody tr")).to_have_count(1)

@@ -28,7 +28,14 @@ from typing import TypeVar
 from trainguard.controller.backend import EventType
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.reports import LiveRound
-from trainguard.controller.status import HistoryEntry, HistoryKind, LiveOrigin, Reformation
+from trainguard.controller.status import (
+    HistoryEntry,
+    HistoryKind,
+    LiveOrigin,
+    Reformation,
+    ReformCause,
+    ScaleOperation,
+)
 from trainguard.controller.torchrun_command import LIVE_ANNOTATION, asks_for_live, live_refusal
 from trainguard.policy.types import Remedy
 
@@ -56,7 +63,8 @@ def record_live_rounds(cycle: Cycle) -> None:
         _complete(cycle, [_reformation(rounds) for rounds in heard.values()])
     for number in sorted(reports):
         if number > FIRST_ROUND:
-            _record(cycle, _reformation(reports[number]), _at(reports[number]))
+            at = _at(reports[number])
+            _record(cycle, _explained(cycle, _reformation(reports[number]), at), at)
     if reports:
         cycle.updates["live_round"] = max(reports)
     if unused is not None and not cycle.get("live_unused_warned"):
@@ -118,6 +126,9 @@ def _complete(cycle: Cycle, heard: Sequence[Reformation]) -> None:
         if reformation.round not in entries:
             continue
         position, entry, known = entries[reformation.round]
+        recorded = known
+        if known.after is None:  # a fault reported after its round was recorded (another pod's agent)
+            known = _explained(cycle, known, entry.at)
         merged = known.model_copy(
             update={
                 "origin": max(known.origin, reformation.origin, key=_ORIGIN_RANK.__getitem__),
@@ -127,7 +138,7 @@ def _complete(cycle: Cycle, heard: Sequence[Reformation]) -> None:
                 "seconds": _first([known.seconds, reformation.seconds]),
             }
         )
-        if merged != known:
+        if merged != recorded:
             cycle.history[position] = entry.model_copy(
                 update={"reformation": merged, "reason": describe(merged)}
             )
@@ -162,23 +173,96 @@ def _record(cycle: Cycle, reformation: Reformation, at: float) -> None:
     cycle.emit(EventType.NORMAL, "LiveReformed", reason)
 
 
+#: How long after a round's forming an entry of what caused it may be dated (the agents' and the engine's
+#: clocks, a fault reported with the time the worker ended).
+_SLACK_S = 2.0
+#: The entries whose pods made a round: scale steps by what they did to the role.
+_SCALES = {HistoryKind.SCALE, HistoryKind.GROW, HistoryKind.SCALE_TIMEOUT}
+
+
+def _explained(cycle: Cycle, reformation: Reformation, at: float) -> Reformation:
+    """The round with what made it, from the engine's own history between the previous round and this one,
+    whatever order the entries were recorded in (a pod's agent may report a fault after its round): the latest
+    scale step, else the faults of pods, else newcomers when the world grew. Typed fields, decided here; the
+    words follow from them."""
+    previous = max(
+        (e for e in cycle.history if e.kind is HistoryKind.REFORMED and e.reformation is not None
+         and e.reformation.round < reformation.round),
+        key=lambda e: e.reformation.round if e.reformation is not None else 0,
+        default=None,
+    )  # fmt: skip
+    since = previous.at if previous is not None else (cycle.get("started_at") or 0.0)
+    world_before = previous.reformation.world_size if previous is not None and previous.reformation else None
+    window = [
+        e for e in cycle.history if since < e.at <= at + _SLACK_S and e.kind is not HistoryKind.REFORMED
+    ]
+    scale = next((e for e in reversed(window) if e.kind in _SCALES and e.pods), None)
+    faults = _unique(e.pod for e in window if e.kind is HistoryKind.FAULT and e.pod)
+    after: ReformCause | None
+    pods: tuple[str, ...] = ()
+    if scale is not None:
+        after = ReformCause.SCALE_OUT if scale.action is ScaleOperation.SCALE_OUT else ReformCause.SCALE_IN
+        pods = scale.pods
+    elif faults:
+        after, pods = ReformCause.FAULT, faults
+    elif world_before is not None and (reformation.world_size or 0) > world_before:
+        after = ReformCause.JOINED
+    else:
+        after = None
+    return reformation.model_copy(update={"after": after, "after_pods": pods, "world_before": world_before})
+
+
+def _unique(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
 def describe(reformation: Reformation) -> str:
-    """The words of a ``reformed`` entry (its reason, and its Event's message)."""
+    """The words of a ``reformed`` entry (its reason, and its Event's message), from its typed fields: what made
+    the round in the job's terms (the pods that failed, a scale step's pods), never an exception's text."""
     took = f" in {reformation.seconds:.2f} s" if reformation.seconds is not None else ""
-    after = f" (after {reformation.cause})" if reformation.cause else ""
+    after = after_words(reformation.after, reformation.after_pods)
     size = reformation.world_size
     members = "" if size is None else f"{size} worker{'' if size == 1 else 's'}"
     at_step = "" if reformation.step is None else f" at step {reformation.step}"
-    state = {
-        LiveOrigin.LIVE: "every member kept its own state",
-        LiveOrigin.PEER: "the newcomers received the state from a member that held it",
-        LiveOrigin.FRESH: "a fresh state (nobody held one)",
-    }.get(reformation.origin, f"the state restored from {reformation.origin} (nobody held one)")
-    what = ", ".join(part for part in (f"{members}{at_step}".strip(), state) if part)
+    what = ", ".join(part for part in (f"{members}{at_step}".strip(), _state_words(reformation)) if part)
     return (
         f"the job's workers re-formed live as round {reformation.round}{took}{after}: {what}; nothing was "
         "restarted or counted"
     )
+
+
+def after_words(after: ReformCause | None, pods: Sequence[str]) -> str:
+    """`` after ...``: what made a round, as a person says it (empty when nothing the engine saw explains it)."""
+    named = _names(pods)
+    return {
+        ReformCause.FAULT: f" after {named} failed" if named else " after a member failed",
+        ReformCause.SCALE_IN: f" after the scale-in that removed {named}",
+        ReformCause.SCALE_OUT: f" after the scale-out that added {named}",
+        ReformCause.JOINED: " as newcomers joined (replacements of members that failed)",
+    }.get(after, "") if after is not None else ""  # fmt: skip
+
+
+def _names(pods: Sequence[str]) -> str:
+    if len(pods) <= 1:
+        return "".join(pods)
+    return f"{', '.join(pods[:-1])} and {pods[-1]}"
+
+
+def _state_words(reformation: Reformation) -> str:
+    if reformation.origin is LiveOrigin.LIVE:
+        return "every member kept its own state"
+    if reformation.origin is LiveOrigin.PEER:
+        grew = (
+            reformation.world_before is not None and (reformation.world_size or 0) > reformation.world_before
+        )
+        if grew or reformation.after in (ReformCause.SCALE_OUT, ReformCause.JOINED):
+            return "the newcomers received the state from a member that held it"
+        if reformation.after in (ReformCause.FAULT, ReformCause.SCALE_IN):  # nobody new: a step cut short
+            return "a member one step behind received the state from one that had applied that step"
+        return "the members that lacked the state received it from one that held it"
+    if reformation.origin is LiveOrigin.FRESH:
+        return "a fresh state (nobody held one)"
+    return f"the state restored from {reformation.origin} (nobody held one)"
 
 
 def _unused_words(pod: str) -> str:

@@ -233,6 +233,22 @@ class LiveOrigin(str, Enum):
     DISK = "disk"
 
 
+class ReformCause(str, Enum):
+    """What made a live job's workers form a new round, as the engine's own history shows it."""
+
+    def __str__(self) -> str:  # the word, as in the status
+        return str(self.value)
+
+    #: A worker or a pod of the round failed (the history's fault entries name them).
+    FAULT = "fault"
+    #: A scale-in removed members (``after_pods``), or a scale step timed out.
+    SCALE_IN = "scale-in"
+    #: A scale-out, or a grow-back, added pods (``after_pods``).
+    SCALE_OUT = "scale-out"
+    #: Newcomers joined without a scale step: replacements of members that failed before.
+    JOINED = "joined"
+
+
 class Reformation(_Model):
     """What a ``reformed`` history entry records of one live round, as its members reported it."""
 
@@ -244,10 +260,17 @@ class Reformation(_Model):
     #: ``peer`` when a member of the round received the state from another (a newcomer joined), else ``live``
     #: (every member kept its own), or where a state nobody held came from (``fresh``, ``memory``, ``disk``).
     origin: LiveOrigin = LiveOrigin.LIVE
-    #: What ended the previous round, as the exception's type and first line (None: no member said).
+    #: What ended the previous round, as a member's exception's type and first line (None: no member said):
+    #: data for whoever debugs, never the words (``after`` is what a person reads).
     cause: str | None = None
     #: From the failure (or the arrival) to the state in place, as rank 0 saw it (else another member).
     seconds: float | None = None
+    #: What made the round, in the job's terms (None: nothing the engine saw explains it), and the pods it
+    #: names: the failed pods, or those a scale step removed or added.
+    after: ReformCause | None = None
+    after_pods: tuple[str, ...] = ()
+    #: The size of the round before it (None: unknown).
+    world_before: int | None = None
 
 
 class ScaleOperation(str, Enum):

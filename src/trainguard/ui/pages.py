@@ -150,9 +150,18 @@ def history_label(entry: Mapping[str, Any]) -> str:
             words += f", {formed['worldSize']} worker{'s' if formed['worldSize'] != 1 else ''}"
         if formed.get("step") is not None:
             words += f" at step {formed['step']}"
+        pods = list(formed.get("afterPods") or [])
+        named = ", ".join(pods)
+        words += {
+            "fault": f", after {named or 'a member'} failed",
+            "scale-in": f", after the scale-in that removed {named}",
+            "scale-out": f", after the scale-out that added {named}",
+            "joined": ", as newcomers joined",
+        }.get(formed.get("after") or "", "")
         origin = formed.get("origin")
         if origin == "peer":
-            words += " (newcomers got the state from a peer)"
+            grew = formed.get("after") in ("scale-out", "joined")
+            words += " (newcomers got the state from a peer)" if grew else " (the state from a peer)"
         elif origin not in (None, "live"):
             words += f" (the state from {origin})"
         return words

@@ -12,7 +12,8 @@ import pytest
 
 from tests.unit.controller.harness import Harness, worker_job
 from trainguard.controller import EmitEvent, JobStatus, LiveRound
-from trainguard.controller.status import HistoryKind, LiveOrigin, Reformation
+from trainguard.controller.live import after_words, describe
+from trainguard.controller.status import HistoryKind, LiveOrigin, Reformation, ReformCause
 from trainguard.policy.types import Remedy
 
 M0, W0, W1 = "job-master-0", "job-worker-0", "job-worker-1"
@@ -158,8 +159,9 @@ def test_each_live_round_is_recorded_once_per_job_and_counts_nothing(case: Case)
     # The entry's words say what its fields say (a completed entry is worded again).
     for entry in (e for e in h.status.history if e.kind is HistoryKind.REFORMED):
         assert entry.reformation is not None
-        newcomers = "the newcomers received the state" in entry.reason
-        assert newcomers == (entry.reformation.origin is LiveOrigin.PEER), entry.reason
+        received = "received the state" in entry.reason or "received it" in entry.reason
+        assert received == (entry.reformation.origin is LiveOrigin.PEER), entry.reason
+        assert "Error" not in entry.reason  # never a member's exception: the job's words
     # Not restarts: no pod was relaunched, nothing counted.
     assert h.status.restart_counts == {"master": 0, "worker": 0}
     assert [(p.restarts, p.hang_restarts, p.generation) for p in h.status.pods] == [(0, 0, 1)] * 3
@@ -183,6 +185,9 @@ def test_an_entry_holds_its_round_in_typed_fields_through_a_stored_status() -> N
         "origin": "peer",
         "cause": CAUSE,
         "seconds": 0.25,
+        "after": None,
+        "afterPods": [],
+        "worldBefore": None,
     }
     assert "round 2" in entry["reason"]
     # A controller that restarts from the stored status records nothing again.
@@ -213,3 +218,69 @@ def test_a_script_that_does_not_use_live_mode_is_warned_about_once_per_job() -> 
     assert h.status.live_unused_warned
     assert not [e for e in h.status.history if e.kind is HistoryKind.REFORMED]
     assert h.status.restart_counts == {"master": 0, "worker": 0}
+
+
+def _formed(h: Harness, number: int, world: int, origin: str = "live") -> Reformation:
+    """Rank 0 reports round ``number`` formed now (with a member's exception as its cause); the entry."""
+    cut = "RuntimeError: Connection closed by peer [127.0.0.1]:7596. This is typically caused by a remote wor"
+    h.cluster.reform(M0, _round(number, 0, world=world, origin=origin, cause=cut, at=h.cluster.now - number))
+    h.tick()
+    (entry,) = [e for e in h.status.history if e.reformation is not None and e.reformation.round == number]
+    assert "RuntimeError" not in entry.reason, entry.reason
+    assert "Connection closed" not in entry.reason, entry.reason
+    assert entry.reformation is not None
+    return entry.reformation
+
+
+def test_a_round_says_what_made_it_in_the_jobs_words() -> None:
+    h = Harness.start(worker_job(2, minReplicas=1, maxReplicas=3))
+    h.running()
+    h.tick()
+    # A worker of worker-1 failed (its pod goes on): the survivors form round 2 without it.
+    h.cluster.restart_workers(W1, 137)
+    h.tick()
+    formed = _formed(h, 2, world=2)
+    assert (formed.after, formed.after_pods) == ("fault", (W1,))
+    assert "after job-worker-1 failed: 2 workers at step 40, every member kept its own state" in describe(
+        formed
+    )
+    # Its replacement joins: round 3 of 3, the state from a survivor.
+    h.tick()
+    formed = _formed(h, 3, world=3, origin="peer")
+    assert (formed.after, formed.world_before) == ("joined", 2)
+    assert "as newcomers joined" in describe(formed)
+    assert "the newcomers received the state from a member that held it" in describe(formed)
+    # A scale-in removes worker-1: round 4 of 2.
+    h.cluster.scale("worker", 1)
+    h.tick()
+    h.tick()
+    formed = _formed(h, 4, world=2)
+    assert (formed.after, formed.after_pods) == ("scale-in", (W1,))
+    assert "after the scale-in that removed job-worker-1:" in describe(formed)
+    # A scale-out adds it again: round 5 of 3.
+    h.cluster.scale("worker", 2)
+    h.tick()
+    h.tick()
+    formed = _formed(h, 5, world=3, origin="peer")
+    assert (formed.after, formed.after_pods) == ("scale-out", (W1,))
+    assert "after the scale-out that added job-worker-1: 3 workers" in describe(formed)
+    # A member one step behind after a fault: said so, not "newcomers".
+    h.cluster.restart_workers(W0, 137)
+    h.tick()
+    formed = _formed(h, 6, world=2, origin="peer")
+    assert "a member one step behind received the state from one that had applied that step" in describe(
+        formed
+    )
+
+
+@pytest.mark.parametrize(
+    ("pods", "words"),
+    [
+        ((), " after a member failed"),
+        (("a",), " after a failed"),
+        (("a", "b"), " after a and b failed"),
+        (("a", "b", "c"), " after a, b and c failed"),
+    ],
+)
+def test_the_failed_pods_are_named_as_a_person_lists_them(pods: tuple[str, ...], words: str) -> None:
+    assert after_words(ReformCause.FAULT, pods) == words

@@ -127,7 +127,20 @@ def _reformed(**fields: Any) -> dict[str, Any]:
         ),
         (
             _reformed(worldSize=4, step=7, origin="peer"),
-            "re-formed live: round 4, 4 workers at step 7 (newcomers got the state from a peer)",
+            "re-formed live: round 4, 4 workers at step 7 (the state from a peer)",
+        ),
+        (
+            _reformed(worldSize=4, step=7, origin="peer", after="scale-out", afterPods=["w-3"]),
+            "re-formed live: round 4, 4 workers at step 7, after the scale-out that added w-3 "
+            "(newcomers got the state from a peer)",
+        ),
+        (
+            _reformed(worldSize=2, step=7, origin="live", after="fault", afterPods=["w-1"]),
+            "re-formed live: round 4, 2 workers at step 7, after w-1 failed",
+        ),
+        (
+            _reformed(worldSize=2, origin="live", after="scale-in", afterPods=["w-2", "w-3"]),
+            "re-formed live: round 4, 2 workers, after the scale-in that removed w-2, w-3",
         ),
         (_reformed(worldSize=1, origin="disk"), "re-formed live: round 4, 1 worker (the state from disk)"),
         (_reformed(), "re-formed live: round 4"),
