@@ -16,10 +16,17 @@ from trainguard.api.model import TrainingJob
 from trainguard.policy.roles import resolve_role
 from trainguard.policy.types import PodRef, PolicyState
 
+#: CCE: a job is elastic only with fault tolerance on.
+NOT_ELASTIC = (
+    "spec.faultTolerant is false, so the job is not elastic; set spec.faultTolerant: true to scale it"
+)
+
 
 def validate_scale(job: TrainingJob, role: str, replicas: int) -> None:
     """Raise ValueError("replicas 7 outside [1, 5]") when ``replicas`` does not fit the role's bounds."""
     _, spec = resolve_role(job, role)
+    if not job.spec.fault_tolerant:
+        raise ValueError(NOT_ELASTIC)
     low, high = spec.min_count, spec.max_count
     if not low <= replicas <= high:
         raise ValueError(f"replicas {replicas} outside [{low}, {high}]")
@@ -29,6 +36,8 @@ def scale_refusal(job: TrainingJob, role: str, replicas: int) -> str | None:
     """Why a request to scale ``role`` to ``replicas`` is refused, in the words every front end shows (the
     CLI, the job pages), or None when it may go ahead."""
     key, spec = resolve_role(job, role)
+    if not job.spec.fault_tolerant:
+        return f"job {job.name}: {NOT_ELASTIC}"
     low, high = spec.min_count, spec.max_count
     if low <= replicas <= high:
         return None

@@ -41,7 +41,7 @@ def fail_pod(
 
     gone = f"{why}; {pod} has failed for good"
     role_why = role_failure(role, spec, failed, _of_role(job, role, slots))
-    if role_why is None and spec.is_elastic:
+    if role_why is None and spec.is_elastic and job.spec.fault_tolerant:
         remaining = _alive_after(job, role, spec, failed, alive)
         if remaining >= spec.min_count:
             return decision(

@@ -23,6 +23,7 @@ from trainguard.api.model import (
     TrainingJob,
 )
 from trainguard.policy.types import (
+    RULE_FAULT_TOLERANT,
     RULE_JOB_RETRY,
     RULE_RESTART_POLICY,
     RULE_UNCONDITIONAL_RETRY,
@@ -80,7 +81,19 @@ def match(job: TrainingJob, role: ReplicaSpec, fault: Fault) -> Match:
             if _entry_matches(entry, fault):
                 return _by_entry(position, entry)
     retry = _by_job_retry(job, fault)
-    return retry if retry is not None else _by_restart_policy(job, role, fault)
+    if retry is not None:
+        return retry
+    if not job.spec.fault_tolerant:
+        return Match(RULE_FAULT_TOLERANT, False, role.restart_scope, NOT_FAULT_TOLERANT)
+    return _by_restart_policy(job, role, fault)
+
+
+#: Why a job with ``faultTolerant: false`` restarts nothing (CCE: the option is needed for fault tolerance and for
+#: elasticity); a ModelArts job retry or restart upon suspension, asked for by their own settings, still apply.
+NOT_FAULT_TOLERANT = (
+    "spec.faultTolerant is false: the roles' rules and restart policies recover nothing (CCE: fault tolerance "
+    "and elasticity need it)"
+)
 
 
 def _entry_matches(entry: FaultTolerantRule, fault: Fault) -> bool:

@@ -16,6 +16,8 @@ from trainguard.api.model import RestartScope
 
 #: Names a Decision gives as its ``rule`` besides "faultTolerantPolicy[i]".
 RULE_RESTART_POLICY = "restartPolicy"
+#: CCE's ``faultTolerant: false``: no fault is recovered by the roles' rules and no role is elastic.
+RULE_FAULT_TOLERANT = "faultTolerant"
 RULE_HANG = "hang"
 RULE_JOB_RETRY = "jobRetry"
 RULE_UNCONDITIONAL_RETRY = "jobUnconditionalRetry"

@@ -106,7 +106,7 @@ def test_fault_tolerant_false_ignores_the_entries() -> None:
         faultTolerant=False,
     )
     decision = first_decision(training_job, exited(POD, 129))
-    assert (decision.rule, decision.action) == ("restartPolicy", Remedy.FAIL_JOB)
+    assert (decision.rule, decision.action) == ("faultTolerant", Remedy.FAIL_JOB)  # nor its restartPolicy
 
 
 def test_the_retryable_set_is_the_jobs() -> None:
