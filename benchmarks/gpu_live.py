@@ -455,6 +455,8 @@ def join_measures(
     )
     sums = sums_at(everyone, check_step)
     phases = [join_phases(r, ready["t"], first["t"]) for r in survivors]  # their next steps read by now
+    # The first steps of the join's round, in their parts (or of the round right after it, where a loaded
+    # machine re-formed again at once: each round's first steps are timed).
     parts = {
         who: [
             {
@@ -462,8 +464,8 @@ def join_measures(
                 for k in ("step", "forward", "backward", "optimizer")
             }
             for e in rank.events
-            if e["event"] == "parts" and e["round"] == formed["round"]
-        ]
+            if e["event"] == "parts" and e["round"] >= formed["round"]
+        ][:3]
         for who, rank in (("newcomer", newcomer), ("survivor", survivors[0]))
     }
     after = time.time()

@@ -64,7 +64,7 @@ def _step_after(cluster: RealCluster, name: str, since: float, world: int | None
     )
 
 
-def _explain(cluster: RealCluster, name: str, lines: int = 25) -> str:
+def _explain(cluster: RealCluster, name: str, lines: int = 60) -> str:
     """The job's phase, its last history entries, and each worker pod's state and last log lines (of the
     container before, too, when it restarted): what a failed wait says of where the job got stuck."""
     status = _status(cluster, name)
@@ -77,9 +77,13 @@ def _explain(cluster: RealCluster, name: str, lines: int = 25) -> str:
                      f"{restarts} restarts, states {[c.get('state') for c in containers]}")  # fmt: skip
         for previous in ([True] if restarts else []) + [False]:
             logs = cluster.logs(pod_name, previous=previous)
-            parts.append(
-                ("(previous container)\n" if previous else "") + "\n".join(logs.splitlines()[-lines:])
-            )
+            # Not torch's C++ stack frames: the lines that say where the workers are.
+            kept = [
+                line
+                for line in logs.splitlines()
+                if not line.startswith(("frame #", "Exception raised from"))
+            ]
+            parts.append(("(previous container)\n" if previous else "") + "\n".join(kept[-lines:]))
     return "\n".join(parts)
 
 
@@ -477,7 +481,10 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
     job["metadata"]["name"] = LIVE_JOB
     job["metadata"]["annotations"] = {"trainguard.io/live": "true"}
     del job["spec"]["hang"]
-    job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]["command"].append("--live")
+    container = job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]
+    container["command"].append("--live")
+    # Each step of forming a round in the pods' logs: what a round that stalled waited for.
+    container["env"] = [*container.get("env", []), {"name": "TRAINGUARD_LIVE_TRACE", "value": "1"}]
     trainer.apply(job)
     try:
         wait_for(
