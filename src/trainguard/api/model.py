@@ -67,8 +67,19 @@ class CleanPodPolicy(str, Enum):
 class FrameworkType(str, Enum):
     PYTORCH = "pytorch"
     HOROVOD = "horovod"
+    #: CCE's schema lists it; trainguard refuses it at validation (``PADDLE_REFUSED``) until it launches Paddle.
     PADDLE = "paddle"
     GENERIC = "generic"
+
+
+#: Why ``frameworkType: paddle`` is refused, and what to write instead.
+PADDLE_REFUSED = (
+    "frameworkType paddle is not supported yet: trainguard does not wire Paddle's elastic launch "
+    "(paddle.distributed.launch) together; use frameworkType: generic with the launch command in the "
+    "container, and trainguard still restarts, scales and records its pods as the policy says"
+)
+#: The frameworks a job may name.
+SUPPORTED_FRAMEWORKS = tuple(f for f in FrameworkType if f is not FrameworkType.PADDLE)
 
 
 class ExceptionalEvent(str, Enum):
@@ -361,6 +372,13 @@ class TrainingJobSpec(_Model):
     plugin: dict[str, Any] | None = None
     scheduling_policy: SchedulingPolicy | None = None
     scaling: ScalingPolicy = Field(default_factory=ScalingPolicy)
+
+    @field_validator("framework_type")
+    @classmethod
+    def _framework(cls, value: FrameworkType) -> FrameworkType:
+        if value is FrameworkType.PADDLE:
+            raise ValueError(PADDLE_REFUSED)
+        return value
 
     @field_validator("replica_specs")
     @classmethod

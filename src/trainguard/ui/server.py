@@ -39,7 +39,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from trainguard.api.model import FrameworkType, TrainingJob
+from trainguard.api.model import SUPPORTED_FRAMEWORKS, TrainingJob
 from trainguard.ui import create, pages
 from trainguard.ui.pages import PageError
 
@@ -224,7 +224,7 @@ def _handler(source: Source, sessions: Sessions) -> type[BaseHTTPRequestHandler]
                 self._send_json(
                     {
                         "dialects": [choice.to_dict() for choice in create.CHOICES],
-                        "frameworks": [framework.value for framework in FrameworkType],
+                        "frameworks": [framework.value for framework in SUPPORTED_FRAMEWORKS],
                         "form": create.defaults(source.namespace).to_dict(),
                     }
                 )

@@ -223,3 +223,13 @@ def test_problems_of_every_document_in_a_file() -> None:
         'many.yaml:9: spec.replicaSpecs.w.replicas: replicas must be a whole number, not "x"',
         "many.yaml:11: document 3 is a list; a job is a mapping with apiVersion, kind, metadata and spec",
     ]
+
+
+@pytest.mark.parametrize("make", [native, cce_job], ids=["native", "aitrainingjob"])
+def test_paddle_is_refused_with_what_to_write_instead(make: Any) -> None:
+    data = make()
+    data["spec"]["frameworkType"] = "paddle"
+    (problem,) = error_of(data).problems
+    assert problem.path == "spec.frameworkType"
+    assert "frameworkType paddle is not supported yet" in problem.message
+    assert "use frameworkType: generic" in problem.message
