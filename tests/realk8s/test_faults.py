@@ -476,7 +476,8 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
     """The example with ``--live`` and ``trainguard.io/live: "true"`` on the stock image (the operator delivers
     the SDK and the live launcher): a training process killed is restarted alone and rejoins, and a scale
     3 -> 2 removes one pod; both times the other pods' training processes are the same (their pids), and
-    training goes on from the step it reached."""
+    training goes on from the step it reached. Then the job's store pod is deleted: the two train on through its
+    re-creation, in their processes, no round ended."""
     job = _survivor()
     job["metadata"]["name"] = LIVE_JOB
     job["metadata"]["annotations"] = {"trainguard.io/live": "true"}
@@ -496,23 +497,6 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         )
         pods = [f"{LIVE_JOB}-worker-{i}" for i in range(3)]
         before = {pod: _training_pid(trainer, pod) for pod in pods}
-
-        # 0. The store's pod deleted: the operator creates it again behind the same Service, empty; the workers
-        # train on in their processes through its absence (their clients connect again), and the next round
-        # (step 1's) forms on the new store.
-        store_pod = f"{LIVE_JOB}-rendezvous"
-        old_store = trainer.pod(store_pod)["metadata"]["uid"]
-        trainer.kubectl("delete", "pod", store_pod, "--wait=false")
-        deleted_at = time.time()
-        wait_for("the store's new pod running", lambda: _store_running(trainer, store_pod, old_store), 300, every=2,
-                 explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
-        back_at = time.time()
-        wait_for("steps of 3 after the store came back", lambda: _step_after(trainer, LIVE_JOB, back_at + 5, world=3),
-                 120, every=1, explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
-        _report("live: the store's pod deleted (to the new store's first steps)", deleted_at, time.time())
-        restarted = [p["metadata"]["name"] for p in _workers(trainer, LIVE_JOB)
-                     if any(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or [])]  # fmt: skip
-        assert restarted == [], (restarted, _explain(trainer, LIVE_JOB))
 
         # 1. The training process of worker-2 killed: the launcher restarts it alone; it rejoins from a peer.
         killed_at = time.time()
@@ -569,5 +553,24 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         assert restarts == {pods[0]: 0, pods[1]: 0}, restarts
         kinds = [h["kind"] for h in _status(trainer, LIVE_JOB).get("history", [])]
         assert kinds.count("reformed") >= 2, kinds
+
+        # 3. The store's pod deleted: the operator creates it again behind the same Service, empty; the two
+        # workers train on in their processes through its absence (their clients connect again), no round ends.
+        rounds = [h for h in _status(trainer, LIVE_JOB).get("history", []) if h["kind"] == "reformed"]
+        store_pod = f"{LIVE_JOB}-rendezvous"
+        old_store = trainer.pod(store_pod)["metadata"]["uid"]
+        trainer.kubectl("delete", "pod", store_pod, "--wait=false")
+        deleted_at = time.time()
+        wait_for("the store's new pod running", lambda: _store_running(trainer, store_pod, old_store), 300, every=2,
+                 explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
+        back_at = time.time()
+        wait_for("steps of 2 after the store came back", lambda: _step_after(trainer, LIVE_JOB, back_at + 5, world=2),
+                 120, every=1, explain=lambda: _explain(trainer, LIVE_JOB))  # fmt: skip
+        _report("live: the store's pod deleted (to the new store's first steps)", deleted_at, time.time())
+        after = [h for h in _status(trainer, LIVE_JOB).get("history", []) if h["kind"] == "reformed"]
+        assert after == rounds, _explain(trainer, LIVE_JOB)  # no round ended: the same processes train on
+        restarted = [p["metadata"]["name"] for p in _workers(trainer, LIVE_JOB) if p["metadata"]["name"] in pods[:2]
+                     and any(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or [])]  # fmt: skip
+        assert restarted == [], (restarted, _explain(trainer, LIVE_JOB))
     finally:
         trainer.kubectl("delete", "trainingjob", LIVE_JOB, "--wait=false")
