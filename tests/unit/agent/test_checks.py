@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,3 +215,12 @@ def test_a_rendezvous_that_starts_listening_a_moment_later_is_reached() -> None:
         for server in servers:
             server.close()
     assert 0.5 <= seconds < readings.CONNECT_PATIENCE
+
+
+def test_a_rendezvous_name_that_does_not_resolve_is_tried_for_the_whole_patience(monkeypatch: Any) -> None:
+    """A just-created Service's name may not resolve for a moment: tried again, not failed at once."""
+    monkeypatch.setattr(readings, "CONNECT_PATIENCE", 1.2)
+    started = time.monotonic()
+    with pytest.raises(socket.gaierror):
+        Machine().connect_seconds("no-such-name.invalid:29400")
+    assert time.monotonic() - started >= 1.2

@@ -191,15 +191,17 @@ class Machine(Readings):
         return self._cpu_first / took
 
     def connect_seconds(self, address: str) -> float:
-        """Until a TCP connection to ``address`` is made: a rendezvous that is not listening yet (its pod
-        starting with the job's) is tried again every half second for ``CONNECT_PATIENCE`` seconds."""
+        """Until a TCP connection to ``address`` is made: a rendezvous that is not there yet (its pod starting
+        with the job's, its Service's name not resolving yet, no endpoint behind it) is tried again every half
+        second for ``CONNECT_PATIENCE`` seconds; the last error stands after that."""
         host, _, port = address.rpartition(":")
         started = time.monotonic()
         while True:
+            left = CONNECT_PATIENCE - (time.monotonic() - started)
             try:
-                with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_PATIENCE):
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=max(left, 0.5)):
                     return time.monotonic() - started
-            except ConnectionRefusedError:
+            except OSError:  # refused, a name not resolving yet, unreachable, timed out
                 if time.monotonic() - started >= CONNECT_PATIENCE:
                     raise
                 time.sleep(0.5)
