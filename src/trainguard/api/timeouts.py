@@ -18,9 +18,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from trainguard.api.documents import Document
+from trainguard.api.dialects.modelarts import Origin, annotation_problem
 from trainguard.api.errors import SpecError, SpecProblem
-from trainguard.api.fieldpath import FieldPath
 
 HANG_TIMEOUT = "trainguard.io/hang-timeout-seconds"
 SCALING_TIMEOUT = "trainguard.io/scaling-timeout-seconds"
@@ -29,7 +28,6 @@ SETS: dict[str, tuple[str, str, int, int]] = {
     HANG_TIMEOUT: ("hang", "timeoutSeconds", 1, 7 * 86400),
     SCALING_TIMEOUT: ("scaling", "timeoutSeconds", 1, 7 * 86400),
 }
-Origin = tuple[Document, FieldPath]
 
 
 def apply(data: dict[str, Any], origins: dict[str, Origin]) -> dict[str, Any]:
@@ -44,8 +42,7 @@ def apply(data: dict[str, Any], origins: dict[str, Origin]) -> dict[str, Any]:
         return data
 
     def problem(key: str, message: str) -> SpecProblem:
-        document, path = origins.get(key, (None, ("metadata", "annotations", key)))
-        return SpecProblem("", "", message) if document is None else document.problem(path, message)
+        return annotation_problem(origins, key, message)
 
     problems: list[SpecProblem] = []
     spec = copy.deepcopy(spec)

@@ -51,6 +51,14 @@ _Problem = Callable[[str, str], SpecProblem]
 Origin = tuple[Document, FieldPath]
 
 
+def annotation_problem(origins: dict[str, Origin], key: str, message: str) -> SpecProblem:
+    """A problem with annotation ``key``, at the file and path it was written in (``lay_over``'s origins)."""
+    document, path = origins.get(key, (None, ("metadata", "annotations", key)))
+    if document is None:
+        return SpecProblem("", "", message)
+    return document.problem(path, message)
+
+
 def is_overlay(data: Any) -> bool:
     """A document in the overlay form of ModelArts' documentation rather than a job."""
     return isinstance(data, dict) and "apiVersion" not in data and str(data.get("kind", "")).lower() == "job"
@@ -139,10 +147,7 @@ def apply(data: dict[str, Any], origins: dict[str, Origin]) -> tuple[dict[str, A
     warnings: list[SpecProblem] = []
 
     def problem(key: str, message: str) -> SpecProblem:
-        document, path = origins.get(key, (None, ("metadata", "annotations", key)))
-        if document is None:
-            return SpecProblem("", "", message)
-        return document.problem(path, message)
+        return annotation_problem(origins, key, message)
 
     retry_num = _retry_num(ours.get(JOB_RETRY_NUM), problem, problems)
     unconditional = _flag(UNCONDITIONAL_RETRY, ours.get(UNCONDITIONAL_RETRY), problem, problems)
