@@ -33,7 +33,7 @@ from trainguard.controller.scaling import (
     discovery_held_until,
     grow_back,
     reach_desired,
-    scale_timeout_at,
+    scale_deadline,
     take_scale_requests,
     time_out_scale_steps,
     update_discovery,
@@ -125,6 +125,9 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
     specs = cycle.job.spec.replica_specs
     for slot in cycle.slots.values():
         phase = slot.phase
+        scaled_until = scale_deadline(cycle, slot)
+        if scaled_until is not None:
+            times.append(scaled_until)
         if phase is PodPhase.WAITING:
             if slot.due_at is not None and slot.due_at > cycle.now:
                 times.append(slot.due_at)
@@ -138,9 +141,9 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
             limit = spec.restart_time_limit if spec is not None else None
             if limit:
                 times.append((slot.launched_at or cycle.now) + limit)
-    for at in (reissue_wake_at(cycle), scale_timeout_at(cycle)):
-        if at is not None:
-            times.append(at)
+    reissue_at = reissue_wake_at(cycle)
+    if reissue_at is not None:
+        times.append(reissue_at)
     held_until = discovery_held_until(cycle)
     if held_until is not None:
         times.append(held_until)

@@ -163,17 +163,11 @@ def _timed_out(cycle: Cycle, role: str, late: list[PodStatus], action: ScaleTime
     cycle.emit(EventType.WARNING, "ScaleTimeout", reason)
 
 
-def scale_timeout_at(cycle: Cycle) -> float | None:
-    """When the next pod of a scale-out times out, or None."""
-    timeout = cycle.job.spec.scaling.timeout_seconds
-    return min(
-        (
-            s.scaled_at + timeout
-            for s in cycle.slots.values()
-            if s.scaled_at is not None and s.phase in _NOT_YET_RUNNING
-        ),
-        default=None,
-    )
+def scale_deadline(cycle: Cycle, slot: PodStatus) -> float | None:
+    """When ``slot``, added by a scale-out and not running yet, times out; None for any other slot."""
+    if slot.scaled_at is None or slot.phase not in _NOT_YET_RUNNING:
+        return None
+    return slot.scaled_at + cycle.job.spec.scaling.timeout_seconds
 
 
 def _scale_in(cycle: Cycle, role: str, present: int, slots: list[PodStatus]) -> None:
