@@ -6,7 +6,7 @@ The environment lets a runtime configure the agent without touching the command 
 |---|---|---|
 | ``--hang-timeout SECONDS`` | ``TRAINGUARD_HANG_TIMEOUT`` | off: the agent only supervises |
 | ``--max-consecutive N`` | ``TRAINGUARD_HANG_MAX_CONSECUTIVE`` | 3 |
-| ``--signals heartbeat,log,cpu`` | ``TRAINGUARD_HANG_SIGNALS`` | all three |
+| ``--signals heartbeat,log,cpu,io`` | ``TRAINGUARD_HANG_SIGNALS`` | heartbeat,log,cpu |
 | ``--grace SECONDS`` | ``TRAINGUARD_HANG_GRACE`` | 10 |
 | ``--report FILE`` | ``TRAINGUARD_REPORT_FILE`` | none |
 | ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
@@ -30,7 +30,8 @@ from trainguard.pod import contract
 from trainguard.pod.checks import Settings
 from trainguard.pod.hangsignal import HangSignal
 
-ALL_SIGNALS = frozenset(HangSignal)
+#: The signals when none are named: ``io`` is chosen, never implied (it makes the fallback stricter).
+ALL_SIGNALS = frozenset({HangSignal.HEARTBEAT, HangSignal.LOG, HangSignal.CPU})
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--signals",
         metavar="LIST",
-        help="what counts as progress, comma-separated: heartbeat,log,cpu (all); heartbeats take over "
+        help="what counts as progress, comma-separated: heartbeat,log,cpu,io (default heartbeat,log,cpu); heartbeats take over "
         "as soon as the command sends one",
     )
     parser.add_argument(

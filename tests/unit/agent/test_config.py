@@ -15,7 +15,7 @@ def test_defaults_only_supervise() -> None:
     assert config.command == ("python", "train.py")
     assert config.hang_timeout is None
     assert config.max_consecutive == 3
-    assert config.signals == frozenset(HangSignal)
+    assert config.signals == frozenset(HangSignal) - {HangSignal.IO}
     assert config.grace == 10.0
     assert config.report_file is None
 

@@ -1,4 +1,4 @@
-"""Hang detection: the SDK's heartbeats, the command's output, its tree's CPU time and the pod's GPUs
+"""Hang detection: the SDK's heartbeats, the command's output, its tree's CPU time and I/O and the pod's GPUs
 (``trainguard.agent.detector``), fed every poll; the progress the heartbeats show, reported at most once a
 second."""
 
@@ -61,15 +61,21 @@ class HangWatcher:
         config, detector, now = self.config, self.detector, tick.now
         beats = self.heartbeats.read()
         cpu: float | None = None
+        io: int | None = None
         gpus: tuple[GpuSample, ...] | None = None
+        sampled = config.signals & {HangSignal.CPU, HangSignal.IO}
         if (
             config.hang_timeout is not None
-            and HangSignal.CPU in config.signals
+            and sampled
             and not detector.heartbeats_in_charge
             and now >= self._next_cpu
         ):
-            cpu = tree.cpu_seconds(tree.descendants())
-            gpus = self._sample_gpus()
+            processes = tree.descendants()
+            if HangSignal.CPU in sampled:
+                cpu = tree.cpu_seconds(processes)
+                gpus = self._sample_gpus()
+            if HangSignal.IO in sampled:
+                io = tree.io_bytes(processes)
             self._next_cpu = now + _CPU_SAMPLE_INTERVAL
         assessment = detector.observe(
             Observation(
@@ -78,6 +84,7 @@ class HangWatcher:
                 output_at=self.output_at(),
                 cpu_seconds=cpu,
                 gpus=gpus,
+                io_bytes=io,
             )
         )
         if assessment.progressed:
