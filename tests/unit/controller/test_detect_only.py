@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from tests.unit.controller.harness import worker_job
+from tests.unit.controller.harness import Harness, worker_job
+from trainguard.controller import EventType, JobPhase
 from trainguard.controller.agent_options import agent_options, requests_gpus
+from trainguard.controller.suspicion import SUSPECTED_HANG, SUSPICION_CLEARED
 
 
 def pod(*containers: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
@@ -77,3 +79,37 @@ def test_the_agents_detection_for_a_pod(
     grace_at = options.index("--grace")
     assert options[:grace_at] == expected
     assert ("--report-only" in options) is (expected[-1:] == ["--report-only"])
+
+
+POD = "test-horovod-elastic-trainer-1"
+
+
+def _events(h: Harness, reason: str) -> list[tuple[str | None, str]]:
+    return [(e.pod, e.message) for e in h.cluster.events() if e.reason == reason]
+
+
+def test_a_suspected_hang_is_shown_once_in_status_and_event_never_restarted_and_clears() -> None:
+    h = Harness.start()
+    h.running()
+    launches = len(h.cluster.launches())
+    h.cluster.suspect_hang(POD, "io", 1800.0)
+    for _ in range(5):
+        h.tick()
+    ((pod, message),) = _events(h, SUSPECTED_HANG)
+    assert pod == POD
+    assert "may be suspended" in message
+    assert all(e.type is EventType.WARNING for e in h.cluster.events() if e.reason == SUSPECTED_HANG)
+    slot = h.pod(POD)
+    assert slot.suspected_hang is not None
+    assert (slot.suspected_hang.signal, slot.suspected_hang.idle_seconds) == ("io", 1800.0)
+    assert (slot.restarts, slot.hang_restarts, slot.generation) == (0, 0, 1)  # nothing done, nothing counted
+    assert len(h.cluster.launches()) == launches
+    assert h.status.phase is JobPhase.RUNNING
+    assert not [e for e in h.status.history if e.pod == POD]
+    h.cluster.suspect_hang(POD, None)
+    h.tick()
+    assert h.pod(POD).suspected_hang is None
+    assert [p for p, _ in _events(h, SUSPICION_CLEARED)] == [POD]
+    h.cluster.suspect_hang(POD, "cpu", 1800.0)  # a second episode: a second event
+    h.tick()
+    assert len(_events(h, SUSPECTED_HANG)) == 2
