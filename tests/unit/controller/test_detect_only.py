@@ -113,3 +113,17 @@ def test_a_suspected_hang_is_shown_once_in_status_and_event_never_restarted_and_
     h.cluster.suspect_hang(POD, "cpu", 1800.0)  # a second episode: a second event
     h.tick()
     assert len(_events(h, SUSPECTED_HANG)) == 2
+
+
+def test_the_page_and_describe_say_the_job_may_be_suspended() -> None:
+    from trainguard.ui.pages import suspended_lines
+
+    h = Harness.start()
+    h.running()
+    status = h.status.model_dump(by_alias=True, mode="json")
+    assert suspended_lines(status) == []
+    h.cluster.suspect_hang(POD, "io", 1800.0)
+    h.tick()
+    status = h.status.model_dump(by_alias=True, mode="json")
+    (line,) = suspended_lines(status)
+    assert line.startswith(f"the job may be suspended: pod {POD} made no progress (io) for 1800 s")
