@@ -44,6 +44,7 @@ from trainguard.controller.launchspec import Network
 from trainguard.controller.reports import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.status import JobStatus
 from trainguard.pod import checks
+from trainguard.pod.summary import SuspectedHang
 
 
 @dataclass
@@ -324,6 +325,12 @@ class FakeCluster:
         """A worker of the pod ended before it formed any live round."""
         target = self.pods[pod]
         target.agent = replace(target.agent or AgentReport(), live_unused=True)
+
+    def suspect_hang(self, pod: str, signal: str | None = "io", idle_seconds: float = 60.0) -> None:
+        """The pod's agent, detecting only, suspects a hang (``None`` signal: it no longer does)."""
+        target = self.pods[pod]
+        suspected = None if signal is None else SuspectedHang(signal, idle_seconds)
+        target.agent = replace(target.agent or AgentReport(), suspected_hang=suspected)
 
     def report_progress(self, pod: str) -> None:
         target = self.pods[pod]

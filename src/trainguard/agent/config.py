@@ -6,7 +6,8 @@ The environment lets a runtime configure the agent without touching the command 
 |---|---|---|
 | ``--hang-timeout SECONDS`` | ``TRAINGUARD_HANG_TIMEOUT`` | off: the agent only supervises |
 | ``--max-consecutive N`` | ``TRAINGUARD_HANG_MAX_CONSECUTIVE`` | 3 |
-| ``--signals heartbeat,log,cpu`` | ``TRAINGUARD_HANG_SIGNALS`` | all three |
+| ``--signals heartbeat,log,cpu,io`` | ``TRAINGUARD_HANG_SIGNALS`` | heartbeat,log,cpu |
+| ``--report-only`` | ``TRAINGUARD_HANG_REPORT_ONLY=1`` | off: a hang stops the command |
 | ``--grace SECONDS`` | ``TRAINGUARD_HANG_GRACE`` | 10 |
 | ``--report FILE`` | ``TRAINGUARD_REPORT_FILE`` | none |
 | ``--termination-log FILE`` | ``TRAINGUARD_TERMINATION_LOG`` | ``/dev/termination-log`` if writable |
@@ -30,7 +31,8 @@ from trainguard.pod import contract
 from trainguard.pod.checks import Settings
 from trainguard.pod.hangsignal import HangSignal
 
-ALL_SIGNALS = frozenset(HangSignal)
+#: The signals when none are named: ``io`` is chosen, never implied (it makes the fallback stricter).
+ALL_SIGNALS = frozenset({HangSignal.HEARTBEAT, HangSignal.LOG, HangSignal.CPU})
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class AgentConfig:
     max_consecutive: int = 3
     signals: frozenset[HangSignal] = ALL_SIGNALS
     grace: float = 10.0
+    #: Detect only: a hang is reported as suspected, and its end when progress resumes; nothing is stopped.
+    report_only: bool = False
     report_file: Path | None = None
     termination_log: Path | None = None
     #: Where the runtime leaves requests for the agent (an exit code to end the pod with).
@@ -64,6 +68,7 @@ class AgentConfig:
         hang_timeout: str | None = None,
         max_consecutive: str | None = None,
         signals: str | None = None,
+        report_only: bool | None = None,
         grace: str | None = None,
         report: str | None = None,
         termination_log: str | None = None,
@@ -106,6 +111,9 @@ class AgentConfig:
             else _seconds(timeout_text, timeout_name, positive=True),
             max_consecutive=3 if count_text is None else _count(count_text, count_name),
             signals=ALL_SIGNALS if signals_text is None else parse_signals(signals_text, signals_name),
+            report_only=report_only
+            if report_only is not None
+            else env.get(contract.ENV_HANG_REPORT_ONLY, "").strip() in ("1", "true"),
             grace=10.0 if grace_text is None else _seconds(grace_text, grace_name, positive=False),
             report_file=Path(report_text) if report_text else None,
             termination_log=Path(log_text) if log_text else default_termination_log(),

@@ -12,8 +12,12 @@ Signals, in order of trust (``HangSignal``):
   devices are read too (``gpu_activity``): a host thread waiting in a CUDA synchronize spins, so a tree whose
   devices hold a kernel while their SMs idle (a collective's kernel polling for a peer) is *waiting*, and the
   CPU it burns is not work; a device that computes is work, whatever the CPU does.
+- ``io``: the bytes the process tree read and wrote (``/proc/<pid>/io``'s ``rchar`` and ``wchar``: every
+  read and write call, files, pipes and sockets alike; ``read_bytes``/``write_bytes`` count only what reached
+  the block device, so a job reading from the page cache or the network would look quiet). Any change of the
+  total is progress; an unchanged total is quiet (ModelArts' first rule: the process's I/O unchanged).
 
-Before any heartbeat, the enabled ones of ``log`` and ``cpu`` decide together: the attempt hangs when *all* of
+Before any heartbeat, the enabled ones of ``log``, ``cpu`` and ``io`` decide together: the attempt hangs when *all* of
 them have been quiet for the timeout (a silent but computing job is not a hang). With ``heartbeat`` as the
 only signal, the attempt's start counts as its first heartbeat, so a job that never heartbeats is a hang.
 
@@ -104,6 +108,8 @@ class Observation:
     output_at: float | None = None
     cpu_seconds: float | None = None
     gpus: Sequence[GpuSample] | None = None
+    #: The tree's read and written bytes (rchar + wchar), None when not sampled.
+    io_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,8 @@ class HangDetector:
         self._cpu_busy_at = started_at
         self._cpu_mark: tuple[float, float] | None = None
         self._power_floor: float | None = None
+        self._io_at = started_at
+        self._io_mark: int | None = None
 
     def rebase(self, now: float) -> None:
         """No worker runs until ``now`` (torchrun is forming its next round): every signal's timeout starts
@@ -155,6 +163,8 @@ class HangDetector:
         self._output_at = max(self._output_at, now)
         self._cpu_busy_at = max(self._cpu_busy_at, now)
         self._cpu_mark = None
+        self._io_at = max(self._io_at, now)
+        self._io_mark = None
         self._ranks.clear()
         self._ranks_emptied_at = now
 
@@ -171,6 +181,8 @@ class HangDetector:
         gpu = self._note_gpus(observation.gpus) if observation.gpus is not None else None
         if observation.cpu_seconds is not None:
             self._note_cpu(now, observation.cpu_seconds, gpu)
+        if observation.io_bytes is not None:
+            self._note_io(now, observation.io_bytes)
         deciding = self._deciding_signals()
         return Assessment(
             hang=self._hang(now, deciding),
@@ -224,10 +236,18 @@ class HangDetector:
             self._cpu_busy_at = now
             self._cpu_mark = (now, total)
 
+    def _note_io(self, now: float, total: int) -> None:
+        # Any change is progress, a fall too (a process that did I/O left the tree: the tree changed).
+        if self._io_mark is not None and total != self._io_mark:
+            self._io_at = now
+        self._io_mark = total
+
     def _deciding_signals(self) -> tuple[HangSignal, ...]:
         if self.heartbeats_in_charge:
             return (HangSignal.HEARTBEAT,)
-        fallback = tuple(signal for signal in (HangSignal.LOG, HangSignal.CPU) if signal in self._signals)
+        fallback = tuple(
+            signal for signal in (HangSignal.LOG, HangSignal.CPU, HangSignal.IO) if signal in self._signals
+        )
         return fallback or tuple(signal for signal in (HangSignal.HEARTBEAT,) if signal in self._signals)
 
     def _progress_at(self, signal: HangSignal) -> float:
@@ -235,6 +255,8 @@ class HangDetector:
             return self._output_at
         if signal is HangSignal.CPU:
             return self._cpu_busy_at
+        if signal is HangSignal.IO:
+            return self._io_at
         if self._ranks:
             return min(seen_at for _, seen_at in self._ranks.values())
         return self._ranks_emptied_at if self._ranks_emptied_at is not None else self._started_at

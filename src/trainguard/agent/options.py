@@ -32,8 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--signals",
         metavar="LIST",
-        help="what counts as progress, comma-separated: heartbeat,log,cpu (all); heartbeats take over "
+        help="what counts as progress, comma-separated: heartbeat,log,cpu,io (default heartbeat,log,cpu); heartbeats take over "
         "as soon as the command sends one",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        default=None,
+        help="with --hang-timeout: report a hang as suspected (and its end), never stop the command",
     )
     parser.add_argument(
         "--grace", metavar="SECONDS", help="between SIGTERM and SIGKILL when stopping the command (10)"
@@ -82,6 +88,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         hang_timeout=args.hang_timeout,
         max_consecutive=args.max_consecutive,
         signals=args.signals,
+        report_only=args.report_only,
         grace=args.grace,
         report=args.report,
         termination_log=args.termination_log,

@@ -6,6 +6,8 @@
 - ``/proc/stat``'s ``btime``: the boot time in whole seconds, which turns a start time into the seconds since
   the epoch psutil gives (a process's stable name); ``CLOCK_BOOTTIME`` against the wall clock turns it into the
   moment it started, to a clock tick (``btime`` alone is up to a second early);
+- ``/proc/<pid>/io``: ``rchar`` and ``wchar``, the bytes its read and write calls moved (the ``io`` hang
+  signal);
 - ``/proc/<pid>/cmdline``: the arguments, NUL-separated (empty for a zombie or a kernel thread).
 
 A ``Process`` is a snapshot taken when it was read. Its pid and start time together name one process even
@@ -78,6 +80,28 @@ def stat(pid: int) -> Process | None:
     try:
         with open(f"{_PROC}/{pid}/stat", encoding="utf-8", errors="replace") as file:
             return parse_stat(pid, file.read())
+    except OSError:
+        return None
+
+
+def parse_io(text: str) -> int | None:
+    """``/proc/<pid>/io`` as the bytes read and written (``rchar`` + ``wchar``); None when it holds neither."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("rchar", "wchar"):
+            try:
+                found[key.strip()] = int(value.strip())
+            except ValueError:
+                return None
+    return sum(found.values()) if found else None
+
+
+def io_bytes(pid: int) -> int | None:
+    """The bytes ``pid`` read and wrote so far; None when it is gone or not ours to read."""
+    try:
+        with open(f"{_PROC}/{pid}/io", encoding="utf-8", errors="replace") as file:
+            return parse_io(file.read())
     except OSError:
         return None
 

@@ -5,7 +5,7 @@ attempt's process, which is also its process group and session) and ``attempt`` 
 
 - ``started``: a (re)start of the command; also ``command``.
 - ``progress``: a new heartbeat (at most one line per second): ``step``, ``rank``, ``ranks``, ``metrics``.
-- ``hang``: ``signal`` (heartbeat, log or cpu: the one that detected it) and ``idle_seconds``.
+- ``hang``: ``signal`` (heartbeat, log, cpu or io: the one that detected it) and ``idle_seconds``.
 - ``restart-in-place``: the hung attempt was stopped and is run again: ``consecutive``, ``max_consecutive``,
   ``exit_code`` and ``exit_signal`` of the stopped attempt.
 - ``exited``: the command ended by itself (or on a signal the agent forwarded): ``exit_code`` (128+N when

@@ -49,7 +49,12 @@ EXIT_HANG = 137
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
-_QUIET = {HangSignal.HEARTBEAT: "heartbeat", HangSignal.LOG: "output", HangSignal.CPU: "CPU use"}
+_QUIET = {
+    HangSignal.HEARTBEAT: "heartbeat",
+    HangSignal.LOG: "output",
+    HangSignal.CPU: "CPU use",
+    HangSignal.IO: "I/O",
+}
 
 
 class Agent:

@@ -63,6 +63,11 @@ def cpu_seconds(processes: Iterable[proc.Process]) -> float:
     return sum(process.cpu_seconds for process in processes)
 
 
+def io_bytes(processes: Iterable[proc.Process]) -> int:
+    """Bytes the processes read and wrote (those that cannot be read count nothing)."""
+    return sum(proc.io_bytes(process.pid) or 0 for process in processes)
+
+
 def signal_tree(group: int | None, processes: Iterable[proc.Process], signum: int) -> None:
     """Signal the command's process group and every descendant, wherever its group is."""
     if group is not None:

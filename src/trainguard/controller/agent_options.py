@@ -5,14 +5,27 @@ the agent itself runs from a stdlib-only bundle and knows nothing of the job mod
 Hang handling (the job's ``hang:`` block, or ModelArts' ``hang-retry``) turns on detection and restart in
 place; the agent has one grace period, for stopping a hung command and for a SIGTERM: the hang block's when
 hang handling is on, else the pod's ``terminationGracePeriodSeconds`` (Kubernetes' default: 30).
+
+With hang handling off, a pod whose containers request GPUs (``nvidia.com/gpu``) gets detection only
+(``--report-only``), as ModelArts detects suspension on every GPU job: the job's hang timeout (default 1800 s),
+the signals in ModelArts' order where the agent reads them (the tree's I/O, then the CPU with the devices'
+activity); the agent reports a suspected hang and never stops the command.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from trainguard.api import TrainingJob
+from trainguard.api.model import HangPolicy
 
 #: Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_SECONDS = 30.0
+#: The extended resource of NVIDIA's device plugin.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: Detection only's signals, in ModelArts' order: the process's I/O, then the devices (read with the CPU).
+DETECT_ONLY_SIGNALS = "io,cpu"
 
 
 def agent_options(job: TrainingJob, role: str) -> list[str]:
@@ -29,7 +42,34 @@ def agent_options(job: TrainingJob, role: str) -> list[str]:
             "--grace",
             f"{hang.grace_period_seconds:g}",
         ]
-    return ["--grace", f"{grace_seconds(job, role):g}"]
+    grace = ["--grace", f"{grace_seconds(job, role):g}"]
+    if requests_gpus(job.role(role).template):
+        timeout = (hang or HangPolicy()).timeout_seconds
+        return ["--hang-timeout", f"{timeout:g}", "--signals", DETECT_ONLY_SIGNALS, "--report-only", *grace]
+    return grace
+
+
+def requests_gpus(template: Mapping[str, Any]) -> bool:
+    """Whether a container (init containers too) of the pod template asks for a GPU, in its limits or its
+    requests (a quantity other than 0)."""
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    containers = [
+        container
+        for key in ("containers", "initContainers")
+        for container in (spec.get(key) or [])
+        if isinstance(container, Mapping)
+    ]
+    for container in containers:
+        resources = container.get("resources")
+        if not isinstance(resources, Mapping):
+            continue
+        for kind in ("limits", "requests"):
+            amounts = resources.get(kind)
+            if isinstance(amounts, Mapping) and str(amounts.get(GPU_RESOURCE, "0")).strip() not in ("0", ""):
+                return True
+    return False
 
 
 def grace_seconds(job: TrainingJob, role: str) -> float:

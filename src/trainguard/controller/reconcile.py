@@ -41,6 +41,7 @@ from trainguard.controller.scaling import (
 from trainguard.controller.settled import SettledSlots
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
 from trainguard.controller.stragglers import record_stragglers
+from trainguard.controller.suspicion import record_suspicions
 from trainguard.policy import Outcome, check_deadline, outcome
 
 _ENDS = {
@@ -104,6 +105,7 @@ def _run(cycle: Cycle) -> None:
     time_out_scale_steps(cycle)
     record_checks(cycle)
     record_stragglers(cycle)
+    record_suspicions(cycle)
     reissue_deadlines(cycle)
     deadline = check_deadline(cycle.job, cycle.get("started_at"), cycle.now)
     if deadline is not None:

@@ -76,6 +76,8 @@ class AgentReport:
     failed_check: CheckResult | None = None
     #: Each of the pod's ranks' work per step (what finds stragglers), as the pod's summary keeps it.
     ranks: tuple[RankEntry, ...] = ()
+    #: Detection only: the agent suspects a hang now (signal, idle seconds); None when it does not.
+    suspected_hang: summaries.SuspectedHang | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
@@ -120,6 +122,7 @@ class AgentReport:
             last_check=seen.last_check,
             failed_check=seen.failed_check,
             ranks=seen.ranks,
+            suspected_hang=seen.suspected_hang,
         )
 
 

@@ -46,6 +46,17 @@ class PhaseTransition(_Model):
     reason: str
 
 
+class SuspectedHang(_Model):
+    """Detection only (a GPU job with hang handling off): the pod's agent suspects a hang; nothing is done."""
+
+    #: The progress signal that went quiet last (io, cpu, log, heartbeat).
+    signal: str
+    #: How long it had been quiet when the agent said so.
+    idle_seconds: float
+    #: When the controller first saw it.
+    since: float
+
+
 class PodStatus(_Model):
     """One pod slot, ``<job>-<role>-<index>``, across its incarnations."""
 
@@ -61,6 +72,9 @@ class PodStatus(_Model):
     restarts: int = 0
     #: Hang restarts in place so far, over all incarnations: a hung command stopped and run again in its pod.
     hang_restarts: int = 0
+    #: The agent's detection only suspects the current incarnation hangs (the job may be suspended); None
+    #: once progress resumed.
+    suspected_hang: SuspectedHang | None = None
     #: The incarnation that should exist now; older ones are being removed.
     generation: int = 1
     #: Restarts in place asked of the agent in this incarnation.

@@ -77,6 +77,8 @@ ENV_HANG_TIMEOUT = "TRAINGUARD_HANG_TIMEOUT"
 ENV_HANG_MAX_CONSECUTIVE = "TRAINGUARD_HANG_MAX_CONSECUTIVE"
 ENV_HANG_SIGNALS = "TRAINGUARD_HANG_SIGNALS"
 ENV_HANG_GRACE = "TRAINGUARD_HANG_GRACE"
+#: "1": detect hangs and report them as suspected, never stop the command (GPU jobs with hang handling off).
+ENV_HANG_REPORT_ONLY = "TRAINGUARD_HANG_REPORT_ONLY"
 #: The agent's report file (JSON lines; the local runtime folds it with ``trainguard.pod.summary``).
 ENV_REPORT_FILE = "TRAINGUARD_REPORT_FILE"
 ENV_TERMINATION_LOG = "TRAINGUARD_TERMINATION_LOG"
@@ -169,6 +171,10 @@ REPORT_EXITED = "exited"
 #: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
 REPORT_GAVE_UP = "gave-up"
 REASON_HANG = "Hang"
+#: Report-only detection (``--report-only``): a hang suspected (``signal``, ``idle_seconds``), once per episode,
+#: and its end when progress resumed.
+REPORT_SUSPECTED_HANG = "suspected-hang"
+REPORT_SUSPICION_CLEARED = "suspicion-cleared"
 
 # ---- live mode and NCCL's error handling ------------------------------------------------------------------
 

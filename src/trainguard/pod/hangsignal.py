@@ -15,3 +15,5 @@ class HangSignal(str, Enum):
     HEARTBEAT = "heartbeat"
     LOG = "log"
     CPU = "cpu"
+    #: The process tree's I/O (``/proc/<pid>/io``: rchar and wchar): ModelArts' first suspension rule.
+    IO = "io"

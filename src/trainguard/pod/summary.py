@@ -10,6 +10,8 @@ The summary is a JSON object:
 
 - ``attempt``: the latest start of the command (1 for the first; 0 before any).
 - ``hangs``: hangs detected; ``inPlaceRestarts``: hung commands stopped and run again.
+- ``suspectedHang``: report-only detection (``--report-only``) suspects a hang now: ``signal`` (the one that
+  went quiet last) and ``idleSeconds``; None when it does not (progress resumed, or none ever suspected).
 - ``workerRestarts``: the latest ``KEPT`` restarts of failed workers by torchrun inside the command, oldest
   first (``at``, ``exitCode`` and ``rank`` of the first failed worker with an exit code, ``failed``,
   ``restartsLeft``, ``maxRestarts``), and ``workerRestartsFrom``, the number of the first one kept. Workers
@@ -61,6 +63,7 @@ WIRE = (
     "lastCheck",
     "failedCheck",
     "ranks",
+    "suspectedHang",
 )
 #: At most this many worker restarts (and live rounds) are taken from a summary sent to the operator.
 _TAKEN = 32
@@ -110,6 +113,14 @@ class RankEntry:
 
 
 @dataclass(frozen=True)
+class SuspectedHang:
+    """``suspectedHang``: report-only detection suspects a hang (nothing is stopped)."""
+
+    signal: str
+    idle_seconds: float
+
+
+@dataclass(frozen=True)
 class Summary:
     """A summary as the backends and the controller read it (``read``): the JSON object's fields, typed."""
 
@@ -125,6 +136,7 @@ class Summary:
     last_check: CheckResult | None = None
     failed_check: CheckResult | None = None
     ranks: tuple[RankEntry, ...] = ()
+    suspected_hang: SuspectedHang | None = None
     #: Kept for the local runtime only (absent from what the operator receives).
     started_at: float | None = None
     pid: int | None = None
@@ -176,6 +188,7 @@ def read(summary: Mapping[str, Any]) -> Summary:
             RankEntry(item["rank"], item["steps"], item["busySeconds"], item.get("stepSeconds", 0.0))
             for item in summary.get("ranks") or ()
         ),
+        suspected_hang=_suspected(summary.get("suspectedHang")),
         started_at=summary.get("startedAt"),
         pid=summary.get("pid"),
         last_progress_at=summary.get("lastProgressAt"),
@@ -201,6 +214,7 @@ def new() -> dict[str, Any]:
         "lastCheck": None,
         "failedCheck": None,
         "ranks": [],
+        "suspectedHang": None,
         "startedAt": None,
         "pid": None,
         "lastProgressAt": None,
@@ -236,6 +250,16 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
     if event == contract.REPORT_HANG:
         summary["hangs"] += 1
         return True
+    if event == contract.REPORT_SUSPECTED_HANG:
+        signal_name, idle = record.get("signal"), _number(record.get("idle_seconds"))
+        if not isinstance(signal_name, str) or idle is None:
+            return False
+        summary["suspectedHang"] = {"signal": signal_name, "idleSeconds": idle}
+        return True
+    if event == contract.REPORT_SUSPICION_CLEARED:
+        changed = summary.get("suspectedHang") is not None
+        summary["suspectedHang"] = None
+        return changed
     if event == contract.REPORT_RESTART_IN_PLACE:
         summary["inPlaceRestarts"] += 1
         summary["pid"] = _integer(record.get("pid")) or summary["pid"]
@@ -321,7 +345,21 @@ def parse(value: object) -> dict[str, Any] | None:
         result = _check(value.get(key))
         parsed[key] = None if result is None else result.as_dict()
     parsed["ranks"] = _ranks(value.get("ranks"))
+    suspected = _suspected(value.get("suspectedHang"))
+    parsed["suspectedHang"] = (
+        None if suspected is None else {"signal": suspected.signal, "idleSeconds": suspected.idle_seconds}
+    )
     return parsed
+
+
+def _suspected(value: object) -> SuspectedHang | None:
+    """``suspectedHang`` as a pod sent it; None where it is not one."""
+    if not isinstance(value, dict):
+        return None
+    signal_name, idle = value.get("signal"), _number(value.get("idleSeconds"))
+    if not isinstance(signal_name, str) or len(signal_name) > 32 or idle is None:
+        return None
+    return SuspectedHang(signal_name, idle)
 
 
 def _check(value: object) -> CheckResult | None:

@@ -97,6 +97,7 @@ def job_detail(
         "events": list(events)[-EVENTS_SHOWN:],
         "time": time_lost(status, drawn.start, drawn.end),
         "fault_check": fault_check(status),
+        "suspended": suspended_lines(status),
     }
 
 
@@ -223,3 +224,14 @@ def _age(view: Mapping[str, Any], now: float | None) -> float | None:
 
 def _ended(status: Mapping[str, Any]) -> bool:
     return status.get("phase") in ("Succeeded", "Failed", "Timeout")
+
+
+def suspended_lines(status: Mapping[str, Any]) -> list[str]:
+    """A job status's suspected hangs (detection only, ``trainguard.controller.suspicion``) in words, one line
+    a pod: what ``describe`` and the job's page say; [] when none is suspected."""
+    return [
+        f"the job may be suspended: pod {pod.get('name')} made no progress ({seen.get('signal')}) for "
+        f"{seen.get('idleSeconds', 0):.0f} s (detection only: restart upon suspension is off)"
+        for pod in status.get("pods") or []
+        if isinstance(seen := pod.get("suspectedHang"), dict)
+    ]

@@ -179,6 +179,20 @@ def forming(args: argparse.Namespace) -> None:
         time.sleep(0.1)
 
 
+def quiet_then_io(args: argparse.Namespace) -> None:
+    """Sleep without I/O (only ``stat`` calls, no reads or writes) until ``--go`` exists, then write a
+    little every 0.1 s for ever: a suspended job that comes back."""
+    mark(args.marker, "quiet")
+    while not os.path.exists(args.go):
+        time.sleep(0.1)
+    mark(args.marker, "io")
+    with open(os.devnull, "wb") as sink:
+        while True:
+            sink.write(b"x")
+            sink.flush()
+            time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--marker")
@@ -213,6 +227,8 @@ def main() -> None:
     p = modes.add_parser("worker-restarts")
     p.add_argument("--count", type=int, default=2)
     modes.add_parser("live-rounds")
+    p = modes.add_parser("quiet-then-io")
+    p.add_argument("--go", required=True)
     p = modes.add_parser("forming")
     p.add_argument("--idle", type=float, default=2.5)
     p.add_argument("--say", action="store_true")
@@ -241,6 +257,7 @@ def main() -> None:
         "worker-restarts": worker_restarts,
         "forming": forming,
         "live-rounds": live_rounds,
+        "quiet-then-io": quiet_then_io,
     }[args.mode](args)
 
 

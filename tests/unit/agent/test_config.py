@@ -15,7 +15,7 @@ def test_defaults_only_supervise() -> None:
     assert config.command == ("python", "train.py")
     assert config.hang_timeout is None
     assert config.max_consecutive == 3
-    assert config.signals == frozenset(HangSignal)
+    assert config.signals == frozenset(HangSignal) - {HangSignal.IO}
     assert config.grace == 10.0
     assert config.report_file is None
 
@@ -70,3 +70,11 @@ def test_a_command_is_required() -> None:
 
 def test_signals_are_case_insensitive() -> None:
     assert parse_signals("Heartbeat,LOG") == {HangSignal.HEARTBEAT, HangSignal.LOG}
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "expected"),
+    [(None, {}, False), (True, {}, True), (None, {"TRAINGUARD_HANG_REPORT_ONLY": "1"}, True)],
+)
+def test_report_only_from_the_option_or_the_environment(option, env, expected) -> None:
+    assert AgentConfig.resolve(["true"], report_only=option, env=env).report_only is expected

@@ -82,3 +82,32 @@ def test_hangs_report_progress_and_end_the_run_on_a_hang(tmp_path: Path) -> None
     hangs.start(200.0)  # a new run of the command: a new detector
     hangs.rebase(210.0)
     assert hangs.poll(Tick(212.0, 8, 2)) is None
+
+
+def test_report_only_reports_a_suspected_hang_once_never_ends_the_run_and_clears_on_progress(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "report.jsonl"
+    config = AgentConfig(
+        command=("true",), hang_timeout=5.0, signals=frozenset({HangSignal.LOG}), report_only=True
+    )
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    output: list[float | None] = [None]
+    said: list[str] = []
+    hangs = HangWatcher(
+        config, HangStreak(3), HeartbeatReader(beats), lambda: output[0], Reporter(report, None), said.append
+    )
+    hangs.start(100.0)
+    for now in (101.0, 106.0, 107.0, 110.0):
+        assert hangs.poll(Tick(now, 7, 1)) is None  # never ends the run
+    (suspected,) = _events(report)
+    assert (suspected["event"], suspected["signal"], suspected["idle_seconds"]) == (
+        "suspected-hang",
+        "log",
+        6.0,
+    )
+    output[0] = 111.0
+    assert hangs.poll(Tick(111.0, 7, 1)) is None
+    assert [event["event"] for event in _events(report)] == ["suspected-hang", "suspicion-cleared"]
+    assert "may be suspended" in said[0]

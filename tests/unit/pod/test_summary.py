@@ -155,7 +155,7 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
 
 
 #: What a summary holds of fault tolerance checks and ranks' work before the agent reported any.
-NO_CHECKS = {"checks": 0, "lastCheck": None, "failedCheck": None, "ranks": []}
+NO_CHECKS = {"checks": 0, "lastCheck": None, "failedCheck": None, "ranks": [], "suspectedHang": None}
 
 
 @pytest.mark.parametrize(
@@ -354,3 +354,19 @@ def test_the_nudge_line_reads_back() -> None:
     nudge = parse_nudge(format_nudge("tj-worker-1#3", 1763826309.25))
     assert nudge is not None
     assert (nudge.token, nudge.failed_at) == ("tj-worker-1#3", 1763826309.25)
+
+
+def test_a_suspected_hang_is_a_field_that_clears_and_crosses_the_wire() -> None:
+    suspected = {"event": "suspected-hang", "time": 5.0, "signal": "io", "idle_seconds": 12.5}
+    summary = summaries.summarize([{"event": "started", "time": 1.0, "attempt": 1, "pid": 9}, suspected])
+    assert summary["suspectedHang"] == {"signal": "io", "idleSeconds": 12.5}
+    assert summary["hangs"] == 0  # nothing counted
+    assert summaries.read(
+        summaries.parse(summaries.wire(summary)) or {}
+    ).suspected_hang == summaries.SuspectedHang("io", 12.5)
+    assert summaries.fold(summary, {"event": "suspicion-cleared", "time": 9.0}) is True
+    assert summary["suspectedHang"] is None
+    assert summaries.read(summaries.parse(summaries.wire(summary)) or {}).suspected_hang is None
+    parsed = summaries.parse({"suspectedHang": {"signal": 3}})
+    assert parsed is not None
+    assert parsed["suspectedHang"] is None

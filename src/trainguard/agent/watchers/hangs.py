@@ -1,4 +1,4 @@
-"""Hang detection: the SDK's heartbeats, the command's output, its tree's CPU time and the pod's GPUs
+"""Hang detection: the SDK's heartbeats, the command's output, its tree's CPU time and I/O and the pod's GPUs
 (``trainguard.agent.detector``), fed every poll; the progress the heartbeats show, reported at most once a
 second."""
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from trainguard.agent import tree
 from trainguard.agent.config import AgentConfig
-from trainguard.agent.detector import HangDetector, HangStreak, Observation
+from trainguard.agent.detector import Hang, HangDetector, HangStreak, Observation
 from trainguard.agent.gpu import GpuSample, Nvml, NvmlUnavailable
 from trainguard.agent.heartbeats import Heartbeat, HeartbeatReader
 from trainguard.agent.report import Reporter
@@ -40,6 +40,8 @@ class HangWatcher:
         #: NVML, loaded on the first CPU sample; False where there is none (no GPU, no driver).
         self._nvml: Nvml | bool | None = None
         self._last_progress: tuple[float, object] | None = None
+        #: Report-only: a suspected hang is reported and not yet cleared.
+        self._suspected = False
         self.start(0.0)  # the agent's loop starts it again with each run of the command
 
     def start(self, now: float) -> None:
@@ -61,15 +63,21 @@ class HangWatcher:
         config, detector, now = self.config, self.detector, tick.now
         beats = self.heartbeats.read()
         cpu: float | None = None
+        io: int | None = None
         gpus: tuple[GpuSample, ...] | None = None
+        sampled = config.signals & {HangSignal.CPU, HangSignal.IO}
         if (
             config.hang_timeout is not None
-            and HangSignal.CPU in config.signals
+            and sampled
             and not detector.heartbeats_in_charge
             and now >= self._next_cpu
         ):
-            cpu = tree.cpu_seconds(tree.descendants())
-            gpus = self._sample_gpus()
+            processes = tree.descendants()
+            if HangSignal.CPU in sampled:
+                cpu = tree.cpu_seconds(processes)
+                gpus = self._sample_gpus()
+            if HangSignal.IO in sampled:
+                io = tree.io_bytes(processes)
             self._next_cpu = now + _CPU_SAMPLE_INTERVAL
         assessment = detector.observe(
             Observation(
@@ -78,15 +86,39 @@ class HangWatcher:
                 output_at=self.output_at(),
                 cpu_seconds=cpu,
                 gpus=gpus,
+                io_bytes=io,
             )
         )
         if assessment.progressed:
             self.streak.progressed()
         if beats and self.reporter.enabled:
             self._report_progress(tick, beats)
+        if config.report_only:
+            self._suspect(tick, assessment.hang)
+            return None
         if assessment.hang is not None:
             return Hung(assessment.hang, assessment.best_step)
         return None
+
+    def _suspect(self, tick: Tick, hang: Hang | None) -> None:
+        """Report-only: the suspicion once when a hang starts, and its end once progress resumes."""
+        if hang is not None and not self._suspected:
+            self._suspected = True
+            self.reporter.event(
+                contract.REPORT_SUSPECTED_HANG,
+                pid=tick.pid,
+                attempt=tick.attempt,
+                signal=hang.signal.value,
+                idle_seconds=round(hang.idle_seconds, 3),
+            )
+            self.say(
+                f"the job may be suspended: no progress ({hang.signal.value}) for {hang.idle_seconds:.1f} s; "
+                "detection only, the command runs on"
+            )
+        elif hang is None and self._suspected:
+            self._suspected = False
+            self.reporter.event(contract.REPORT_SUSPICION_CLEARED, pid=tick.pid, attempt=tick.attempt)
+            self.say("progress resumed: no longer suspended")
 
     def _sample_gpus(self) -> tuple[GpuSample, ...] | None:
         """What the pod's devices do (the detector tells a collective's wait from work by them); None where

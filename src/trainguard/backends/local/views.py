@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from trainguard.backends.local.records import JobRecord, PodRecord, PodState
-from trainguard.ui.pages import slow_link
+from trainguard.ui.pages import slow_link, suspended_lines
 
 #: Status fields kept for the controller's own bookkeeping; not part of what users read.
 _INTERNAL = (
@@ -228,6 +228,7 @@ def describe(view: dict[str, Any], events: Sequence[dict[str, Any]], now: float)
         f"Policies:     completePolicy={spec.get('completePolicy', 'All')} failPolicy={spec.get('failPolicy', 'Any')}"
         f" cleanPodPolicy={spec.get('cleanPodPolicy', 'Running')}",
         f"Phase:        {status['phase']}" + (f" ({status['message']})" if status.get("message") else ""),
+        *(f"Suspended:    {line}" for line in suspended_lines(status)),
         "Note:         local runtime: container images are ignored; each pod runs its container's command",
         "              on this machine (a process group under the trainguard agent).",
         "",

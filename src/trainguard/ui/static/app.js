@@ -110,6 +110,8 @@ function showJob(name) {
   );
   listen(`/api/stream?job=${encodeURIComponent(name)}`, ({ job }) => {
     parts.head.replaceChildren(el("h1", {}, job.job, job.name !== job.job ? el("span", { class: "quiet" }, ` (${job.namespace})`) : "", " ", el("span", { class: `phase ${job.phase}`, id: "phase" }, job.phase)));
+    // Detection only (a GPU job with hang handling off): "the job may be suspended", one line a pod (pages.suspended_lines).
+    parts.head.append(...(job.suspended ?? []).map((line) => el("p", { class: "suspended" }, line)));
     const t = job.time;
     const causes = Object.entries(t.lost_by_cause).map(([cause, s]) => `${cause} ${s} s`).join(", ");
     parts.time.replaceChildren(el("p", { class: "quiet", id: "goodput" },
