@@ -47,6 +47,7 @@ SUMMARY = {
         "items": [{"name": "gpu.ecc", "verdict": "hardware", "value": 2.0, "threshold": 0.0}],
     },
     "ranks": [{"rank": 0, "steps": 20, "busySeconds": 0.1, "stepSeconds": 0.2}],
+    "suspectedHang": {"signal": "io", "idleSeconds": 1800.5},
 }  # fmt: skip
 
 
