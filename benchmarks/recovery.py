@@ -17,6 +17,10 @@ Set-ups, each ``--trials`` times:
 - ``trainguard``: the job on the local runtime, N pods of one worker each, the worker of pod 1 killed;
 - ``trainguard_live``: the same job in live mode (``--live``, ``trainguard.io/live: "true"``): the survivors
   keep their processes (checked: their pids before and after) and re-form without the killed worker;
+- ``trainguard_live_spare``: the same live job with one hot spare per pod (``trainguard.io/live-spares: "1"``):
+  the killed worker's place is taken by its pod's spare, warm, instead of a process started cold. Besides the
+  survivors' next step, every live set-up reports ``whole_s``: from the kill to the first step of the whole
+  world again (the replacement, or the spare, trained a step);
 - ``trainguard_live_silent``: the same live job, and instead of a kill every process of pod 1 (its agent, its
   launcher, its worker) SIGSTOPped: a pod gone silent, as a node dropped off the network is (no connection is
   reset). Recovery time: from the stop to the survivors' next step.
@@ -26,7 +30,9 @@ trainguard's median recovery time over plain torchrun's, over the trials where t
 it never did), ``ratio_fixed`` the same against ``torchrun_fixed``. ``target_met``: trainguard recovered in
 every trial, and ``ratio`` (where there is one) is at most 0.5. ``ratio_live_fixed`` is live mode's median over
 ``torchrun_fixed``'s; ``target_live_met``: live mode recovered in every trial with the survivors' pids kept,
-0 steps lost, and ``ratio_live_fixed`` at most 0.1. ``target_silent_met``: the silent pod's survivors
+0 steps lost, and ``ratio_live_fixed`` at most 0.1. ``target_spare_met``: with a spare, the world whole
+again within 1 s of the kill and the survivors' next step within 0.5 s, in every trial, 0 steps lost.
+``target_silent_met``: the silent pod's survivors
 recovered in every trial within 3 s, their pids kept, 0 steps lost.
 """
 
@@ -53,6 +59,7 @@ from _results import keep, machine
 
 from trainguard.agent.nudge import workers
 from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
+from trainguard.pod import contract
 
 EVERY = 10
 STEP_DELAY = 0.05
@@ -66,6 +73,8 @@ class Trial:
     steps_lost: int | None
     #: Live mode: the survivors' training processes are those of before the kill.
     pids_kept: bool | None = None
+    #: Live mode: seconds from the kill to the first step of the whole world again; None where it was not.
+    whole_seconds: float | None = None
 
 
 def main() -> int:
@@ -91,6 +100,7 @@ def main() -> int:
                 "torchrun_fixed": [],
                 "trainguard": [],
                 "trainguard_live": [],
+                "trainguard_live_spare": [],
                 "trainguard_live_silent": [],
             }
             for trial in range(args.trials):
@@ -99,8 +109,15 @@ def main() -> int:
                     if setup.startswith("trainguard"):
                         live = setup.startswith("trainguard_live")
                         silent = setup == "trainguard_live_silent"
+                        spares = 1 if setup == "trainguard_live_spare" else 0
                         outcome = trainguard_trial(
-                            directory, size, args.kill_at, args.timeout, live=live, silent=silent
+                            directory,
+                            size,
+                            args.kill_at,
+                            args.timeout,
+                            live=live,
+                            silent=silent,
+                            spares=spares,
                         )
                     else:
                         fixed = setup == "torchrun_fixed"
@@ -126,7 +143,8 @@ def main() -> int:
 def describe(trial: Trial) -> str:
     if not trial.recovered:
         return "did not recover"
-    return f"recovered in {trial.seconds:.2f} s, {trial.steps_lost} steps lost"
+    whole = "" if trial.whole_seconds is None else f", the world whole again in {trial.whole_seconds:.2f} s"
+    return f"recovered in {trial.seconds:.2f} s, {trial.steps_lost} steps lost{whole}"
 
 
 def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
@@ -139,6 +157,11 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
             "median_recovery_s": round(statistics.median(times), 2) if times else None,
             "steps_lost": [t.steps_lost for t in trials],
             **({"pids_kept": [t.pids_kept for t in trials]} if setup.startswith("trainguard_live") else {}),
+            **(
+                {"whole_s": [None if t.whole_seconds is None else round(t.whole_seconds, 2) for t in trials]}
+                if setup in ("trainguard_live", "trainguard_live_spare")
+                else {}
+            ),
         }
     ratio = _ratio(results["trainguard"], results["torchrun"])
     figures["ratio"] = ratio
@@ -152,6 +175,17 @@ def summary(results: dict[str, list[Trial]]) -> dict[str, object]:
         and all(t.recovered and t.pids_kept and t.steps_lost == 0 for t in live)
         and figures["ratio_live_fixed"] is not None
         and figures["ratio_live_fixed"] <= 0.1
+    )
+    spare = results["trainguard_live_spare"]
+    figures["target_spare_met"] = bool(spare) and all(
+        t.recovered
+        and t.pids_kept
+        and t.steps_lost == 0
+        and t.whole_seconds is not None
+        and t.whole_seconds <= 1.0
+        and t.seconds is not None
+        and t.seconds <= 0.5
+        for t in spare
     )
     silent = results["trainguard_live_silent"]
     figures["target_silent_met"] = bool(silent) and all(
@@ -211,7 +245,14 @@ def _is_worker(process: psutil.Process) -> bool:
 
 
 def trainguard_trial(
-    directory: Path, size: int, kill_at: int, timeout: float, *, live: bool = False, silent: bool = False
+    directory: Path,
+    size: int,
+    kill_at: int,
+    timeout: float,
+    *,
+    live: bool = False,
+    silent: bool = False,
+    spares: int = 0,
 ) -> Trial:
     with Session(directory) as session:
         spec = digits_job(
@@ -222,38 +263,60 @@ def trainguard_trial(
             step_delay=STEP_DELAY,
             checkpoint_every=EVERY,
             live=live,
+            spares=spares,
         )
         job = session.submit(spec)
         run = session.run(job)
         _wait(lambda: (last := run.last_step()) is not None and last.step >= kill_at, 300)
         agent = session.pods(job)[f"{job}-worker-1"]["pid"]
         [torchrun] = psutil.Process(agent).children()
-        [worker] = workers(torchrun.pid)
+        # The pod's worker that holds a rank (a spare is started with its pipe named in its environment), and
+        # each spare warm and waiting before the kill.
+        _wait(lambda: len(workers(torchrun.pid)) == 1 + spares, 120)
+        [worker] = [w for w in workers(torchrun.pid) if not _spare(w.pid)]
         victim = psutil.Process(worker.pid)
         before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != f"{job}-worker-1"}
         if silent:  # the whole pod, its agent too: nothing of it says anything any more
             pod = [psutil.Process(agent), *psutil.Process(agent).children(recursive=True)]
             trial = _measure(run, lambda: [p.suspend() for p in pod], timeout)
         else:
-            trial = _measure(run, victim.kill, timeout)
+            trial = _measure(run, victim.kill, timeout, whole=size if live else None)
         if not live:
             return trial
         after = session.worker_pids(job)
         kept = all(after.get(pod) == pids for pod, pids in before.items())
-        return Trial(trial.recovered, trial.seconds, trial.steps_lost, pids_kept=kept)
+        return Trial(trial.recovered, trial.seconds, trial.steps_lost, kept, trial.whole_seconds)
+
+
+def _spare(pid: int) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return contract.ENV_LIVE_SPARE_FD in psutil.Process(pid).environ()
+    return False
 
 
 # ---- both ---------------------------------------------------------------------------------------------------
 
 
 def _measure(
-    run: Run, fault: Callable[[], object], timeout: float, process: subprocess.Popen[bytes] | None = None
+    run: Run,
+    fault: Callable[[], object],
+    timeout: float,
+    process: subprocess.Popen[bytes] | None = None,
+    whole: int | None = None,
 ) -> Trial:
+    """The recovery from ``fault``: the first step after the workers' restart (or re-formation), and with
+    ``whole`` (the world's size) the first step of the whole world again."""
     killed_at = time.time()
     fault()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = recovery(run.events(), killed_at)
+        if found is not None and whole is not None:
+            back = recovery(run.events(), killed_at, world=whole)
+            if back is None:
+                time.sleep(0.05)
+                continue
+            return Trial(True, found.seconds, found.steps_lost, whole_seconds=back.seconds)
         if found is not None:
             return Trial(True, found.seconds, found.steps_lost)
         if process is not None and process.poll() is not None:

@@ -52,24 +52,33 @@ def agent_options(job: TrainingJob, role: str) -> list[str]:
 def requests_gpus(template: Mapping[str, Any]) -> bool:
     """Whether a container (init containers too) of the pod template asks for a GPU, in its limits or its
     requests (a quantity other than 0)."""
+    return gpu_count(template) > 0
+
+
+def gpu_count(template: Mapping[str, Any]) -> int:
+    """The GPUs (``nvidia.com/gpu``) the pod template's containers ask for, the most any one asks in its limits
+    or requests (init containers too); 0 where none does or a quantity is not a whole number."""
     spec = template.get("spec")
     if not isinstance(spec, Mapping):
-        return False
+        return 0
     containers = [
         container
         for key in ("containers", "initContainers")
         for container in (spec.get(key) or [])
         if isinstance(container, Mapping)
     ]
+    most = 0
     for container in containers:
         resources = container.get("resources")
         if not isinstance(resources, Mapping):
             continue
         for kind in ("limits", "requests"):
             amounts = resources.get(kind)
-            if isinstance(amounts, Mapping) and str(amounts.get(GPU_RESOURCE, "0")).strip() not in ("0", ""):
-                return True
-    return False
+            if not isinstance(amounts, Mapping):
+                continue
+            text = str(amounts.get(GPU_RESOURCE, "0")).strip() or "0"
+            most = max(most, int(text) if text.isdigit() else 1)
+    return most
 
 
 def grace_seconds(job: TrainingJob, role: str) -> float:

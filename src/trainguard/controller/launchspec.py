@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.api import FrameworkType, TrainingJob, pod_name
-from trainguard.controller import torchrun_command
+from trainguard.controller import spares, torchrun_command
 from trainguard.pod import contract
 from trainguard.pod.checks import Ring
 from trainguard.policy import faultcheck
@@ -121,6 +121,7 @@ def check_runnable(job: TrainingJob) -> None:
     """``LaunchError`` (a ValueError naming the field) for a role whose torchrun command cannot run; backends
     call it before they accept a job; and for a live job whose timeout cannot tell a fault from a slow step."""
     torchrun_command.check_live(job)
+    spares.live_spares(job)
     for role in job.spec.replica_specs:
         role_launch(job, role, Network())
 
@@ -134,7 +135,12 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
     horovod = job.spec.framework_type is FrameworkType.HOROVOD
     return RoleLaunch(
         argv=tuple(argv),
-        torchrun_env=tuple(torchrun_command.torchrun_env(job, endpoint).items()),
+        torchrun_env=tuple(
+            {
+                **torchrun_command.torchrun_env(job, endpoint),
+                **(spares.spares_env(job) if in_rendezvous else {}),
+            }.items()
+        ),
         in_rendezvous=in_rendezvous,
         horovod_host=horovod and not is_leader(job, role),
         check_env=_check_env(job, role, endpoint if in_rendezvous else None, network.ring(job, role)),

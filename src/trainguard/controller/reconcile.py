@@ -39,6 +39,7 @@ from trainguard.controller.scaling import (
     update_discovery,
 )
 from trainguard.controller.settled import SettledSlots
+from trainguard.controller.spares import record_spares
 from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
 from trainguard.controller.stragglers import record_stragglers
 from trainguard.controller.suspicion import record_suspicions
@@ -106,6 +107,7 @@ def _run(cycle: Cycle) -> None:
     record_checks(cycle)
     record_stragglers(cycle)
     record_suspicions(cycle)
+    record_spares(cycle)
     reissue_deadlines(cycle)
     deadline = check_deadline(cycle.job, cycle.get("started_at"), cycle.now)
     if deadline is not None:

@@ -78,6 +78,8 @@ class AgentReport:
     ranks: tuple[RankEntry, ...] = ()
     #: Detection only: the agent suspects a hang now (signal, idle seconds); None when it does not.
     suspected_hang: summaries.SuspectedHang | None = None
+    #: A live pod's hot spares (ready of wanted); None for a pod without.
+    spares: summaries.Spares | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], answered: int) -> AgentReport:
@@ -123,6 +125,7 @@ class AgentReport:
             failed_check=seen.failed_check,
             ranks=seen.ranks,
             suspected_hang=seen.suspected_hang,
+            spares=seen.spares,
         )
 
 

@@ -75,6 +75,8 @@ class PodStatus(_Model):
     #: The agent's detection only suspects the current incarnation hangs (the job may be suspended); None
     #: once progress resumed.
     suspected_hang: SuspectedHang | None = None
+    #: A live pod's hot spares warm and waiting to be called (``trainguard.io/live-spares``); None without.
+    spares: int | None = None
     #: The incarnation that should exist now; older ones are being removed.
     generation: int = 1
     #: Restarts in place asked of the agent in this incarnation.

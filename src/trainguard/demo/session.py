@@ -45,9 +45,11 @@ def digits_job(
     checkpoint_every: int = 20,
     extra_args: tuple[str, ...] = (),
     live: bool = False,
+    spares: int = 0,
 ) -> dict[str, Any]:
     """Example 1 in trainguard's native form, named ``name``, writing its checkpoints and progress under
-    ``root`` (absolute paths, so that it does not matter where pods run)."""
+    ``root`` (absolute paths, so that it does not matter where pods run); ``spares``: hot spares per pod (live
+    mode)."""
     [loaded] = load_jobs(DIGITS_JOB)
     spec = loaded.job.to_dict()
     spec["metadata"]["name"] = name
@@ -67,6 +69,8 @@ def digits_job(
     container["args"] = args
     if live:
         spec["metadata"].setdefault("annotations", {})["trainguard.io/live"] = "true"
+    if spares:
+        spec["metadata"].setdefault("annotations", {})["trainguard.io/live-spares"] = str(spares)
     return spec
 
 

@@ -137,10 +137,18 @@ ENV_LIVE_PREFIX = "TRAINGUARD_LIVE_PREFIX"
 ENV_LIVE_TIMEOUT = "TRAINGUARD_LIVE_TIMEOUT"
 #: A directory where the launcher looks for ``<pid>``: that worker formed a round (it uses ``Live``).
 ENV_LIVE_MARK = "TRAINGUARD_LIVE_MARK"
+#: ... and ``<pid>`` with this suffix: that spare is warm and waits to be called.
+SPARE_READY_SUFFIX = ".spare-ready"
 #: ``1``: each step of forming a round is printed to stderr.
 ENV_LIVE_TRACE = "TRAINGUARD_LIVE_TRACE"
 #: How many connections a state transfer uses side by side.
 ENV_LIVE_STREAMS = "TRAINGUARD_LIVE_STREAMS"
+#: Hot spares: how many spare workers the live launcher keeps in each pod beside its ``--nproc-per-node``.
+ENV_LIVE_SPARES = "TRAINGUARD_LIVE_SPARES"
+#: A spare worker's end of the pipe its launcher calls it through (a file descriptor): the spare warms up,
+#: then waits on it, holding no rank, until the launcher writes a line (it takes a failed worker's place) or
+#: closes it (the pod's work is done).
+ENV_LIVE_SPARE_FD = "TRAINGUARD_LIVE_SPARE_FD"
 
 # ---- the SDK's state in the pod ---------------------------------------------------------------------------
 
@@ -174,6 +182,8 @@ REASON_HANG = "Hang"
 #: Report-only detection (``--report-only``): a hang suspected (``signal``, ``idle_seconds``), once per episode,
 #: and its end when progress resumed.
 REPORT_SUSPECTED_HANG = "suspected-hang"
+#: A live pod's hot spares: ``ready`` of ``wanted``.
+REPORT_SPARES = "spares"
 REPORT_SUSPICION_CLEARED = "suspicion-cleared"
 
 # ---- live mode and NCCL's error handling ------------------------------------------------------------------

@@ -12,6 +12,11 @@ rendezvous store), and this launcher only:
   restart down for the agent (``trainguard.pod.workerevents``: the history shows it), and starts that worker
   alone again while ``--max-restarts`` allows; the others are not touched. A worker that was not restarted
   ends the pod with its exit status;
+- with hot spares (``TRAINGUARD_LIVE_SPARES``, the job's ``trainguard.io/live-spares``), starts that many more
+  workers after them, each in a slot (``LOCAL_RANK``) of its own: a spare warms up and waits, holding no rank
+  (``trainguard.sdk._spare``); when a worker fails, the launcher calls a spare in its place at once (the spare
+  arrives in the next round already warm) and starts the failed worker's slot again as the next spare, so the
+  pod keeps its number of spares; when every worker is done, the spares are released;
 - on SIGTERM (the pod stopped, e.g. a scale-in), passes it on to the workers and marks each gone as it ends;
 - when a worker's script does not use ``trainguard.Live`` (``without_live``: its first start, in a job where no
   round ever formed, failed before it formed one, and its stderr shows the static world's variables missing:
@@ -137,7 +142,13 @@ class Launcher:
         self.minimum = int(environ.get(contract.ENV_LIVE_MINIMUM) or max(low, 1) * self.nproc)
         self.environ = environ
         self.events = environ.get(contract.ENV_WORKER_EVENTS)
+        self.spares = max(int(environ.get(contract.ENV_LIVE_SPARES) or 0), 0)
+        #: Each slot's process: the workers' and the spares' (slots ``nproc`` on at the start).
         self.workers: dict[int, subprocess.Popen[bytes]] = {}
+        #: The spares waiting: slot -> the launcher's end of the pipe it calls the spare through.
+        self.calls: dict[int, int] = {}
+        #: The spares last told to the agent: (ready, wanted).
+        self._told: tuple[int, int] | None = None
         #: Each local rank's worker's member id, taken as it started.
         self.members: dict[int, str] = {}
         #: The local ranks this launcher started again, and the first starts' stderr.
@@ -156,13 +167,26 @@ class Launcher:
         module = ["-m"] if options.module else []
         return [sys.executable, "-u", *module, options.training_script, *options.training_script_args]
 
-    def start(self, local_rank: int) -> None:
+    def start(self, local_rank: int, spare: bool = False) -> None:
         env = worker_env(
             self.environ, local_rank, self.nproc, self.endpoint, self.run_id, self.size, self.minimum
         )
         env[contract.ENV_LIVE_MARK] = str(self.marks)
         first = local_rank not in self.restarted
-        process = subprocess.Popen(self.command(), env=env, stderr=subprocess.PIPE if first else None)
+        read_end = -1
+        if spare:
+            read_end, self.calls[local_rank] = os.pipe()
+            env[contract.ENV_LIVE_SPARE_FD] = str(read_end)
+        try:
+            process = subprocess.Popen(
+                self.command(),
+                env=env,
+                stderr=subprocess.PIPE if first else None,
+                pass_fds=(read_end,) if spare else (),
+            )
+        finally:
+            if spare:
+                os.close(read_end)
         self.workers[local_rank] = process
         self.members[local_rank] = contract.member_id(process.pid, env)
         if first and process.stderr is not None:
@@ -213,14 +237,15 @@ class Launcher:
         signal.signal(signal.SIGINT, self.stop)
         if self.events:
             workerevents.append(self.events, workerevents.STARTED)
-        for local_rank in range(self.nproc):
-            self.start(local_rank)
+        for local_rank in range(self.nproc + self.spares):
+            self.start(local_rank, spare=local_rank >= self.nproc)
         while True:
             for local_rank, process in list(self.workers.items()):
                 code = process.poll()
                 if code is None or local_rank in self.finished:
                     continue
                 self.gone(local_rank)
+                waiting = self._uncall(local_rank)
                 if code == 0:
                     self.finished.add(local_rank)
                     continue
@@ -250,10 +275,66 @@ class Launcher:
                         restarts_left=self.restarts_left,
                         max_restarts=self.max_restarts,
                     )
-                self.start(local_rank)
+                called = None if waiting else self.call_spare(local_rank)
+                self.start(local_rank, spare=waiting or called is not None)
+            if self.calls and self.finished >= set(self.workers) - set(self.calls):
+                self.release_spares()  # every worker is done: the spares leave (exit status 0)
+            self.tell_spares()
             if len(self.finished) == len(self.workers):
                 return 0
             time.sleep(POLL_SECONDS)
+
+    def call_spare(self, failed: int) -> int | None:
+        """Calls a waiting spare in the place of the worker of slot ``failed``: the spare's slot, or None when
+        none waits (the failed worker is then started again in its own slot, cold)."""
+        for slot in sorted(self.calls):
+            if self.workers[slot].poll() is not None:
+                continue
+            write_end = self.calls.pop(slot)
+            try:
+                os.write(write_end, f"{failed}\n".encode())
+            except OSError:  # it ended meanwhile: the next one
+                continue
+            finally:
+                os.close(write_end)
+            print(
+                f"trainguard live: spare in slot {slot} (pid {self.workers[slot].pid}) called in place of "
+                f"worker {failed}; slot {failed} starts again as a spare",
+                file=sys.stderr,
+                flush=True,
+            )
+            return slot
+        return None
+
+    def ready_spares(self) -> int:
+        """The spares warm and waiting: those whose process marked itself ready (``trainguard.sdk._spare``)."""
+        return sum(
+            1
+            for slot in self.calls
+            if (self.marks / f"{self.workers[slot].pid}{contract.SPARE_READY_SUFFIX}").exists()
+        )
+
+    def tell_spares(self) -> None:
+        """Writes the spares down for the agent when they changed (``workerevents.SPARES``)."""
+        if not self.spares or not self.events:
+            return
+        now = (self.ready_spares(), self.spares)
+        if now != self._told:
+            self._told = now
+            workerevents.append(self.events, workerevents.SPARES, ready=now[0], wanted=now[1])
+
+    def _uncall(self, slot: int) -> bool:
+        """Forgets the pipe of an ended process; whether it was a spare still waiting."""
+        write_end = self.calls.pop(slot, None)
+        if write_end is None:
+            return False
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+        return True
+
+    def release_spares(self) -> None:
+        for slot in list(self.calls):
+            self._uncall(slot)
 
     def judge(self, local_rank: int, pid: int) -> str | None:
         """The static world's variable a failed worker shows the script lacks (``without_live``), or None."""

@@ -10,6 +10,7 @@ The summary is a JSON object:
 
 - ``attempt``: the latest start of the command (1 for the first; 0 before any).
 - ``hangs``: hangs detected; ``inPlaceRestarts``: hung commands stopped and run again.
+- ``spares``: a live pod's hot spares, ``ready`` (warm, waiting to be called) of ``wanted``; None without spares.
 - ``suspectedHang``: report-only detection (``--report-only``) suspects a hang now: ``signal`` (the one that
   went quiet last) and ``idleSeconds``; None when it does not (progress resumed, or none ever suspected).
 - ``workerRestarts``: the latest ``KEPT`` restarts of failed workers by torchrun inside the command, oldest
@@ -64,6 +65,7 @@ WIRE = (
     "failedCheck",
     "ranks",
     "suspectedHang",
+    "spares",
 )
 #: At most this many worker restarts (and live rounds) are taken from a summary sent to the operator.
 _TAKEN = 32
@@ -113,6 +115,14 @@ class RankEntry:
 
 
 @dataclass(frozen=True)
+class Spares:
+    """``spares``: a live pod's hot spares ready of those it keeps."""
+
+    ready: int
+    wanted: int
+
+
+@dataclass(frozen=True)
 class SuspectedHang:
     """``suspectedHang``: report-only detection suspects a hang (nothing is stopped)."""
 
@@ -137,6 +147,7 @@ class Summary:
     failed_check: CheckResult | None = None
     ranks: tuple[RankEntry, ...] = ()
     suspected_hang: SuspectedHang | None = None
+    spares: Spares | None = None
     #: Kept for the local runtime only (absent from what the operator receives).
     started_at: float | None = None
     pid: int | None = None
@@ -189,6 +200,7 @@ def read(summary: Mapping[str, Any]) -> Summary:
             for item in summary.get("ranks") or ()
         ),
         suspected_hang=_suspected(summary.get("suspectedHang")),
+        spares=_spares(summary.get("spares")),
         started_at=summary.get("startedAt"),
         pid=summary.get("pid"),
         last_progress_at=summary.get("lastProgressAt"),
@@ -215,6 +227,7 @@ def new() -> dict[str, Any]:
         "failedCheck": None,
         "ranks": [],
         "suspectedHang": None,
+        "spares": None,
         "startedAt": None,
         "pid": None,
         "lastProgressAt": None,
@@ -256,6 +269,13 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
             return False
         summary["suspectedHang"] = {"signal": signal_name, "idleSeconds": idle}
         return True
+    if event == contract.REPORT_SPARES:
+        spares = _spares({"ready": record.get("ready"), "wanted": record.get("wanted")})
+        if spares is None:
+            return False
+        changed = summary.get("spares") != {"ready": spares.ready, "wanted": spares.wanted}
+        summary["spares"] = {"ready": spares.ready, "wanted": spares.wanted}
+        return changed
     if event == contract.REPORT_SUSPICION_CLEARED:
         changed = summary.get("suspectedHang") is not None
         summary["suspectedHang"] = None
@@ -349,7 +369,19 @@ def parse(value: object) -> dict[str, Any] | None:
     parsed["suspectedHang"] = (
         None if suspected is None else {"signal": suspected.signal, "idleSeconds": suspected.idle_seconds}
     )
+    spares = _spares(value.get("spares"))
+    parsed["spares"] = None if spares is None else {"ready": spares.ready, "wanted": spares.wanted}
     return parsed
+
+
+def _spares(value: object) -> Spares | None:
+    """``spares`` as a pod sent it (two small counts, ready at most wanted); None where it is not that."""
+    if not isinstance(value, dict):
+        return None
+    ready, wanted = _integer(value.get("ready")), _integer(value.get("wanted"))
+    if ready is None or wanted is None or not 0 <= ready <= wanted <= 64:
+        return None
+    return Spares(ready, wanted)
 
 
 def _suspected(value: object) -> SuspectedHang | None:

@@ -20,6 +20,8 @@ Lines (each with ``event`` and ``time``, the wall clock):
   ``rank``, ``world_size``, the agreed ``step``, ``origin`` (``live``, ``peer``, ``fresh``, ``memory``,
   ``disk``), ``source``, ``seconds``, ``transfer_seconds``, ``bytes``, ``cause``, ``at`` (``Formation``), and
   ``pid``. The SDK writes it. The agent reports it (``live-reformed``) and the controller records each round once in the job's history.
+- ``spares``: a live pod's hot spares changed: ``ready`` (spares warm and waiting to be called) of ``wanted``.
+  The live launcher writes it; the agent reports it (``spares``) and the controller keeps it in the pod's status.
 - ``live-unused``: a live job's worker ended before it formed any round (its script does not use
   ``trainguard.Live``): ``pid``, ``local_rank``, ``exit_code``. The live launcher (``trainguard.pod.livelaunch``)
   writes it and runs the pod under torchrun's agent instead; the agent reports it (``live-unused``) and the
@@ -43,7 +45,8 @@ from typing import Any
 FORK_SERVER_NAME = "tg-forkserver"
 FORMING, STARTED, FAILED, REFORMED = "forming", "started", "failed", "reformed"
 LIVE_UNUSED = "live-unused"
-_READ = (FORMING, STARTED, FAILED, REFORMED, LIVE_UNUSED)
+SPARES = "spares"
+_READ = (FORMING, STARTED, FAILED, REFORMED, LIVE_UNUSED, SPARES)
 
 
 @dataclass(frozen=True)

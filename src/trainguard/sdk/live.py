@@ -44,7 +44,7 @@ from typing import Any
 from trainguard.pod import contract, workerevents
 from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
-from trainguard.sdk import _livestate, _nccl, _transfer
+from trainguard.sdk import _livestate, _nccl, _spare, _transfer
 from trainguard.sdk._roundgroup import RoundGroup
 from trainguard.sdk._rounds import Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
@@ -118,6 +118,8 @@ class Live:
         self.warmup = warmup
         #: Seconds the warm-up took in this process; None when it did not run (see ``_warm_up``).
         self.warmup_seconds: float | None = None
+        #: A hot spare's call by its launcher (whose place it took, when); None for any other process.
+        self.called: _spare.Called | None = None
         self.prefix = (
             prefix
             or os.environ.get(contract.ENV_LIVE_PREFIX)
@@ -186,6 +188,7 @@ class Live:
         round and calls it again, until it returns. Any other exception ends the run, as it would without."""
         cause: str | None = None
         self._warm_up()
+        self._wait_as_spare()
         started = time.monotonic()
         while True:
             try:
@@ -235,11 +238,26 @@ class Live:
     def _warm_up(self) -> None:
         """Runs ``warmup`` once, before this process first arrives, when it joins a job already training
         (``trainguard.sdk._livestate.warm_up``); at the job's start every member is as cold as the others."""
-        if self.warmup is None or self.rounds.latest() == 0:
+        if self.warmup is None or (self.rounds.latest() == 0 and not _spare.is_spare()):
             return
         self.warmup_seconds = _livestate.warm_up(self.state, self.warmup, _cause)
         if self.warmup_seconds is not None:
             self._trace(f"warmed up in {self.warmup_seconds} s")
+
+    def _wait_as_spare(self) -> None:
+        """A hot spare (``trainguard.sdk._spare``), warm, holds no rank until its launcher calls it; one released
+        uncalled leaves the job and ends its process (exit status 0) without training."""
+        if not _spare.is_spare():
+            return
+        self._trace("a spare, warm: waiting to be called")
+        try:
+            self.called = _spare.wait_for_call()
+        except _spare.Released as released:
+            self._trace(str(released))
+            self.close()
+            raise SystemExit(0) from None
+        if self.called is not None:
+            self._trace(f"called in place of local rank {self.called.replaces}")
 
     # -- forming a round ----------------------------------------------------------------------------------
 

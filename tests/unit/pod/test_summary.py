@@ -155,7 +155,14 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
 
 
 #: What a summary holds of fault tolerance checks and ranks' work before the agent reported any.
-NO_CHECKS = {"checks": 0, "lastCheck": None, "failedCheck": None, "ranks": [], "suspectedHang": None}
+NO_CHECKS = {
+    "checks": 0,
+    "lastCheck": None,
+    "failedCheck": None,
+    "ranks": [],
+    "suspectedHang": None,
+    "spares": None,
+}
 
 
 @pytest.mark.parametrize(
@@ -370,3 +377,25 @@ def test_a_suspected_hang_is_a_field_that_clears_and_crosses_the_wire() -> None:
     parsed = summaries.parse({"suspectedHang": {"signal": 3}})
     assert parsed is not None
     assert parsed["suspectedHang"] is None
+
+
+@pytest.mark.parametrize(
+    ("ready", "wanted", "kept"),
+    [
+        (0, 1, True),
+        (1, 1, True),
+        (2, 3, True),
+        (2, 1, False),
+        (-1, 1, False),
+        ("1", 1, False),
+        (None, 1, False),
+    ],
+)
+def test_a_pods_spares_are_a_field_that_crosses_the_wire_when_they_make_sense(
+    ready: object, wanted: object, kept: bool
+) -> None:
+    told = {"event": "spares", "time": 5.0, "ready": ready, "wanted": wanted}
+    summary = summaries.summarize([{"event": "started", "time": 1.0, "attempt": 1, "pid": 9}, told])
+    read = summaries.read(summaries.parse(summaries.wire(summary)) or {}).spares
+    assert read == (summaries.Spares(ready, wanted) if kept else None)  # type: ignore[arg-type]
+    assert summaries.fold(summary, told) is False  # the same again: nothing new to send

@@ -14,6 +14,7 @@ from trainguard.pod.workerevents import (
     LIVE_FIELDS,
     LIVE_UNUSED,
     REFORMED,
+    SPARES,
     STARTED,
     WorkerEventReader,
     failures_of,
@@ -45,6 +46,14 @@ class WorkerEventsWatcher:
                 self.hold(tick.now)
             elif record["event"] in (REFORMED, LIVE_UNUSED):
                 self._live(tick, record)
+            elif record["event"] == SPARES and self.reporter.enabled:
+                self.reporter.event(
+                    contract.REPORT_SPARES,
+                    pid=tick.pid,
+                    attempt=tick.attempt,
+                    ready=record.get("ready"),
+                    wanted=record.get("wanted"),
+                )
         if self.forming:
             self.hold(tick.now)  # no worker runs: nothing can hang yet
 

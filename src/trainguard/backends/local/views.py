@@ -69,6 +69,8 @@ def _pod_view(slot: dict[str, Any], row: PodRecord | None) -> dict[str, Any]:
         "hangRestarts": slot.get("hangRestarts", 0),
         "generation": slot.get("generation", 1),
     }
+    if slot.get("spares") is not None:  # a live pod's hot spares, warm and waiting
+        view["spares"] = slot["spares"]
     if row is not None and row.launch == view["generation"]:
         if row.state in (PodState.RUNNING, PodState.TERMINATING):
             view["pid"] = row.pid
@@ -132,12 +134,16 @@ def jobs_table(views: Sequence[dict[str, Any]], now: float, wide: bool = False) 
 
 
 def pods_table(view: dict[str, Any], wide: bool = False) -> str:
-    header = ["POD", "ROLE", "NODE", "PHASE", "RESTARTS", "HANG-RESTARTS"]
+    """The job's pods; a live job's with hot spares has SPARES, each pod's spares warm and waiting."""
+    spares = any(pod.get("spares") is not None for pod in view["status"]["pods"])
+    header = ["POD", "ROLE", "NODE", "PHASE", "RESTARTS", "HANG-RESTARTS", *(["SPARES"] if spares else [])]
     header += ["PID", "EXIT", "REASON"] if wide else []
     rows = []
     for pod in view["status"]["pods"]:
         row: list[object] = [pod["name"], pod["role"], pod.get("node") or "-", pod["phase"], pod["restarts"]]
         row.append(pod.get("hangRestarts", 0))
+        if spares:
+            row.append(pod.get("spares", "-") if pod.get("spares") is not None else "-")
         if wide:
             row += [pod.get("pid", "-"), pod.get("exitCode", "-"), pod.get("reason", "-")]
         rows.append(row)

@@ -122,9 +122,13 @@ function showJob(name) {
       c.type, c.status, c.reason || "", c.message || ""])));
     // Restarts are relaunches; a hang restart (the hung command run again in its pod) is counted on its own,
     // as trainguard get and describe show it.
-    parts.pods.replaceChildren(table(["pod", "role", "index", "node", "phase", "restarts", "hang restarts", "last exit", "chaos"],
+    // A live job's hot spares (trainguard.io/live-spares): each pod's spares warm and waiting, where it keeps any.
+    const spares = job.pods.some((p) => p.spares !== undefined && p.spares !== null);
+    parts.pods.replaceChildren(table(["pod", "role", "index", "node", "phase", "restarts", "hang restarts",
+      ...(spares ? ["spares ready"] : []), "last exit", "chaos"],
       job.pods.map((p) => [p.name, p.role, p.index, p.node || "", el("span", { class: `phase ${p.phase}` }, p.phase),
         el("span", { class: "num" }, p.restarts), el("span", { class: "num" }, p.hangRestarts ?? 0),
+        ...(spares ? [el("span", { class: "num spares" }, p.spares ?? "")] : []),
         [p.exitCode ?? "", p.reason ? ` ${p.reason}` : ""].join(""), chaosButtons(p)])));
     parts.timeline.replaceChildren(drawTimeline(job.timeline));
     parts.history.replaceChildren(table(

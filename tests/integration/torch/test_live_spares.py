@@ -1,0 +1,71 @@
+"""Hot spares (``trainguard.io/live-spares``) on the local runtime: each pod of example 1 in live mode keeps a
+spare worker, warm and holding no rank; a killed worker's place is taken by its pod's spare (no cold start),
+the world is whole again with 0 steps lost, and the pod starts a new spare behind it."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, wait_world, workers_of
+
+from trainguard.demo.session import Session, digits_job, recovery
+from trainguard.pod import contract
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+
+def _split(processes: list[psutil.Process]) -> tuple[list[int], list[int]]:
+    """A pod's worker processes: (those that hold a rank or were called, the spares started as such), by pid.
+    A spare is started with its pipe's descriptor in its environment (which ``/proc`` keeps as it started)."""
+    workers, spares = [], []
+    for process in processes:
+        started_spare = contract.ENV_LIVE_SPARE_FD in process.environ()
+        (spares if started_spare else workers).append(process.pid)
+    return sorted(workers), sorted(spares)
+
+
+def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_starts(session: Session) -> None:
+    spec = digits_job(
+        "digits-spare", session.root, epochs=12, step_delay=0.05, checkpoint_every=10, live=True, spares=1
+    )
+    job = session.submit(spec)
+    wait_step(session, job, 15)
+    pod = "digits-spare-worker-1"
+    session.wait("the pod's spare started", lambda: len(workers_of(session, job, pod)) == 2, 60)
+    [active], [spare] = _split(workers_of(session, job, pod))
+    others = {
+        name: session.worker_pids(job)[name] for name in ("digits-spare-worker-0", "digits-spare-worker-2")
+    }
+
+    psutil.Process(active).kill()
+    killed_at = time.time()
+    whole = wait_world(session, job, 3, after=killed_at, timeout=RECOVERY_TIMEOUT)
+    back = recovery(session.run(job).events(), killed_at, world=3)
+    assert back is not None
+    assert back.steps_lost == 0, back
+    print(f"\nspare: a killed worker -> the world whole again in {whole.t - killed_at:.2f} s ({back})")
+
+    # The world of 3 holds the spare: the only other process of the pod is the new spare, which waits uncalled.
+    def replaced() -> tuple[list[int], list[int]] | None:
+        split = _split(workers_of(session, job, pod))
+        return split if len(split[1]) == 2 else None
+
+    workers, spares = session.wait("a new spare behind the called one", replaced, 60)
+    assert active not in workers + spares
+    assert spare in spares  # started as a spare ...
+    assert psutil.Process(spare).is_running()  # ... and training now
+    assert workers == []  # the failed worker's slot starts again as a spare, never cold in the world
+    assert {name: session.worker_pids(job)[name] for name in others} == others  # the survivors kept theirs
+
+    done = wait_done(session, job)
+    assert done.fields["accuracy"] >= 0.9
+    status = session.view(job)["status"]
+    assert status["restartCounts"] == {"worker": 0}, status["restartCounts"]
+
+
+def test_spares_without_live_mode_are_refused_with_the_fix(session: Session) -> None:
+    spec = digits_job("digits-nolive", session.root, epochs=1, spares=1)
+    with pytest.raises(Exception, match=r"trainguard.io/live-spares.*live mode.*trainguard.io/live"):
+        session.submit(spec)
