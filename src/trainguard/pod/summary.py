@@ -38,13 +38,12 @@ Standard library only, Python 3.8: it runs in users' images from the bundle.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from trainguard.pod import contract
+from trainguard.pod import summaryfields as checked
 from trainguard.pod.checks import CheckResult
 
 #: Worker restarts (and live rounds) kept in a summary (the pod's annotation stays small; the controller has
@@ -70,12 +69,7 @@ WIRE = (
 #: At most this many worker restarts (and live rounds) are taken from a summary sent to the operator.
 _TAKEN = 32
 _COUNTS = ("attempt", "hangs", "inPlaceRestarts", "workerRestartsFrom", "liveRoundsFrom", "checks")
-#: At most this many ranks are kept of a pod's ``ranks``.
-RANKS_KEPT = 64
 _RESTART_FIELDS = ("rank", "failed", "restartsLeft", "maxRestarts")
-_ROUND_INTEGERS = ("worldSize", "step", "rank")
-#: A live round's ``cause`` is cut to this many characters (the annotation stays small).
-CAUSE_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -249,12 +243,12 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
     """Add one report event to ``summary``; True when its ``WIRE`` part changed."""
     event = record.get("event")
-    at = _number(record.get("time"))
+    at = checked.number(record.get("time"))
     if event == contract.REPORT_STARTED:
-        summary["attempt"] = _integer(record.get("attempt")) or summary["attempt"] + 1
+        summary["attempt"] = checked.integer(record.get("attempt")) or summary["attempt"] + 1
         if summary["startedAt"] is None:
             summary["startedAt"] = at
-        summary["pid"] = _integer(record.get("pid")) or summary["pid"]
+        summary["pid"] = checked.integer(record.get("pid")) or summary["pid"]
         return True
     if event == contract.REPORT_PROGRESS:
         if at is not None:
@@ -264,7 +258,7 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         summary["hangs"] += 1
         return True
     if event == contract.REPORT_SUSPECTED_HANG:
-        signal_name, idle = record.get("signal"), _number(record.get("idle_seconds"))
+        signal_name, idle = record.get("signal"), checked.number(record.get("idle_seconds"))
         if not isinstance(signal_name, str) or idle is None:
             return False
         summary["suspectedHang"] = {"signal": signal_name, "idleSeconds": idle}
@@ -282,10 +276,10 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         return changed
     if event == contract.REPORT_RESTART_IN_PLACE:
         summary["inPlaceRestarts"] += 1
-        summary["pid"] = _integer(record.get("pid")) or summary["pid"]
+        summary["pid"] = checked.integer(record.get("pid")) or summary["pid"]
         return True
     if event == contract.REPORT_WORKERS_RESTARTED:
-        restart = _worker_restart(record)
+        restart = checked.worker_restart(record)
         if restart is None:
             return False
         kept = [*summary["workerRestarts"], restart]
@@ -309,7 +303,7 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
             summary["failedCheck"] = summary["lastCheck"]
         return True
     if event == contract.REPORT_RANKS:
-        ranks = _ranks(record.get("ranks"))
+        ranks = checked.ranks(record.get("ranks"))
         changed = bool(ranks != summary["ranks"])
         summary["ranks"] = ranks
         return changed
@@ -317,8 +311,8 @@ def fold(summary: dict[str, Any], record: dict[str, Any]) -> bool:
         reason = record.get("reason")
         summary.update(
             exited=True,
-            exitCode=_integer(record.get("exit_code")),
-            signal=_signal(record.get("signal")),
+            exitCode=checked.integer(record.get("exit_code")),
+            signal=checked.signal_number(record.get("signal")),
             reason=reason if isinstance(reason, str) else None,
         )
         if record.get("oom") is True:
@@ -339,22 +333,24 @@ def parse(value: object) -> dict[str, Any] | None:
     without a time or a round, are dropped, and only the latest ``_TAKEN`` of each are kept."""
     if not isinstance(value, dict):
         return None
-    parsed: dict[str, Any] = {key: _count(value.get(key)) for key in _COUNTS}
+    parsed: dict[str, Any] = {key: checked.count(value.get(key)) for key in _COUNTS}
     restarts = []
     for item in value.get("workerRestarts") or []:
         if not isinstance(item, dict):
             continue
-        at, code = _number(item.get("at")), _integer(item.get("exitCode"))
+        at, code = checked.number(item.get("at")), checked.integer(item.get("exitCode"))
         if at is None or code is None:
             continue
-        fields = {key: item[key] for key in _RESTART_FIELDS if _integer(item.get(key)) is not None}
+        fields = {key: item[key] for key in _RESTART_FIELDS if checked.integer(item.get(key)) is not None}
         restarts.append({"at": at, "exitCode": code, **fields})
     dropped = max(len(restarts) - _TAKEN, 0)
     parsed["workerRestartsFrom"] += dropped
     parsed["workerRestarts"] = restarts[dropped:]
     rounds = [
         entry
-        for entry in (_round_entry(item) for item in value.get("liveRounds") or [] if isinstance(item, dict))
+        for entry in (
+            checked.round_entry(item) for item in value.get("liveRounds") or [] if isinstance(item, dict)
+        )
         if entry is not None
     ]
     dropped = max(len(rounds) - _TAKEN, 0)
@@ -364,7 +360,7 @@ def parse(value: object) -> dict[str, Any] | None:
     for key in ("lastCheck", "failedCheck"):
         result = _check(value.get(key))
         parsed[key] = None if result is None else result.as_dict()
-    parsed["ranks"] = _ranks(value.get("ranks"))
+    parsed["ranks"] = checked.ranks(value.get("ranks"))
     suspected = _suspected(value.get("suspectedHang"))
     parsed["suspectedHang"] = (
         None if suspected is None else {"signal": suspected.signal, "idleSeconds": suspected.idle_seconds}
@@ -378,7 +374,7 @@ def _spares(value: object) -> Spares | None:
     """``spares`` as a pod sent it (two small counts, ready at most wanted); None where it is not that."""
     if not isinstance(value, dict):
         return None
-    ready, wanted = _integer(value.get("ready")), _integer(value.get("wanted"))
+    ready, wanted = checked.integer(value.get("ready")), checked.integer(value.get("wanted"))
     if ready is None or wanted is None or not 0 <= ready <= wanted <= 64:
         return None
     return Spares(ready, wanted)
@@ -388,7 +384,7 @@ def _suspected(value: object) -> SuspectedHang | None:
     """``suspectedHang`` as a pod sent it; None where it is not one."""
     if not isinstance(value, dict):
         return None
-    signal_name, idle = value.get("signal"), _number(value.get("idleSeconds"))
+    signal_name, idle = value.get("signal"), checked.number(value.get("idleSeconds"))
     if not isinstance(signal_name, str) or len(signal_name) > 32 or idle is None:
         return None
     return SuspectedHang(signal_name, idle)
@@ -404,30 +400,12 @@ def _check(value: object) -> CheckResult | None:
         return None
 
 
-def _ranks(value: object) -> list[dict[str, Any]]:
-    """``ranks`` as a pod sent them: entries with a whole rank and steps and a number of seconds, at most
-    ``RANKS_KEPT``."""
-    out: list[dict[str, Any]] = []
-    for item in value if isinstance(value, list) else ():
-        if not isinstance(item, dict):
-            continue
-        rank, steps, busy = (
-            _integer(item.get("rank")),
-            _integer(item.get("steps")),
-            _number(item.get("busySeconds")),
-        )
-        if rank is not None and steps is not None and busy is not None and busy >= 0:
-            step = _number(item.get("stepSeconds"))
-            out.append({"rank": rank, "steps": steps, "busySeconds": busy, "stepSeconds": step or 0.0})
-    return out[:RANKS_KEPT]
-
-
 def _fold_live_round(summary: dict[str, Any], record: dict[str, Any]) -> bool:
     """One worker's ``live-reformed``: a new round is kept (the latest ``KEPT``); a round already kept is
     replaced only by rank 0's word on it."""
-    entry = _round_entry(
+    entry = checked.round_entry(
         {
-            "at": record.get("at") if _number(record.get("at")) is not None else record.get("time"),
+            "at": record.get("at") if checked.number(record.get("at")) is not None else record.get("time"),
             "round": record.get("round"),
             "worldSize": record.get("world_size"),
             "step": record.get("step"),
@@ -451,63 +429,3 @@ def _fold_live_round(summary: dict[str, Any], record: dict[str, Any]) -> bool:
     summary["liveRounds"] = kept[dropped:]
     summary["liveRoundsFrom"] += dropped
     return True
-
-
-def _round_entry(item: dict[str, Any]) -> dict[str, Any] | None:
-    """A live round as a summary keeps it, each field of its type (those that are not are left out); None
-    without a time or a round."""
-    at, number = _number(item.get("at")), _integer(item.get("round"))
-    if at is None or number is None:
-        return None
-    entry: dict[str, Any] = {"at": at, "round": number}
-    for key in _ROUND_INTEGERS:
-        if _integer(item.get(key)) is not None:
-            entry[key] = item[key]
-    if isinstance(item.get("origin"), str):
-        entry["origin"] = item["origin"][:16]
-    seconds = _number(item.get("seconds"))
-    if seconds is not None:
-        entry["seconds"] = seconds
-    if isinstance(item.get("cause"), str):
-        entry["cause"] = item["cause"][:CAUSE_LIMIT]
-    return entry
-
-
-def _worker_restart(record: dict[str, Any]) -> dict[str, Any] | None:
-    """A ``workers-restarted`` event as a summary's entry; None without a failure that has an exit code, or
-    without a time."""
-    failures = [item for item in record.get("failures") or [] if isinstance(item, dict)]
-    coded = [item for item in failures if _integer(item.get("exit_code")) is not None]
-    at = _number(record.get("failed_at")) or _number(record.get("time"))
-    if not coded or at is None:
-        return None
-    return {
-        "at": at,
-        "exitCode": coded[0]["exit_code"],
-        "rank": _integer(coded[0].get("rank")),
-        "failed": len(failures),
-        "restartsLeft": _integer(record.get("restarts_left")),
-        "maxRestarts": _integer(record.get("max_restarts")),
-    }
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _integer(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _count(value: object) -> int:
-    number = _integer(value)
-    return number if number is not None and number >= 0 else 0
-
-
-def _signal(value: object) -> int | None:
-    """The agent names signals ("SIGKILL"); older lines may carry the number."""
-    if isinstance(value, str):
-        with contextlib.suppress(KeyError):
-            return int(signal.Signals[value])
-        return None
-    return _integer(value)

@@ -10,6 +10,7 @@ import psutil
 import pytest
 from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, wait_world, workers_of
 
+from trainguard.backends.local.views import pods_table
 from trainguard.demo.session import Session, digits_job, recovery
 from trainguard.pod import contract
 
@@ -26,6 +27,11 @@ def _split(processes: list[psutil.Process]) -> tuple[list[int], list[int]]:
     return sorted(workers), sorted(spares)
 
 
+def _ready(session: Session, job: str) -> list[int | None]:
+    """Each pod's spares ready, as the job's status says (its agent's report)."""
+    return [pod.get("spares") for pod in session.view(job)["status"]["pods"]]
+
+
 def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_starts(session: Session) -> None:
     spec = digits_job(
         "digits-spare", session.root, epochs=12, step_delay=0.05, checkpoint_every=10, live=True, spares=1
@@ -35,6 +41,7 @@ def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_start
     pod = "digits-spare-worker-1"
     session.wait("the pod's spare started", lambda: len(workers_of(session, job, pod)) == 2, 60)
     [active], [spare] = _split(workers_of(session, job, pod))
+    session.wait("each pod's spare ready in the job's status", lambda: _ready(session, job) == [1, 1, 1], 120)
     others = {
         name: session.worker_pids(job)[name] for name in ("digits-spare-worker-0", "digits-spare-worker-2")
     }
@@ -58,6 +65,19 @@ def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_start
     assert psutil.Process(spare).is_running()  # ... and training now
     assert workers == []  # the failed worker's slot starts again as a spare, never cold in the world
     assert {name: session.worker_pids(job)[name] for name in others} == others  # the survivors kept theirs
+
+    # The new spare warms up and is counted ready again; get shows each pod's.
+    session.wait("the new spare ready", lambda: _ready(session, job) == [1, 1, 1], 120)
+    table = pods_table(session.view(job))
+    assert table.splitlines()[0].split()[:7] == [
+        "POD",
+        "ROLE",
+        "NODE",
+        "PHASE",
+        "RESTARTS",
+        "HANG-RESTARTS",
+        "SPARES",
+    ]
 
     done = wait_done(session, job)
     assert done.fields["accuracy"] >= 0.9

@@ -11,6 +11,7 @@ from trainguard.agent.nudge import format_nudge, parse_nudge
 from trainguard.controller.reports import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
 from trainguard.pod import summary as summaries
+from trainguard.pod import summaryfields
 
 
 def _failure(rank: int, pid: int, exit_code: int | None) -> dict[str, Any]:
@@ -342,7 +343,7 @@ def test_a_worker_that_never_formed_a_round_marks_the_pod_unused_once() -> None:
             {"liveRounds": [{"at": 1.0, "round": 2, "cause": "E: " + "x" * 500}]},
             {
                 "liveRounds": [
-                    {"at": 1.0, "round": 2, "cause": ("E: " + "x" * 500)[: summaries.CAUSE_LIMIT]}
+                    {"at": 1.0, "round": 2, "cause": ("E: " + "x" * 500)[: summaryfields.CAUSE_LIMIT]}
                 ],
                 "liveRoundsFrom": 0,
                 "liveUnused": False,
