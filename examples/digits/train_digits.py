@@ -160,6 +160,15 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def rank_batch(global_batch: int, size: int) -> int:
+    """Each rank's batch: an equal share of the global batch (``trainguard.GlobalBatch``) where the world divides
+    it, so the global batch stays the same through every change (e.g. 60 for worlds 1-6); else a little more."""
+    try:
+        return trainguard.GlobalBatch(global_batch).plan(size).per_rank
+    except ValueError:  # this world does not divide it: the global batch grows to the next multiple
+        return math.ceil(global_batch / size)
+
+
 def main_live(args: argparse.Namespace) -> None:
     """Live mode: ``train`` is entered again, in the same process, after each re-formation."""
     train_set, test_set = split(*load_digits())
@@ -197,7 +206,8 @@ def main_live(args: argparse.Namespace) -> None:
         rank, size = live.rank, live.world_size
         model_ddp = DistributedDataParallel(model, init_sync=False)
         sampler.set_world(rank, size)
-        loader = DataLoader(train_set, batch_size=math.ceil(args.global_batch / size), sampler=sampler)
+        per_rank = rank_batch(args.global_batch, size)
+        loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler)
         for epoch in range(sampler.epoch, args.epochs):
             sampler.set_epoch(epoch)
             with model_ddp.join():
@@ -212,6 +222,7 @@ def main_live(args: argparse.Namespace) -> None:
                         loss=round(loss.item(), 5),
                         world=size,
                         pid=os.getpid(),
+                        batch=per_rank * size,
                     )
                     if live.step % args.checkpoint_every == 0:  # rank 0 writes
                         checkpointer.save_async(

@@ -78,7 +78,7 @@ def test_the_report_puts_both_runs_side_by_side_with_each_recovery_and_the_histo
         331,
         95.0,
         recoveries=[
-            Change("kill digits-faults-worker-1", kill, 23.0, {"w0": True, "w2": True}),
+            Change("kill digits-faults-worker-1", kill, 0.8, {"w0": True, "w2": True}),
             Change("scale to 2", kill, None, {"w0": True, "w1": False}),
         ],
         history=[
@@ -95,13 +95,15 @@ def test_the_report_puts_both_runs_side_by_side_with_each_recovery_and_the_histo
                 "reason": "worker-1 exited with code 137",
             }
         ],
+        batches={3: {60}, 4: {60}, 2: {60}},
     )
     text = report(clean, faulty, 170.0)
     assert "0.9722" in text
     assert "0.9694" in text
     assert "kill digits-faults-worker-1" in text
     assert "4.2 s" in text  # to the next step
-    assert "23 s" in text  # rejoined
+    assert "0.8 s" in text  # rejoined (its pod's spare took the killed worker's place)
+    assert "60 samples a step with 2, 3, 4 workers alike" in text  # the global batch never changed
     assert "restart/Pod" in text
     assert "steps lost (done twice)" in text
     assert "unchanged (2 pods)" in text  # the kill's survivors kept their processes

@@ -211,7 +211,9 @@ def _record_worker_restarts(cycle: Cycle, slot: PodStatus, pod: ObservedPod) -> 
         if number < slot.worker_restarts:
             continue
         fault = Fault(FaultKind.EXITED, slot.ref, restart.at, exit_code=restart.exit_code, node=pod.node)
-        decision = torchrun_restarted(fault, restart.failed, restart.restarts_left, restart.max_restarts)
+        decision = torchrun_restarted(
+            fault, restart.failed, restart.restarts_left, restart.max_restarts, spare=restart.spare
+        )
         cycle.record(_history_entry(cycle, decision))
         cycle.emit(EventType.WARNING, "WorkersRestarted", decision.reason, slot.name)
     return cycle.put(slot, worker_restarts=total)

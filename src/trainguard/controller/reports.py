@@ -27,6 +27,8 @@ class WorkerRestart:
     failed: int = 1
     restarts_left: int | None = None
     max_restarts: int | None = None
+    #: A live pod's hot spare took the failed worker's place.
+    spare: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class AgentReport:
                     failed=item.failed,
                     restarts_left=item.restarts_left,
                     max_restarts=item.max_restarts,
+                    spare=item.spare,
                 )
                 for item in seen.worker_restarts
             ),

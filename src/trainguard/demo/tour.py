@@ -39,6 +39,11 @@ class Settings:
     scale_in_at: int = 170
     #: Live mode (the survivors keep their processes); False: torchrun restarts every worker.
     live: bool = True
+    #: Live mode's hot spares per pod in the run with faults (``trainguard.io/live-spares``): a killed worker's
+    #: place is taken by its pod's spare, warm, instead of a process started cold.
+    spares: int = 1
+    #: Samples a step over all ranks: every world of the run (2 to 4) divides it, so it never changes.
+    global_batch: int = 60
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Outcome:
     seconds: float
     recoveries: list[Change] = field(default_factory=list)
     history: list[dict[str, object]] = field(default_factory=list)
+    #: The global batches trained, by world size (from rank 0's steps; live mode writes them).
+    batches: dict[int, set[int]] = field(default_factory=dict)
 
 
 class Display:
@@ -142,7 +149,9 @@ def train(session: Session, name: str, settings: Settings, display: Display, *, 
         epochs=settings.epochs,
         step_delay=settings.step_delay,
         checkpoint_every=settings.checkpoint_every,
+        extra_args=(f"--global-batch={settings.global_batch}",),
         live=settings.live,
+        spares=settings.spares if faults and settings.live else 0,
     )
     began = time.monotonic()
     job = session.submit(spec)
@@ -166,6 +175,9 @@ def train(session: Session, name: str, settings: Settings, display: Display, *, 
     outcome.steps = done.step
     outcome.seconds = time.monotonic() - began
     outcome.history = list(session.view(job)["status"]["history"])
+    for step in run.steps():
+        if "batch" in step.fields:
+            outcome.batches.setdefault(step.world, set()).add(int(step.fields["batch"]))
     display.note(f"[{title}] done: test accuracy {outcome.accuracy:.4f} after {done.step} steps")
     return outcome
 
@@ -195,18 +207,34 @@ def inject_faults(
     results: list[Change] = []
     session.wait(f"step {settings.kill_at}", reached(settings.kill_at), PHASE_TIMEOUT, tick=tick("running"))
     pod = f"{job}-{ROLE}-1"
+    spare = settings.live and settings.spares > 0
+    if spare:  # the pod's spare warm and waiting before the kill (its agent's word, in the job's status)
+        session.wait(
+            f"{pod}'s spare", lambda: _spares_ready(session, job, pod), PHASE_TIMEOUT, tick=tick("running")
+        )
     before = {name: pids for name, pids in session.worker_pids(job).items() if name != pod}
-    session.chaos("kill", pod)
+    if spare:
+        session.chaos("kill", pod, worker=True)
+        display.note(
+            f"[with faults] $ trainguard chaos kill {pod} --worker   # SIGKILL of its training process; "
+            "the pod's spare takes its place"
+        )
+    else:
+        session.chaos("kill", pod)
+        display.note(
+            f"[with faults] $ trainguard chaos kill {pod}   # SIGKILL of its torchrun agent and worker"
+        )
     killed = time.time()
-    display.note(f"[with faults] $ trainguard chaos kill {pod}   # SIGKILL of its torchrun agent and worker")
     back = session.wait(
         "the survivors", lambda: recovery(run.events(), killed), PHASE_TIMEOUT, tick=tick("recovering")
     )
     display.note(f"[with faults]   training went on after {back.seconds:.1f} s with {back.world} workers")
-    rejoined = session.wait(
-        "the replacement", settled(3, killed), PHASE_TIMEOUT, tick=tick(f"{pod} restarts (a cold start)")
+    how = "its spare, warm, takes over" if spare else "restarts (a cold start)"
+    rejoined = session.wait("the replacement", settled(3, killed), PHASE_TIMEOUT, tick=tick(f"{pod} {how}"))
+    display.note(
+        f"[with faults]   {pod} rejoined {rejoined.t - killed:.1f} s after the kill"
+        + (" (its spare took the killed worker's place; a new spare starts behind it)" if spare else "")
     )
-    display.note(f"[with faults]   {pod} rejoined {rejoined.t - killed:.0f} s after the kill")
     results.append(Change(f"kill {pod}", back, rejoined.t - killed, kept(before)))
 
     for world, at_step in ((4, settings.scale_out_at), (2, settings.scale_in_at)):
@@ -223,6 +251,19 @@ def inject_faults(
             display.note(f"[with faults]   {world} workers train {resized.seconds:.0f} s after the request")
             results.append(Change(f"scale to {world}", resized, None, kept(before)))
     return results
+
+
+def _spares_ready(session: Session, job: str, pod: str) -> bool:
+    return any(p["name"] == pod and p.get("spares") for p in session.view(job)["status"]["pods"])
+
+
+def batches(seen: dict[int, set[int]]) -> str:
+    """The global batches trained, in words: one for every world, or each world's."""
+    every = set().union(*seen.values()) if seen else set()
+    worlds = ", ".join(str(world) for world in sorted(seen))
+    if len(every) == 1:
+        return f"{every.pop()} samples a step with {worlds} workers alike"
+    return "; ".join(f"{world} workers: {sorted(sizes)}" for world, sizes in sorted(seen.items())) or "-"
 
 
 def survivors(kept: dict[str, bool]) -> str:
@@ -243,6 +284,7 @@ def report(clean: Outcome, faulty: Outcome, seconds: float) -> str:
                 ["steps", clean.steps, faulty.steps],
                 ["steps lost (done twice)", 0, lost],
                 ["wall time", f"{clean.seconds:.0f} s", f"{faulty.seconds:.0f} s"],
+                ["global batch", batches(clean.batches), batches(faulty.batches)],
             ],
             ["", "WITHOUT FAULTS", "WITH FAULTS"],
         ),
@@ -258,7 +300,7 @@ def report(clean: Outcome, faulty: Outcome, seconds: float) -> str:
                     f"{change.recovery.seconds:.1f} s",
                     f"{change.recovery.paused:.1f} s",
                     change.recovery.world,
-                    "-" if change.rejoined is None else f"{change.rejoined:.0f} s",
+                    "-" if change.rejoined is None else f"{change.rejoined:.1f} s",
                     survivors(change.survivors_kept),
                 ]
                 for change in faulty.recoveries

@@ -267,6 +267,7 @@ class Launcher:
                     return self.end(code)
                 self.restarts_left -= 1
                 self.restarted.add(local_rank)
+                called = None if waiting else self.call_spare(local_rank)
                 if self.events:
                     workerevents.append(
                         self.events,
@@ -274,8 +275,8 @@ class Launcher:
                         failures=[workerevents.failure(-1, local_rank, process.pid, code)],
                         restarts_left=self.restarts_left,
                         max_restarts=self.max_restarts,
+                        **({"spare": True} if called is not None else {}),
                     )
-                called = None if waiting else self.call_spare(local_rank)
                 self.start(local_rank, spare=waiting or called is not None)
             if self.calls and self.finished >= set(self.workers) - set(self.calls):
                 self.release_spares()  # every worker is done: the spares leave (exit status 0)

@@ -15,7 +15,8 @@ The summary is a JSON object:
   went quiet last) and ``idleSeconds``; None when it does not (progress resumed, or none ever suspected).
 - ``workerRestarts``: the latest ``KEPT`` restarts of failed workers by torchrun inside the command, oldest
   first (``at``, ``exitCode`` and ``rank`` of the first failed worker with an exit code, ``failed``,
-  ``restartsLeft``, ``maxRestarts``), and ``workerRestartsFrom``, the number of the first one kept. Workers
+  ``restartsLeft``, ``maxRestarts``, and ``spare``: true where a live pod's hot spare took the failed worker's
+  place), and ``workerRestartsFrom``, the number of the first one kept. Workers
   the agent killed for a nudge are never among them (its events leave them out).
 - ``liveRounds``: the latest ``KEPT`` rounds the pod's live workers (``trainguard.Live``) formed, oldest first,
   one per round (every worker of the pod writes each round down: the one of rank 0 is kept if it is among
@@ -82,6 +83,8 @@ class RestartEntry:
     failed: int
     restarts_left: int | None
     max_restarts: int | None
+    #: A live pod's hot spare took the failed worker's place (its slot started again as a spare).
+    spare: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ def read(summary: Mapping[str, Any]) -> Summary:
                 failed=item.get("failed") or 1,
                 restarts_left=item.get("restartsLeft"),
                 max_restarts=item.get("maxRestarts"),
+                spare=item.get("spare") is True,
             )
             for item in summary["workerRestarts"]
         ),
@@ -342,7 +346,9 @@ def parse(value: object) -> dict[str, Any] | None:
         if at is None or code is None:
             continue
         fields = {key: item[key] for key in _RESTART_FIELDS if checked.integer(item.get(key)) is not None}
-        restarts.append({"at": at, "exitCode": code, **fields})
+        restarts.append(
+            {"at": at, "exitCode": code, **fields, **({"spare": True} if item.get("spare") is True else {})}
+        )
     dropped = max(len(restarts) - _TAKEN, 0)
     parsed["workerRestartsFrom"] += dropped
     parsed["workerRestarts"] = restarts[dropped:]

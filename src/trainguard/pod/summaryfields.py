@@ -70,6 +70,7 @@ def worker_restart(record: dict[str, Any]) -> dict[str, Any] | None:
         "failed": len(failures),
         "restartsLeft": integer(record.get("restarts_left")),
         "maxRestarts": integer(record.get("max_restarts")),
+        **({"spare": True} if record.get("spare") is True else {}),
     }
 
 

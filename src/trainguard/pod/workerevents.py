@@ -12,7 +12,8 @@ Lines (each with ``event`` and ``time``, the wall clock):
   ``started``. The agent holds its hang detection meanwhile (torchrun's own rendezvous timeouts apply).
 - ``started``: the round's workers were started.
 - ``failed``: workers failed and torchrun restarts them: ``failures`` (``rank``, ``local_rank``, ``pid``,
-  ``exit_code``, ``signal``), ``restarts_left``, ``max_restarts``. ``exit_code`` is the shell's (128+N for
+  ``exit_code``, ``signal``), ``restarts_left``, ``max_restarts``, and ``spare`` (true: the live launcher called a
+  hot spare in the failed worker's place). ``exit_code`` is the shell's (128+N for
   signal N), ``signal`` the signal's name or null. The agent reports it (``workers-restarted``) and the
   controller records it in the job's history.
 

@@ -13,20 +13,30 @@ from trainguard.policy.words import what_happened
 
 
 def torchrun_restarted(
-    fault: Fault, failed: int = 1, restarts_left: int | None = None, max_restarts: int | None = None
+    fault: Fault,
+    failed: int = 1,
+    restarts_left: int | None = None,
+    max_restarts: int | None = None,
+    *,
+    spare: bool = False,
 ) -> Decision:
-    """The decision that records a restart of ``failed`` workers of ``fault.pod`` by torchrun."""
+    """The decision that records a restart of ``failed`` workers of ``fault.pod`` by torchrun (or by live
+    mode's launcher, which called a hot spare in the failed worker's place where ``spare``)."""
     which = "a worker" if failed == 1 else f"{failed} workers"
     budget = ""
     if restarts_left is not None and max_restarts is not None:
         budget = f" ({restarts_left} of its --max-restarts {max_restarts} left)"
+    done = (
+        "the pod's hot spare took its place, warm, and the worker's slot started again as a spare"
+        if spare
+        else "torchrun restarted the pod's workers inside the pod"
+    )
     return Decision(
         fault,
         Remedy.RESTART_WORKERS,
         None,
         RULE_TORCHRUN,
         False,
-        f"{what_happened(fault)} ({which} of the pod); torchrun restarted the pod's workers inside the pod"
-        f"{budget}; not counted toward the job's limits",
+        f"{what_happened(fault)} ({which} of the pod); {done}{budget}; not counted toward the job's limits",
         pods=(fault.pod,) if fault.pod is not None else (),
     )

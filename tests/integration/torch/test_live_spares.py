@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, wait_world, workers_of
+from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, workers_of
 
 from trainguard.backends.local.views import pods_table
 from trainguard.demo.session import Session, digits_job, recovery
@@ -46,13 +46,19 @@ def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_start
         name: session.worker_pids(job)[name] for name in ("digits-spare-worker-0", "digits-spare-worker-2")
     }
 
-    psutil.Process(active).kill()
+    # What a crashed training process is: the worker alone killed, its launcher lives on.
+    said = session.chaos("kill", pod, worker=True)
     killed_at = time.time()
-    whole = wait_world(session, job, 3, after=killed_at, timeout=RECOVERY_TIMEOUT)
-    back = recovery(session.run(job).events(), killed_at, world=3)
-    assert back is not None
+    assert said == f"pod {pod}: worker pid {active} killed (SIGKILL); its launcher goes on"
+    # The first round of 3 formed after the kill, and its first step (a step of the old round may still be
+    # written just after the kill: the killed worker had done its part of it).
+    back = session.wait(
+        "the world whole again",
+        lambda: recovery(session.run(job).events(), killed_at, world=3),
+        RECOVERY_TIMEOUT,
+    )
     assert back.steps_lost == 0, back
-    print(f"\nspare: a killed worker -> the world whole again in {whole.t - killed_at:.2f} s ({back})")
+    print(f"\nspare: a killed worker -> the world whole again in {back.seconds:.2f} s ({back})")
 
     # The world of 3 holds the spare: the only other process of the pod is the new spare, which waits uncalled.
     def replaced() -> tuple[list[int], list[int]] | None:
@@ -83,6 +89,12 @@ def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_start
     assert done.fields["accuracy"] >= 0.9
     status = session.view(job)["status"]
     assert status["restartCounts"] == {"worker": 0}, status["restartCounts"]
+    # The history says what happened in the pod: its spare took the killed worker's place (not counted).
+    [taken] = [
+        entry for entry in status["history"] if entry.get("pod") == pod and entry.get("kind") == "fault"
+    ]
+    assert "the pod's hot spare took its place" in taken["reason"], taken
+    assert not taken["counted"]
 
 
 def test_spares_without_live_mode_are_refused_with_the_fix(session: Session) -> None:

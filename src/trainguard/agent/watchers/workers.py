@@ -69,6 +69,7 @@ class WorkerEventsWatcher:
             failures=failures,
             restarts_left=record.get("restarts_left"),
             max_restarts=record.get("max_restarts"),
+            **({"spare": True} if record.get("spare") is True else {}),
         )
 
     def _live(self, tick: Tick, record: dict[str, object]) -> None:

@@ -16,9 +16,11 @@ from dataclasses import replace
 import psutil
 
 from trainguard.agent.control import write_exit_request
+from trainguard.agent.nudge import workers
 from trainguard.backends.local import processes
 from trainguard.backends.local.records import EventRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.runtime import Runtime
+from trainguard.pod import contract
 
 
 class ChaosError(ValueError):
@@ -42,14 +44,19 @@ def _command_group(runtime: Runtime, row: PodRecord) -> int:
     return child
 
 
-def kill(runtime: Runtime, name: str, signum: int | None = None, exit_code: int | None = None) -> str:
-    """Kill the pod's training command (not its agent) with a signal, or make the pod end with ``exit_code``.
+def kill(
+    runtime: Runtime, name: str, signum: int | None = None, exit_code: int | None = None, worker: bool = False
+) -> str:
+    """Kill the pod's training command (not its agent) with a signal, or make the pod end with ``exit_code``;
+    with ``worker``, one training process alone (a worker that crashed; its launcher lives on).
 
     An exit code is asked of the pod's agent (``trainguard.agent.control``): it stops the command and exits
     with that code itself, so the pod really ends with it, as its report and wait status both say.
     """
     row, _ = running_pod(runtime, name)
     group = _command_group(runtime, row)
+    if worker:
+        return _kill_worker(runtime, row, group, signum if signum is not None else signal.SIGKILL)
     if exit_code is not None:
         write_exit_request(runtime.home.control_file(row.job, row.name), exit_code)
         what = f"exit code {exit_code}"
@@ -61,6 +68,36 @@ def kill(runtime: Runtime, name: str, signum: int | None = None, exit_code: int 
         what = signal.Signals(sig).name
     _event(runtime, row, "ChaosKill", f"chaos: killed the command of {name} ({what})")
     return f"pod {name}: command killed ({what})"
+
+
+def _kill_worker(runtime: Runtime, row: PodRecord, command: int, signum: int) -> str:
+    """Signal the first of the pod's workers that holds a rank (a live job's hot spares, waiting, are not)."""
+    ranked = sorted(
+        (w for w in workers(command) if not _is_spare(w.pid)), key=lambda w: (_local_rank(w.pid), w.pid)
+    )
+    if not ranked:
+        raise ChaosError(f"pod {row.name} runs no training process yet; try again in a moment")
+    victim = ranked[0]
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(victim.pid, signum)
+    what = signal.Signals(signum).name
+    _event(runtime, row, "ChaosKill", f"chaos: killed worker pid {victim.pid} of {row.name} ({what})")
+    return f"pod {row.name}: worker pid {victim.pid} killed ({what}); its launcher goes on"
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with contextlib.suppress(psutil.Error):
+        return dict(psutil.Process(pid).environ())
+    return {}
+
+
+def _is_spare(pid: int) -> bool:
+    return contract.ENV_LIVE_SPARE_FD in _environ(pid)
+
+
+def _local_rank(pid: int) -> int:
+    text = _environ(pid).get(contract.LOCAL_RANK, "")
+    return int(text) if text.isdigit() else 0
 
 
 def hang(runtime: Runtime, name: str) -> str:

@@ -199,6 +199,7 @@ class Service:
         signal: str | None = None,
         exit_code: int | None = None,
         item: str | None = None,
+        worker: bool = False,
     ) -> str:
         runtime = self.plane.runtime
         with self.plane.lock:
@@ -207,7 +208,11 @@ class Service:
                     if exit_code is not None and not 0 <= exit_code <= 255:
                         raise RequestError(f"--exit-code {exit_code}: exit codes are 0-255")
                     signum = signal_number(signal) if signal else None
-                    message = chaos.kill(runtime, target, signum, exit_code)
+                    if worker and exit_code is not None:
+                        raise RequestError(
+                            "--worker kills a training process by a signal; leave out --exit-code"
+                        )
+                    message = chaos.kill(runtime, target, signum, exit_code, worker=worker)
                 elif action == "hang":
                     message = chaos.hang(runtime, target)
                 elif action == "evict":

@@ -33,6 +33,11 @@ def register(subparsers: Any) -> None:
     how = kill.add_mutually_exclusive_group()
     how.add_argument("--signal", "-s", metavar="S", help="signal name or number (default SIGKILL)")
     how.add_argument("--exit-code", type=_exit_code, metavar="N", help="make the pod end with exit code N")
+    kill.add_argument(
+        "--worker",
+        action="store_true",
+        help="kill one training process alone (a worker that crashed), not the pod's whole command",
+    )
     for name, text in (
         ("force-delete", "remove a pod without trainguard's intent (grace 0)"),
         ("evict", "evict a pod (SIGTERM, grace, SIGKILL; reason Evicted)"),
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         signal=getattr(args, "signal", None),
         exit_code=getattr(args, "exit_code", None),
         item=getattr(args, "item", None),
+        **({"worker": True} if getattr(args, "worker", False) else {}),
     )
     print(message)
     return 0
