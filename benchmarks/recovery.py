@@ -61,6 +61,14 @@ from trainguard.agent.nudge import workers
 from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
 from trainguard.pod import contract
 
+SETUPS = (
+    "torchrun",
+    "torchrun_fixed",
+    "trainguard",
+    "trainguard_live",
+    "trainguard_live_spare",
+    "trainguard_live_silent",
+)
 EVERY = 10
 STEP_DELAY = 0.05
 EPOCHS = 6
@@ -84,27 +92,28 @@ def main() -> int:
     parser.add_argument("--kill-at", type=int, default=35, help="kill once this step is done")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds after the kill to give up")
     parser.add_argument(
+        "--setups",
+        nargs="+",
+        choices=SETUPS,
+        default=list(SETUPS),
+        help="the set-ups to run (default: all; e.g. trainguard_live trainguard_live_spare, a spare and its baseline)",
+    )
+    parser.add_argument(
         "--results", default=None, help="also keep the JSON in this directory (benchmarks/results)"
     )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="trainguard-bench-recovery-"))
     figures: dict[str, object] = {
         "trials": args.trials,
+        "setups": list(args.setups),
         "kill_at_step": args.kill_at,
         "checkpoint_every": EVERY,
     }
     try:
         for size in args.workers:
-            results: dict[str, list[Trial]] = {
-                "torchrun": [],
-                "torchrun_fixed": [],
-                "trainguard": [],
-                "trainguard_live": [],
-                "trainguard_live_spare": [],
-                "trainguard_live_silent": [],
-            }
+            results: dict[str, list[Trial]] = {setup: [] for setup in SETUPS}
             for trial in range(args.trials):
-                for setup in results:
+                for setup in args.setups:
                     directory = root / f"{size}-{setup}-{trial}"
                     if setup.startswith("trainguard"):
                         live = setup.startswith("trainguard_live")
