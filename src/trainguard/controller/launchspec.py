@@ -126,6 +126,16 @@ def check_runnable(job: TrainingJob) -> None:
         role_launch(job, role, Network())
 
 
+def launch_refusal(job: TrainingJob) -> str | None:
+    """Why a backend would refuse the job beyond its form (``check_runnable``), in its words (naming the
+    field and the fix); None when nothing does: what ``trainguard validate`` and the create page say too."""
+    try:
+        check_runnable(job)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
     """The command and torchrun defaults of ``role``'s pods; ``LaunchError`` for a torchrun command that
     cannot run (no training script)."""

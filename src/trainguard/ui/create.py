@@ -44,6 +44,7 @@ from trainguard.api.dialects import aitrainingjob, modelarts, pytorchjob
 from trainguard.api.faultcheck import ANNOTATION as FAULT_CHECK_ANNOTATION
 from trainguard.api.load import LoadedJob, load_bytes
 from trainguard.api.model import API_VERSION, KIND, FrameworkType, HangPolicy, RestartPolicy
+from trainguard.controller.launchspec import launch_refusal
 from trainguard.controller.torchrun_command import LIVE_ANNOTATION
 from trainguard.ui.pages import PageError
 
@@ -265,6 +266,9 @@ def draft(form: JobForm) -> Draft:
         [loaded] = load_bytes(text.encode(), file)
     except SpecError as error:
         return Draft(form, document, text, file, (*problems, *map(str, error.problems)), notes=notes)
+    refused = launch_refusal(loaded.job)  # what a backend would refuse it for, as validate says it
+    if refused is not None:
+        problems.append(f"{file}: {refused}")
     if problems:
         return Draft(form, document, text, file, tuple(problems), loaded.warnings, notes)
     return Draft(form, document, text, file, (), loaded.warnings, notes, loaded)

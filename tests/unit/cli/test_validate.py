@@ -127,3 +127,31 @@ def test_no_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "validate")
     assert code == 2
     assert "the following arguments are required: FILE" in err
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        ({"trainguard.io/live-spares": "1"}, 'add the annotation trainguard.io/live: "true"'),
+        (
+            {"trainguard.io/live": "true", "trainguard.io/live-spares": "two"},
+            "'two' is not a number of spare workers per pod; give a whole number from 0 to 8",
+        ),
+        (
+            {"trainguard.io/live": "true", "trainguard.io/hang-timeout-seconds": "5"},
+            "5 s is too short for live mode",
+        ),
+    ],
+)
+def test_what_a_backend_would_refuse_is_refused_by_validate_too_naming_the_file_and_the_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, annotations: dict[str, str], message: str
+) -> None:
+    document = yaml.safe_load((EXAMPLES / "pytorchjob-elastic.yaml").read_text())
+    document["metadata"].setdefault("annotations", {}).update(annotations)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    code, out, err = run(capsys, "validate", str(path))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {path}: ")
+    assert message in err
+    assert "Traceback" not in err

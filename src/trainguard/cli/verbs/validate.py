@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainguard.api.errors import SpecError, SpecProblem
 from trainguard.api.load import LoadedJob
 from trainguard.cli.verbs._jobfiles import add_overlay_argument, as_json, load_files
+from trainguard.controller.launchspec import launch_refusal
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +28,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     jobs = load_files(args.files, args.overlay)
+    problems = [
+        SpecProblem(loaded.source, "", refused)
+        for loaded in jobs
+        if (refused := launch_refusal(loaded.job)) is not None
+    ]
+    if problems:
+        raise SpecError(problems)
     if args.output == "json":
         print(as_json(jobs))
     else:
