@@ -14,7 +14,7 @@ from agent_harness import AgentRun
 pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
-TIMEOUT = 3.0
+TIMEOUT = 5.0
 #: trainguard's bound: a hang is acted on within the timeout plus 2 seconds.
 LATENCY = TIMEOUT + 2.0
 SCRIPT = Path(__file__).with_name("allreduce_hang.py")

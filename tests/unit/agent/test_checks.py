@@ -186,7 +186,7 @@ def test_an_injected_item_reads_past_its_threshold(tmp_path: Path) -> None:
 
 
 def test_this_machines_readings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readings, "CONNECT_PATIENCE", 1.0)  # a rendezvous not listening: tried for 1 s
+    monkeypatch.setattr(readings, "RENDEZVOUS_PATIENCE", 1.0)  # a rendezvous not listening: tried for 1 s
     machine = Machine()
     assert machine.free_bytes(str(tmp_path)) > 0
     assert 0 < machine.write_seconds(str(tmp_path)) < 30
@@ -208,18 +208,20 @@ def test_a_rendezvous_that_starts_listening_a_moment_later_is_reached() -> None:
     late = threading.Timer(1.0, lambda: servers.append(socket.create_server(("127.0.0.1", port))))
     servers: list[socket.socket] = []
     late.start()
+    started = time.monotonic()
     try:
         seconds = Machine().connect_seconds(f"127.0.0.1:{port}")
     finally:
         late.join()
         for server in servers:
             server.close()
-    assert 0.5 <= seconds < readings.CONNECT_PATIENCE
+    assert time.monotonic() - started >= 1.0  # waited for it to listen ...
+    assert seconds < 0.5  # ... and measured the connection (loopback: milliseconds), not the wait
 
 
 def test_a_rendezvous_name_that_does_not_resolve_is_tried_for_the_whole_patience(monkeypatch: Any) -> None:
     """A just-created Service's name may not resolve for a moment: tried again, not failed at once."""
-    monkeypatch.setattr(readings, "CONNECT_PATIENCE", 1.2)
+    monkeypatch.setattr(readings, "RENDEZVOUS_PATIENCE", 1.2)
     started = time.monotonic()
     with pytest.raises(socket.gaierror):
         Machine().connect_seconds("no-such-name.invalid:29400")
