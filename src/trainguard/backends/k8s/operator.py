@@ -150,7 +150,7 @@ class Operator:
             )
         if self.options.agent_report_port is not None:
             self._report_server, self.agent_report_url = agentreports.serve(
-                agentreports.AgentReports(self.kube, self.pods),
+                agentreports.AgentReports(self.kube, self.pods, nodes=self.nodes),
                 self.options.agent_report_port,
                 self.options.agent_report_address,
             )
