@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from trainguard.api.load import load_jobs, load_object
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import agentreports, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
 from trainguard.controller.reports import LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
+from trainguard.policy.fencing import Fencing
 
 from .launches import launch
 
@@ -204,6 +205,34 @@ def test_with_a_report_url_every_replica_reports_with_a_token_for_the_operator_o
     assert all(v["name"] != "trainguard-report-token" for v in plain["spec"]["volumes"])
 
 
+@pytest.mark.parametrize(
+    ("report_url", "fencing", "bound"),
+    [
+        ("http://tg.svc:8081/v1/agent-report", Fencing(120.0), "90"),
+        ("http://tg.svc:8081/v1/agent-report", Fencing(40.0), "30"),
+        ("http://tg.svc:8081/v1/agent-report", None, None),  # --fence-seconds 0
+        (None, Fencing(120.0), None),  # no endpoint to renew a lease at: no fencing either
+    ],
+)
+def test_with_fencing_every_replicas_agent_renews_its_lease_beside_the_reports_and_gets_its_bound(
+    report_url: str | None, fencing: Fencing | None, bound: str | None
+) -> None:
+    job = load_jobs(CCE_JOB)[0].job
+    settings = manifests.PodSettings(report_url=report_url, fencing=fencing)
+    pod = manifests.pod(
+        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), settings
+    )
+    command = pod["spec"]["containers"][0]["command"]
+    options = command[2 : command.index("--")]
+    if bound is None:
+        assert "--fence-after" not in options
+        assert "--lease-url" not in options
+        return
+    assert options[options.index("--fence-after") + 1] == bound
+    assert options[options.index("--lease-url") + 1] == "http://tg.svc:8081/v1/agent-lease"
+    assert options[options.index("--report-token") + 1] == manifests.REPORT_TOKEN_FILE
+
+
 def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own() -> None:
     job = load_jobs(CCE_JOB)[0].job
     pod = manifests.pod(
@@ -228,3 +257,29 @@ def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own(
     assert all(v["name"] != "trainguard-snapshots" for v in pod["spec"]["volumes"])
     env = pod["spec"]["containers"][0]["env"]
     assert [e["value"] for e in env if e["name"] == "TRAINGUARD_SNAPSHOT_DIR"] == ["/dev/shm/x"]
+
+
+def _lease_pod(uid: str = "u1", ours: bool = True, node: str = "n1") -> dict[str, object]:
+    labels = {"trainguard.io/job": "job", "trainguard.io/role": "worker", "trainguard.io/index": "0",
+              "trainguard.io/generation": "1"}  # fmt: skip
+    return {
+        "metadata": {"name": "job-worker-0", "namespace": "ns", "uid": uid, "labels": labels if ours else {}},
+        "spec": {"nodeName": node},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "node_ready", "gone"),
+    [
+        (_lease_pod(), True, None),
+        (_lease_pod(), None, None),  # a node the operator does not know: unknown is not NotReady
+        (None, True, "no longer exists"),
+        (_lease_pod(uid="u2"), True, "was replaced by a newer pod of the same name"),
+        (_lease_pod(ours=False), True, "is no pod of a training job"),
+        (_lease_pod(), False, "is on node n1, which is not Ready: the operator replaces it"),
+    ],
+)
+def test_a_lease_is_renewed_only_for_the_current_incarnation_on_a_node_not_known_lost(
+    pod: dict[str, object] | None, node_ready: bool | None, gone: str | None
+) -> None:
+    assert agentreports.gone(pod, "u1", node_ready) == gone
