@@ -1,7 +1,9 @@
 """The agent's loop: run the command, watch it for hangs, restart it in place, report what happened.
 
-Every ``poll_interval`` the agent polls its watchers, one per channel (``trainguard.agent.watchers``: the
-control file, nudges, releases, the command's worker events, hang detection), in that order. On a hang it
+Every ``poll_interval`` the agent polls its watchers, one per channel (``trainguard.agent.watchers``: fencing's
+lease, the control file, nudges, releases, the command's worker events, hang detection), in that order. With
+fencing (``trainguard.agent.lease``) the command starts after the lease's first renewal, and a lease that cannot
+be confirmed kills the whole tree at once and ends the pod (``EXIT_FENCED``, reason Fenced). On a hang it
 stops the tree (SIGTERM and SIGCONT, the grace period,
 SIGKILL) and runs the same command again, in the same place and with the same environment, until the
 ``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``. It also reports
