@@ -72,3 +72,51 @@ def test_a_fenced_slot_wakes_the_loop_when_its_wait_ends() -> None:
     assert slot.fenced_until == h.cluster.now + 60.0
     assert result.wake_at is not None
     assert result.wake_at <= slot.fenced_until
+
+
+def test_a_pod_removed_gracefully_then_by_force_from_a_lost_node_is_not_launched_again_before_its_fence() -> (
+    None
+):
+    """Scaled in while its node was Ready (a graceful removal the cut-off kubelet never carries out), then its
+    node goes NotReady: the pod is removed by force, and the slot's next incarnation (a scale-out) waits the
+    fencing seconds from that removal."""
+    victim = "test-horovod-elastic-trainer-2"
+    h = Harness.start()
+    h.cluster.fencing = Fencing(60.0)
+    h.running()
+    node = h.cluster.pods[victim].node
+    assert node is not None
+    h.cluster.sticky.add(victim)
+    h.cluster.scale("trainer", 2)
+    h.run_until(lambda h: h.cluster.pods[victim].terminating)
+    before = len(_launches_of(h, victim))
+    h.cluster.node_down(node)
+    h.run_until(lambda h: victim not in h.cluster.pods)
+    removed_at = h.cluster.now
+    slot = h.pod(victim)
+    assert slot.fenced_until is not None
+    assert removed_at <= slot.fenced_until + 1.0 <= removed_at + 61.0
+    h.cluster.scale("trainer", 3)
+    h.run_until(lambda h: len(_launches_of(h, victim)) > before, limit=200)
+    assert h.cluster.now >= slot.fenced_until
+    events = [a for a in h.cluster.log if isinstance(a, EmitEvent) and a.reason == "FencingWait"]
+    assert [e.pod for e in events] == [victim]
+
+
+def test_without_fencing_the_same_slot_is_launched_again_at_once() -> None:
+    victim = "test-horovod-elastic-trainer-2"
+    h = Harness.start()
+    h.running()
+    node = h.cluster.pods[victim].node
+    assert node is not None
+    h.cluster.sticky.add(victim)
+    h.cluster.scale("trainer", 2)
+    h.run_until(lambda h: h.cluster.pods[victim].terminating)
+    before = len(_launches_of(h, victim))
+    h.cluster.node_down(node)
+    h.run_until(lambda h: victim not in h.cluster.pods)
+    removed_at = h.cluster.now
+    assert h.pod(victim).fenced_until is None
+    h.cluster.scale("trainer", 3)
+    h.run_until(lambda h: len(_launches_of(h, victim)) > before, limit=200)
+    assert h.cluster.now < removed_at + 10.0
