@@ -5,7 +5,9 @@ a real container is proven by the agent's own integration tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -273,13 +275,78 @@ def _lease_pod(uid: str = "u1", ours: bool = True, node: str = "n1") -> dict[str
     [
         (_lease_pod(), True, None),
         (_lease_pod(), None, None),  # a node the operator does not know: unknown is not NotReady
-        (None, True, "no longer exists"),
-        (_lease_pod(uid="u2"), True, "was replaced by a newer pod of the same name"),
         (_lease_pod(ours=False), True, "is no pod of a training job"),
         (_lease_pod(), False, "is on node n1, which is not Ready: the operator replaces it"),
     ],
 )
-def test_a_lease_is_renewed_only_for_the_current_incarnation_on_a_node_not_known_lost(
-    pod: dict[str, object] | None, node_ready: bool | None, gone: str | None
+def test_a_lease_is_renewed_only_for_a_pod_of_a_job_on_a_node_not_known_lost(
+    pod: dict[str, object], node_ready: bool | None, gone: str | None
 ) -> None:
-    assert agentreports.gone(pod, "u1", node_ready) == gone
+    assert agentreports.gone(pod, node_ready) == gone
+
+
+class _Reviews:
+    """The API server's TokenReviews, as the endpoint sees them: the token's pod, while ``accepted``."""
+
+    def __init__(self) -> None:
+        self.accepted = True
+        self.asked = 0
+
+    def create(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        self.asked += 1
+        if not self.accepted:
+            return {"status": {"authenticated": False}}
+        user = {
+            "username": "system:serviceaccount:ns:default",
+            "extra": {
+                "authentication.kubernetes.io/pod-name": ["job-worker-0"],
+                "authentication.kubernetes.io/pod-uid": ["u1"],
+            },
+        }
+        return {"status": {"authenticated": True, "audiences": ["trainguard"], "user": user}}
+
+
+class _Cache:
+    def __init__(self, objects: dict[tuple[str, str], dict[str, object]], synced: bool = True) -> None:
+        self.objects = objects
+        self.synced = threading.Event()
+        if synced:
+            self.synced.set()
+
+    def get(self, namespace: str, name: str) -> dict[str, object] | None:
+        return self.objects.get((namespace, name))
+
+
+def _node(ready: str) -> dict[str, object]:
+    return {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+@pytest.mark.parametrize(
+    ("cached", "ready", "accepted", "synced", "answer"),
+    [
+        ("u1", "True", True, True, 200),
+        ("u1", "False", True, True, 410),  # on a NotReady node: the operator replaces it
+        (None, "True", True, True, 503),  # not in the cache yet (a pod just created): ask again
+        (None, "True", False, True, 401),  # deleted: the API server refuses its token now
+        ("u0", "True", True, True, 503),  # the cache still has the previous pod of the name: behind
+        ("u2", "True", False, True, 401),  # a newer pod of the name: this one's token is refused
+        ("u1", "True", True, False, 503),  # an operator that has not read the cluster yet never says gone
+    ],
+)
+def test_the_lease_answer(cached: str | None, ready: str, accepted: bool, synced: bool, answer: int) -> None:
+    reviews = _Reviews()
+    pods = {("ns", "job-worker-0"): _lease_pod(uid=cached)} if cached else {}
+    endpoint = agentreports.AgentReports(
+        reviews,  # type: ignore[arg-type]
+        _Cache(pods, synced),  # type: ignore[arg-type]
+        nodes=_Cache({("", "n1"): _node(ready)}),  # type: ignore[arg-type]
+    )
+    with contextlib.suppress(agentreports.Rejected):
+        endpoint.renew("Bearer token")  # the token reviewed once, and the review cached
+    reviews.accepted = accepted
+    try:
+        endpoint.renew("Bearer token")
+        status = 200
+    except agentreports.Rejected as rejected:
+        status = int(rejected.status)
+    assert status == answer

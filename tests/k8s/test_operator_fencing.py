@@ -110,5 +110,13 @@ def test_a_pod_of_a_node_gone_not_ready_is_replaced_only_after_the_fencing_secon
             lambda: _slot(s, victim)["phase"] == "Running" and _slot(s, victim)["node"] != node,
             60,
         )
+        # The replacement's agent renews; the old one's token, bound to a pod that is no more, never again.
+        new = next(p for p in s.pods() if p["metadata"]["name"] == victim)
+        new_token = kube_cluster.kubectl(
+            "-n", "default", "create", "token", "default", "--audience", "trainguard",
+            "--bound-object-kind", "Pod", "--bound-object-name", victim, "--bound-object-uid", new["metadata"]["uid"],
+        ).strip()  # fmt: skip
+        assert s.wait("the replacement's lease renewed", lambda: _renew(lease, new_token) == 200, 30)
+        assert _renew(lease, token) == 401
     finally:
         s.tear_down()

@@ -19,11 +19,15 @@ the agent's side is ``trainguard.agent.lease``). The answer says whether the pod
 slot's current incarnation, and only a definite answer says so either way:
 
 - 200: renewed. The pod exists with the token's uid, and its node is not known to be NotReady.
-- 410: gone. The API server knows the token but the pod is no more (deleted, or a newer pod has its name), or its
-  node is NotReady (the operator removes such pods at once and replaces them). The agent ends its workers at once.
-- 401: the API server refuses the token (a token bound to a pod is refused once the pod is deleted): gone too.
-- 503: the operator cannot tell now (its caches not synced yet after a start, the API server not answering). Like
-  no answer at all, this renews nothing and ends nothing: the agent's bound runs on.
+- 410: gone. The pod's node is NotReady (the operator removes such pods at once and replaces them). The agent
+  ends its workers at once.
+- 401: the API server refuses the token: a token bound to a pod is refused once the pod is deleted (a newer pod
+  of the same name has another uid). When the operator's cache and the token disagree (the pod missing from it,
+  or another uid there), the token is reviewed again, not taken from the review cache: 401 if the API server
+  refuses it now.
+- 503: the operator cannot tell now (its caches not synced yet after a start, a pod its cache has not caught up
+  with, the API server not answering). Like no answer at all, this renews nothing and ends nothing: the agent's
+  bound runs on.
 
 So an operator that restarts, or a leader that changes, answers 503 or nothing, never 410, until it has read the
 pods and nodes: it ends no healthy job's workers. Any replica answers from its own caches; the margin between
@@ -119,20 +123,28 @@ class AgentReports:
             raise Rejected(HTTPStatus.SERVICE_UNAVAILABLE, "the operator is reading the cluster; try again")
         namespace, name, uid = self._who(token)
         pod = self.pods.get(namespace, name)
-        node_name = ((pod or {}).get("spec") or {}).get("nodeName")
+        if pod is None or pod["metadata"].get("uid") != uid:
+            # The cache and the token disagree: the pod is gone, or the cache is behind (a pod just created, or
+            # the previous pod of its name not yet gone from it). The API server tells, not the cached review.
+            self._who(token, fresh=True)  # 401 when it refuses the token: the pod is deleted
+            raise Rejected(
+                HTTPStatus.SERVICE_UNAVAILABLE, "the operator has not seen this pod yet; try again"
+            )
+        node_name = (pod.get("spec") or {}).get("nodeName")
         node = self.nodes.get("", node_name) if self.nodes is not None and node_name else None
-        why = gone(pod, uid, None if node is None else node_ready(node))
+        why = gone(pod, None if node is None else node_ready(node))
         if why is not None:
             raise Rejected(HTTPStatus.GONE, f"{namespace}/{name} {why}")
         return f"{namespace}/{name}"
 
-    def _who(self, token: str) -> tuple[str, str, str]:
-        """(namespace, pod, pod uid) the token was issued for, by a TokenReview (cached for a minute)."""
+    def _who(self, token: str, *, fresh: bool = False) -> tuple[str, str, str]:
+        """(namespace, pod, pod uid) the token was issued for, by a TokenReview (cached for a minute, unless
+        ``fresh``). The API server accepts a token bound to a pod only while that pod exists."""
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
         with self._lock:
             cached = self._reviews.get(digest)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > now and not fresh:
             return cached[1]
         review = {
             "apiVersion": "authentication.k8s.io/v1",
@@ -157,15 +169,11 @@ class AgentReports:
         return who
 
 
-def gone(pod: Obj | None, uid: str, node_ready: bool | None) -> str | None:
-    """Why the incarnation with ``uid`` is no longer its slot's current one (words for its agent's log), or None
-    while it is: ``pod``, the pod of its name as the operator's cache has it; ``node_ready``, its node's
-    readiness (None: unknown, which is not NotReady). A graceful deletion is not gone: the kubelet ends the pod,
-    and the agent stops the command with its grace period."""
-    if pod is None:
-        return "no longer exists"
-    if pod["metadata"].get("uid") != uid:
-        return "was replaced by a newer pod of the same name"
+def gone(pod: Obj, node_ready: bool | None) -> str | None:
+    """Why the incarnation ``pod`` (as the operator's cache has it, with the token's uid) is no longer its slot's
+    current one (words for its agent's log), or None while it is; ``node_ready``: its node's readiness (None:
+    unknown, which is not NotReady). A graceful deletion is not gone: the kubelet ends the pod, and the agent
+    stops the command with its grace period."""
     if not is_ours(pod):
         return "is no pod of a training job"
     if node_ready is False:
