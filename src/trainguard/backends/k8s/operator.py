@@ -172,6 +172,14 @@ class Operator:
             else "isolated until an administrator releases them (trainguard node release; --isolation-cooldown "
             "releases them on probation after a cool-down)",
         )
+        fencing = settings.fencing if settings.report_url else None
+        log.info(
+            "fencing: %s",
+            f"a pod on a node that is not Ready is replaced {fencing.seconds:g} s after the decision; every pod's "
+            f"agent ends its workers after {fencing.agent_bound:g} s without a lease renewal (--fence-seconds)"
+            if fencing is not None
+            else "off: a pod on a node that is not Ready is replaced at once (--fence-seconds, --agent-report-url)",
+        )
         if settings.fault_injection:
             log.warning(
                 "fault injection on (--fault-injection, a test aid): every pod's checks read the items that the "
