@@ -45,6 +45,7 @@ from trainguard.controller.reports import AgentReport, LiveRound, WorkerRestart
 from trainguard.controller.status import JobStatus
 from trainguard.pod import checks
 from trainguard.pod.summary import SuspectedHang
+from trainguard.policy.fencing import Fencing
 
 
 @dataclass
@@ -100,6 +101,8 @@ class FakeCluster:
     #: Whose failed checks may isolate nodes here (``Observed.isolation``).
     isolation: IsolationMode = IsolationMode.AGENTS
     release: ReleaseMode = ReleaseMode.NONE
+    #: Whether lost pods may run on unseen here (``Observed.fencing``; the operator's), and for how long.
+    fencing: Fencing | None = None
     #: Where pods find each other, as ``observe`` reports it.
     network: Network = field(default_factory=Network)
     discovery_version: int = 0
@@ -166,6 +169,7 @@ class FakeCluster:
             self.release,
             isolated_nodes=frozenset(self.isolated),
             isolation=self.isolation,
+            fencing=self.fencing,
         )
 
     def apply(self, job: TrainingJob, actions: Sequence[Action]) -> Applied:

@@ -5,17 +5,20 @@ a real container is proven by the agent's own integration tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from trainguard.api.load import load_jobs, load_object
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import agentreports, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
 from trainguard.controller.reports import LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
+from trainguard.policy.fencing import Fencing
 
 from .launches import launch
 
@@ -204,6 +207,34 @@ def test_with_a_report_url_every_replica_reports_with_a_token_for_the_operator_o
     assert all(v["name"] != "trainguard-report-token" for v in plain["spec"]["volumes"])
 
 
+@pytest.mark.parametrize(
+    ("report_url", "fencing", "bound"),
+    [
+        ("http://tg.svc:8081/v1/agent-report", Fencing(120.0), "90"),
+        ("http://tg.svc:8081/v1/agent-report", Fencing(40.0), "30"),
+        ("http://tg.svc:8081/v1/agent-report", None, None),  # --fence-seconds 0
+        (None, Fencing(120.0), None),  # no endpoint to renew a lease at: no fencing either
+    ],
+)
+def test_with_fencing_every_replicas_agent_renews_its_lease_beside_the_reports_and_gets_its_bound(
+    report_url: str | None, fencing: Fencing | None, bound: str | None
+) -> None:
+    job = load_jobs(CCE_JOB)[0].job
+    settings = manifests.PodSettings(report_url=report_url, fencing=fencing)
+    pod = manifests.pod(
+        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), settings
+    )
+    command = pod["spec"]["containers"][0]["command"]
+    options = command[2 : command.index("--")]
+    if bound is None:
+        assert "--fence-after" not in options
+        assert "--lease-url" not in options
+        return
+    assert options[options.index("--fence-after") + 1] == bound
+    assert options[options.index("--lease-url") + 1] == "http://tg.svc:8081/v1/agent-lease"
+    assert options[options.index("--report-token") + 1] == manifests.REPORT_TOKEN_FILE
+
+
 def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own() -> None:
     job = load_jobs(CCE_JOB)[0].job
     pod = manifests.pod(
@@ -228,3 +259,94 @@ def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own(
     assert all(v["name"] != "trainguard-snapshots" for v in pod["spec"]["volumes"])
     env = pod["spec"]["containers"][0]["env"]
     assert [e["value"] for e in env if e["name"] == "TRAINGUARD_SNAPSHOT_DIR"] == ["/dev/shm/x"]
+
+
+def _lease_pod(uid: str = "u1", ours: bool = True, node: str = "n1") -> dict[str, object]:
+    labels = {"trainguard.io/job": "job", "trainguard.io/role": "worker", "trainguard.io/index": "0",
+              "trainguard.io/generation": "1"}  # fmt: skip
+    return {
+        "metadata": {"name": "job-worker-0", "namespace": "ns", "uid": uid, "labels": labels if ours else {}},
+        "spec": {"nodeName": node},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "node_ready", "gone"),
+    [
+        (_lease_pod(), True, None),
+        (_lease_pod(), None, None),  # a node the operator does not know: unknown is not NotReady
+        (_lease_pod(ours=False), True, "is no pod of a training job"),
+        (_lease_pod(), False, "is on node n1, which is not Ready: the operator replaces it"),
+    ],
+)
+def test_a_lease_is_renewed_only_for_a_pod_of_a_job_on_a_node_not_known_lost(
+    pod: dict[str, object], node_ready: bool | None, gone: str | None
+) -> None:
+    assert agentreports.gone(pod, node_ready) == gone
+
+
+class _Reviews:
+    """The API server's TokenReviews, as the endpoint sees them: the token's pod, while ``accepted``."""
+
+    def __init__(self) -> None:
+        self.accepted = True
+        self.asked = 0
+
+    def create(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        self.asked += 1
+        if not self.accepted:
+            return {"status": {"authenticated": False}}
+        user = {
+            "username": "system:serviceaccount:ns:default",
+            "extra": {
+                "authentication.kubernetes.io/pod-name": ["job-worker-0"],
+                "authentication.kubernetes.io/pod-uid": ["u1"],
+            },
+        }
+        return {"status": {"authenticated": True, "audiences": ["trainguard"], "user": user}}
+
+
+class _Cache:
+    def __init__(self, objects: dict[tuple[str, str], dict[str, object]], synced: bool = True) -> None:
+        self.objects = objects
+        self.synced = threading.Event()
+        if synced:
+            self.synced.set()
+
+    def get(self, namespace: str, name: str) -> dict[str, object] | None:
+        return self.objects.get((namespace, name))
+
+
+def _node(ready: str) -> dict[str, object]:
+    return {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+@pytest.mark.parametrize(
+    ("cached", "ready", "accepted", "synced", "answer"),
+    [
+        ("u1", "True", True, True, 200),
+        ("u1", "False", True, True, 410),  # on a NotReady node: the operator replaces it
+        (None, "True", True, True, 503),  # not in the cache yet (a pod just created): ask again
+        (None, "True", False, True, 401),  # deleted: the API server refuses its token now
+        ("u0", "True", True, True, 503),  # the cache still has the previous pod of the name: behind
+        ("u2", "True", False, True, 401),  # a newer pod of the name: this one's token is refused
+        ("u1", "True", True, False, 503),  # an operator that has not read the cluster yet never says gone
+    ],
+)
+def test_the_lease_answer(cached: str | None, ready: str, accepted: bool, synced: bool, answer: int) -> None:
+    reviews = _Reviews()
+    pods = {("ns", "job-worker-0"): _lease_pod(uid=cached)} if cached else {}
+    endpoint = agentreports.AgentReports(
+        reviews,  # type: ignore[arg-type]
+        _Cache(pods, synced),  # type: ignore[arg-type]
+        nodes=_Cache({("", "n1"): _node(ready)}),  # type: ignore[arg-type]
+    )
+    with contextlib.suppress(agentreports.Rejected):
+        endpoint.renew("Bearer token")  # the token reviewed once, and the review cached
+    reviews.accepted = accepted
+    try:
+        endpoint.renew("Bearer token")
+        status = 200
+    except agentreports.Rejected as rejected:
+        status = int(rejected.status)
+    assert status == answer

@@ -66,6 +66,16 @@ def test_the_agents_report_to_the_operator_through_a_service_with_a_pod_bound_to
     } in rules
 
 
+@pytest.mark.parametrize(
+    ("values", "flag"), [((), "--fence-seconds=120"), (("fencing.seconds=45",), "--fence-seconds=45")]
+)
+def test_fencing_is_one_value_given_to_the_operator(values: tuple[str, ...], flag: str) -> None:
+    (container,) = _render(*values)[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert [arg for arg in container["args"] if arg.startswith("--fence-seconds")] == [flag]
+
+
 def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:
     objects = _render("pytorchjobs=true", "image.tag=dev")
     crd = objects[("CustomResourceDefinition", "pytorchjobs.kubeflow.org")]

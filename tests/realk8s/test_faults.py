@@ -10,7 +10,9 @@ is printed (what docs/operator.md records)."""
 from __future__ import annotations
 
 import copy
+import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 import yaml
 
 from tests.realk8s.real import EXAMPLES, RealCluster, log_stamp, wait_for
+from trainguard.pod import contract
 from trainguard.pod.workerevents import FORK_SERVER_NAME
 
 pytestmark = pytest.mark.timeout(900)
@@ -574,3 +577,134 @@ def test_a_live_jobs_survivors_keep_their_processes_through_a_kill_and_a_resize(
         assert restarted == [], (restarted, _explain(trainer, LIVE_JOB))
     finally:
         trainer.kubectl("delete", "trainingjob", LIVE_JOB, "--wait=false")
+
+
+FENCED_JOB = "fenced"
+
+
+class Incarnations:
+    """Which incarnations of the job's pods have processes on this machine, sampled every ``every`` s from
+    /proc (the real nodes are namespaces of this machine: every container's processes are in its process
+    table, each with its pod's name and generation in its environment, the agent's, torchrun's and the
+    workers' alike). Per pod and generation: when first and last seen; and every sample that saw two
+    generations of one pod at once."""
+
+    def __init__(self, job: str, every: float = 0.25) -> None:
+        self.job = job
+        self.every = every
+        self.seen: dict[tuple[str, int], list[float]] = {}
+        self.overlaps: list[tuple[float, str, list[int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="incarnations", daemon=True)
+
+    def __enter__(self) -> Incarnations:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def now(self) -> dict[str, set[int]]:
+        found: dict[str, set[int]] = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as environ:
+                    raw = environ.read()
+            except OSError:
+                continue
+            if f"{contract.ENV_JOB_NAME}={self.job}\0".encode() not in raw + b"\0":
+                continue
+            env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+            pod = env.get(contract.ENV_POD_NAME.encode(), b"").decode()
+            generation = env.get(contract.ENV_GENERATION.encode(), b"")
+            if pod and generation.isdigit():
+                found.setdefault(pod, set()).add(int(generation))
+        return found
+
+    def alive(self, pod: str, generation: int) -> bool:
+        return generation in self.now().get(pod, set())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            at = time.time()
+            for pod, generations in self.now().items():
+                for generation in generations:
+                    self.seen.setdefault((pod, generation), [at, at])[1] = at
+                if len(generations) > 1:
+                    self.overlaps.append((at, pod, sorted(generations)))
+
+
+@pytest.mark.timeout(1500)
+def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_train_at_once(
+    trainer: RealCluster,
+) -> None:
+    """Fencing (issue 49): a node's kubelet stops, its containers left running and its network up. The node
+    goes NotReady; the operator deletes its pods at once (no kubelet confirms their end) and replaces them on
+    the other node only the fencing seconds later (the chart's default, 120). Meanwhile each old pod's agent,
+    whose lease the operator now refuses (the pod deleted), ends its command's whole tree by itself, with the
+    kubelet still stopped. Training goes on, and at no moment do two incarnations of one pod have processes."""
+    job = _survivor()
+    job["metadata"]["name"] = FENCED_JOB
+    del job["spec"]["hang"]
+    trainer.apply(job)
+    cut: str | None = None
+    try:
+        wait_for("the job to train", lambda: _step_after(trainer, FENCED_JOB, 0.0, world=3), 480, every=2,
+                 explain=lambda: _explain(trainer, FENCED_JOB))  # fmt: skip
+        victim = f"{FENCED_JOB}-worker-1"
+        cut = trainer.pod(victim)["spec"]["nodeName"]
+        pods = _workers(trainer, FENCED_JOB)
+        lost = {
+            p["metadata"]["name"]: int(p["metadata"]["labels"]["trainguard.io/generation"])
+            for p in pods
+            if p["spec"]["nodeName"] == cut
+        }
+        with Incarnations(FENCED_JOB) as incarnations:
+            assert all(incarnations.alive(pod, generation) for pod, generation in lost.items()), lost
+            cut_at = time.time()
+            trainer.stop_kubelet(cut)
+            wait_for(f"{cut} to go NotReady", lambda: not trainer.node_ready(cut), 120)
+            # The old workers end by themselves: nothing else could end them, the node's kubelet is stopped.
+            wait_for(
+                "the old incarnations' processes to end",
+                lambda: not any(incarnations.alive(pod, generation) for pod, generation in lost.items()),
+                180,
+                every=0.5,
+            )
+            ended_at = time.time()
+            print(f"\ncut off to the old workers' end: {ended_at - cut_at:.1f} s")
+            assert not trainer.node_ready(cut)  # still cut off: they ended themselves
+            for pod in lost:
+                said = "".join(path.read_text(errors="replace") for path in trainer.pod_log_files(pod))
+                assert "[trainguard agent] fencing: " in said, pod
+
+            step_at = _goes_on(trainer, f"a node cut off ({len(lost)} of 3 workers on it)", cut_at)
+            assert step_at > cut_at
+            status = _status(trainer, FENCED_JOB)
+            for pod, generation in lost.items():
+                slot = next(p for p in status["pods"] if p["name"] == pod)
+                assert slot["generation"] > generation
+                fault = next(h for h in status["history"] if h["kind"] == "fault" and h["pod"] == pod)
+                assert fault["fault"] == "NodeNotReady"
+                assert fault["fencedUntil"] == pytest.approx(fault["at"] + 120.0, abs=1.0)
+                created = log_stamp(trainer.pod(pod)["metadata"]["creationTimestamp"])
+                assert created >= fault["fencedUntil"] - 1.0, (pod, created, fault)
+                assert trainer.pod(pod)["spec"]["nodeName"] != cut
+                # The new incarnation's first process came after the old one's last.
+                old, new = (
+                    incarnations.seen[(pod, generation)],
+                    incarnations.seen.get((pod, slot["generation"])),
+                )
+                assert new is not None, (pod, incarnations.seen)
+                assert old[1] < new[0], (pod, old, new)
+            assert incarnations.overlaps == []
+        trainer.start_kubelet(cut)
+        wait_for(f"{cut} to be Ready again", lambda: trainer.node_ready(cut), 120)
+        cut = None
+    finally:
+        if cut is not None:
+            trainer.start_kubelet(cut)
+        trainer.kubectl("delete", "trainingjob", FENCED_JOB, "--wait=false")

@@ -128,6 +128,12 @@ class Command:
         if signum != signal.SIGKILL:
             tree.signal_tree(self.pid, processes, signal.SIGCONT)  # a stopped process acts on it once woken
 
+    def kill_tree(self) -> None:
+        """End every process of the tree at once (SIGKILL, no grace: fencing); then drain output."""
+        self.signal_tree(signal.SIGKILL)
+        self._pump_while(self._tree_alive, self._clock() + _KILL_WAIT)
+        self.stop_tree(force=False)  # whatever escaped the first SIGKILL, and the output
+
     def stop_tree(self, *, force: bool) -> None:
         """End every process of the tree: SIGTERM and SIGCONT, the grace period, SIGKILL; then drain output.
 

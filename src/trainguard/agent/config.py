@@ -16,6 +16,8 @@ The environment lets a runtime configure the agent without touching the command 
 | ``--release-file FILE`` | ``TRAINGUARD_RELEASE_FILE`` | none: see ``trainguard.agent.release`` |
 | ``--report-url URL`` | ``TRAINGUARD_REPORT_URL`` | none: see ``trainguard.agent.upstream`` |
 | ``--report-token FILE`` | ``TRAINGUARD_REPORT_TOKEN`` | none (needed with a report URL) |
+| ``--lease-url URL`` | ``TRAINGUARD_LEASE_URL`` | none: see ``trainguard.agent.lease`` |
+| ``--fence-after SECONDS`` | ``TRAINGUARD_FENCE_AFTER`` | none (needed with a lease URL) |
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class AgentConfig:
     #: The operator's agent-report endpoint, and the file holding the token to show it.
     report_url: str | None = None
     report_token: Path | None = None
+    #: Fencing: where the agent renews its lease (with ``report_token``), and how long its workers run on
+    #: without a renewal (``trainguard.agent.lease``). None: no fencing.
+    lease_url: str | None = None
+    fence_after: float | None = None
     #: How often the agent looks at heartbeats (and, at most once a second, at the tree's CPU time).
     poll_interval: float = 0.25
     #: The fault tolerance check (``contract.ENV_FAULT_CHECK``): None, no check.
@@ -77,6 +83,8 @@ class AgentConfig:
         release_file: str | None = None,
         report_url: str | None = None,
         report_token: str | None = None,
+        lease_url: str | None = None,
+        fence_after: str | None = None,
         env: Mapping[str, str] = os.environ,
     ) -> AgentConfig:
         """Options win over the environment; raises ValueError naming the option or variable and the fix."""
@@ -103,8 +111,25 @@ class AgentConfig:
             raise ValueError(
                 f"{url_name} needs a token: give --report-token FILE (or {contract.ENV_REPORT_TOKEN})"
             )
+        lease_text, lease_name = _pick(lease_url, "--lease-url", env, contract.ENV_LEASE_URL)
+        fence_text, fence_name = _pick(fence_after, "--fence-after", env, contract.ENV_FENCE_AFTER)
+        if lease_text is not None and not lease_text.startswith(("http://", "https://")):
+            raise ValueError(f"{lease_name}: expected an http:// or https:// URL, got {lease_text!r}")
+        if (lease_text is None) != (fence_text is None):
+            given, missing = (
+                (lease_name, "--fence-after SECONDS")
+                if fence_text is None
+                else (fence_name, "--lease-url URL")
+            )
+            raise ValueError(f"{given} needs {missing} too (fencing takes both), or neither")
+        if lease_text is not None and token_text is None:
+            raise ValueError(
+                f"{lease_name} needs a token: give --report-token FILE (or {contract.ENV_REPORT_TOKEN})"
+            )
         return cls(
             fault_check=_fault_check(env),
+            lease_url=lease_text,
+            fence_after=None if fence_text is None else _seconds(fence_text, fence_name, positive=True),
             command=tuple(command),
             hang_timeout=None
             if timeout_text is None

@@ -12,9 +12,11 @@ DESCRIPTION = (
     "whole process tree and, with --hang-timeout, restart it in place when it hangs. Each option falls back "
     "to an environment variable (TRAINGUARD_HANG_TIMEOUT, TRAINGUARD_HANG_MAX_CONSECUTIVE, "
     "TRAINGUARD_HANG_SIGNALS, TRAINGUARD_HANG_GRACE, TRAINGUARD_REPORT_FILE, TRAINGUARD_TERMINATION_LOG, "
-    "TRAINGUARD_CONTROL_FILE, TRAINGUARD_NUDGE_FILE, TRAINGUARD_RELEASE_FILE). "
+    "TRAINGUARD_CONTROL_FILE, TRAINGUARD_NUDGE_FILE, TRAINGUARD_RELEASE_FILE, TRAINGUARD_LEASE_URL, "
+    "TRAINGUARD_FENCE_AFTER). "
     "Exit status: CMD's (128+N when killed by signal N); 137 after giving up on a hang; 127/126 when CMD "
-    "cannot be found/run; N when the runtime asked for exit code N through --control."
+    "cannot be found/run; N when the runtime asked for exit code N through --control; 75 when it ended the "
+    "command because it could not renew its lease (--fence-after)."
 )
 
 
@@ -75,6 +77,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-token", metavar="FILE", help="the bearer token for --report-url, read for every POST"
     )
+    parser.add_argument(
+        "--lease-url",
+        metavar="URL",
+        help="fencing: renew the pod's lease with the operator at URL (with the --report-token)",
+    )
+    parser.add_argument(
+        "--fence-after",
+        metavar="SECONDS",
+        help="fencing: end the command's whole tree when no renewal at --lease-url succeeded for SECONDS, or "
+        "at once when the operator says the pod is gone; the command starts after the first renewal",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
 
 
@@ -97,4 +110,6 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         release_file=args.release_file,
         report_url=args.report_url,
         report_token=args.report_token,
+        lease_url=args.lease_url,
+        fence_after=args.fence_after,
     )

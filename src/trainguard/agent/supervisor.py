@@ -1,7 +1,9 @@
 """The agent's loop: run the command, watch it for hangs, restart it in place, report what happened.
 
-Every ``poll_interval`` the agent polls its watchers, one per channel (``trainguard.agent.watchers``: the
-control file, nudges, releases, the command's worker events, hang detection), in that order. On a hang it
+Every ``poll_interval`` the agent polls its watchers, one per channel (``trainguard.agent.watchers``: fencing's
+lease, the control file, nudges, releases, the command's worker events, hang detection), in that order. With
+fencing (``trainguard.agent.lease``) the command starts after the lease's first renewal, and a lease that cannot
+be confirmed kills the whole tree at once and ends the pod (``EXIT_FENCED``, reason Fenced). On a hang it
 stops the tree (SIGTERM and SIGCONT, the grace period,
 SIGKILL) and runs the same command again, in the same place and with the same environment, until the
 ``HangStreak`` is spent; then it reports ``gave-up`` with reason Hang and exits ``EXIT_HANG``. It also reports
@@ -29,11 +31,13 @@ from trainguard.agent.command import WORKER_EVENTS_FILE, Command
 from trainguard.agent.config import AgentConfig
 from trainguard.agent.detector import Hang, HangStreak
 from trainguard.agent.heartbeats import HeartbeatReader
+from trainguard.agent.lease import Lease
 from trainguard.agent.report import Reporter
 from trainguard.agent.upstream import Upstream
-from trainguard.agent.watchers.base import ExitRequested, Hung, NodeFaulty, Tick, Watcher
+from trainguard.agent.watchers.base import ExitRequested, Fenced, Hung, NodeFaulty, Tick, Watcher
 from trainguard.agent.watchers.checks import ChecksWatcher
 from trainguard.agent.watchers.control import ControlWatcher
+from trainguard.agent.watchers.fence import FenceWatcher
 from trainguard.agent.watchers.hangs import HangWatcher
 from trainguard.agent.watchers.nudges import NudgeWatcher
 from trainguard.agent.watchers.rankwork import RankWorkWatcher
@@ -81,6 +85,8 @@ class Agent:
         self._watching = False
         #: The bandwidth probe's listener, while the agent runs (``_listen_for_ring``).
         self._ring: Listener | None = None
+        #: Fencing's lease with the operator (``--lease-url``), while the agent runs.
+        self._lease: Lease | None = None
 
     def run(self) -> int:
         """Supervise the command until it ends for good; returns the agent's exit status."""
@@ -90,6 +96,15 @@ class Agent:
         if self.config.report_url is not None and self.config.report_token is not None:
             upstream = Upstream(self.config.report_url, self.config.report_token, self._say)
         reporter = Reporter(self.config.report_file, self.config.termination_log, upstream)
+        config = self.config
+        if (
+            config.lease_url is not None
+            and config.fence_after is not None
+            and config.report_token is not None
+        ):
+            self._lease = Lease(
+                config.lease_url, config.report_token, config.fence_after, self._say, self._clock
+            )
         command = Command(
             self.config.command,
             grace=self.config.grace,
@@ -102,10 +117,10 @@ class Agent:
         self._watchers = self._channels(
             command, heartbeats, reporter, str(heartbeat_dir / WORKER_EVENTS_FILE)
         )
-        config = self.config
         # Worker events alone wake nobody: they are read when something else is watched.
         self._watching = (
-            config.hang_timeout is not None
+            self._lease is not None
+            or config.hang_timeout is not None
             or config.fault_check is not None
             or reporter.enabled
             or config.control_file is not None
@@ -118,6 +133,8 @@ class Agent:
                 return refused
             return self._supervise(command, heartbeats, reporter)
         finally:
+            if self._lease is not None:
+                self._lease.close()
             command.close()
             reporter.close()
             if self._ring is not None:
@@ -134,6 +151,8 @@ class Agent:
         )
         watchers: list[Watcher] = []
         nudged: set[int] = set()
+        if self._lease is not None:
+            watchers.append(FenceWatcher(self._lease))
         if config.control_file is not None:
             watchers.append(ControlWatcher(config.control_file, self._say))
         if config.nudge_file is not None:
@@ -191,6 +210,9 @@ class Agent:
             self._attempt += 1
             heartbeats.clear()
             oom_before = tree.oom_kills()
+            refused = self._await_lease(command, reporter)
+            if refused is not None:
+                return refused
             try:
                 pid = command.start(heartbeats.directory, self._attempt)
             except OSError as error:
@@ -202,6 +224,11 @@ class Agent:
                 contract.REPORT_STARTED, pid=pid, attempt=self._attempt, command=list(self.config.command)
             )
             hung = self._watch(command)
+            if isinstance(hung, Fenced):
+                self._say(f"fencing: {hung.reason}; ending the command's whole tree")
+                command.kill_tree()
+                self._final(reporter, pid, contract.EXIT_FENCED, None, reason=contract.REASON_FENCED)
+                return contract.EXIT_FENCED
             if isinstance(hung, ExitRequested):
                 self._say(f"ending the pod with exit code {hung.exit_code}, as the runtime asked")
                 command.stop_tree(force=True)
@@ -255,7 +282,30 @@ class Agent:
                 exit_signal=signame,
             )
 
-    def _watch(self, command: Command) -> Hung | ExitRequested | NodeFaulty | None:
+    def _await_lease(self, command: Command, reporter: Reporter) -> int | None:
+        """Fencing: the command starts only while the lease is renewed; before the first start, the agent waits
+        for the first renewal. The agent's exit status when it must not start (None: start)."""
+        lease = self._lease
+        if lease is None:
+            return None
+        said = False
+        while not lease.decided and not command.stopping:
+            if not said:
+                self._say("waiting for the operator to renew this pod's lease before starting the command")
+                said = True
+            command.pump(0.2)
+        if command.stopping:
+            code = 128 + int(signal.SIGTERM)
+            self._final(reporter, None, code, signal.SIGTERM.name)
+            return code
+        reason = lease.fenced(self._clock())
+        if reason is None:
+            return None
+        self._say(f"fencing: {reason}; the command is not started")
+        self._final(reporter, None, contract.EXIT_FENCED, None, reason=contract.REASON_FENCED)
+        return contract.EXIT_FENCED
+
+    def _watch(self, command: Command) -> Hung | ExitRequested | NodeFaulty | Fenced | None:
         """Pump the command until it exits (None), or a watcher ends this run: it hung, or the runtime asks for
         an exit code."""
         started_at = self._clock()

@@ -10,6 +10,8 @@ whose issue was lost (a controller that crashed before storing the status saying
   failed for good but still runs, or of no slot at all: remove it; after the end, under cleanPodPolicy All,
   every pod;
 - a pod stuck terminating (on a node that is not Ready, or past its grace period): remove it at once;
+- a pod removed by force from a node that is not Ready may still run there, unseen: its slot's next
+  incarnation is not launched before ``fenced_until`` (fencing, ``policy.fencing``), unless it already was;
 - a launch that had to wait for the previous incarnation to be gone: launch it again, under a new key.
 """
 
@@ -62,6 +64,7 @@ def actuate(cycle: Cycle) -> None:
             stuck = _stuck(cycle, pod)
             if stuck is not None:
                 cycle.remove_stuck(pod, stuck)
+                _fence(cycle, pod)
             continue
         kept = slots.get(pod.name)
         if kept is not None and kept.generation == pod.generation and kept.phase in _KEPT and not clean_all:
@@ -69,7 +72,33 @@ def actuate(cycle: Cycle) -> None:
         why = _unwanted(cycle, pod, clean_all)
         if why is not None:
             node = cycle.node(pod.node)
-            cycle.terminate(pod.name, pod.generation, why, force=node is not None and not node.ready)
+            lost = node is not None and not node.ready
+            cycle.terminate(pod.name, pod.generation, why, force=lost)
+            if lost:
+                _fence(cycle, pod)
+
+
+def _fence(cycle: Cycle, pod: ObservedPod) -> None:
+    """``pod`` is removed by force: if its node is not Ready, its slot's next incarnation waits for its agent to
+    have ended it (``fenced_until``), unless the slot is fenced already or its next incarnation launched."""
+    fencing = cycle.observed.fencing
+    node = cycle.node(pod.node)
+    slot = cycle.slots.get(pod.name)
+    if fencing is None or cycle.phase.is_terminal or node is None or node.ready:
+        return
+    if slot is None or slot.phase in LAUNCHED_PHASES:
+        return
+    if slot.fenced_until is not None and slot.fenced_until > cycle.now:
+        return  # fenced already: by the fault's decision, or by an earlier reconcile's removal of this pod
+    until = cycle.now + fencing.seconds
+    cycle.put(slot, fenced_until=until)
+    cycle.emit(
+        EventType.NORMAL,
+        "FencingWait",
+        f"pod {pod.name} is launched again no sooner than {fencing.seconds:.0f} s from now: its node {pod.node} "
+        "is not Ready, and its workers may run until their agent ends them",
+        pod.name,
+    )
 
 
 def unseen_until(cycle: Cycle, slot: PodStatus) -> float | None:

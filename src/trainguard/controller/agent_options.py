@@ -10,6 +10,9 @@ With hang handling off, a pod whose containers request GPUs (``nvidia.com/gpu``)
 (``--report-only``), as ModelArts detects suspension on every GPU job: the job's hang timeout (default 1800 s),
 the signals in ModelArts' order where the agent reads them (the tree's I/O, then the CPU with the devices'
 activity); the agent reports a suspected hang and never stops the command.
+
+Where the backend's lost pods may run on unseen (``Observed.fencing``: the operator's), every pod's agent gets
+``--fence-after`` its bound, derived from the backend's one fencing setting (``policy.fencing``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from trainguard.api import TrainingJob
 from trainguard.api.model import HangPolicy
+from trainguard.policy.fencing import Fencing
 
 #: Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_SECONDS = 30.0
@@ -28,8 +32,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DETECT_ONLY_SIGNALS = "io,cpu"
 
 
-def agent_options(job: TrainingJob, role: str) -> list[str]:
+def agent_options(job: TrainingJob, role: str, fencing: Fencing | None = None) -> list[str]:
     """Options for ``python -m trainguard.agent [options] -- CMD`` in a pod of ``role``."""
+    fence = ["--fence-after", f"{fencing.agent_bound:g}"] if fencing is not None else []
+    return [*_hang_options(job, role), *fence]
+
+
+def _hang_options(job: TrainingJob, role: str) -> list[str]:
     hang = job.spec.hang
     if hang is not None and hang.enabled:
         return [

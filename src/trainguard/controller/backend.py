@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 from trainguard.api import TrainingJob
 from trainguard.controller.launchspec import LaunchSpec, Network
 from trainguard.controller.reports import AgentReport
+from trainguard.policy.fencing import Fencing
 
 if TYPE_CHECKING:
     from trainguard.controller.status import JobStatus
@@ -183,6 +184,10 @@ class Observed:
     isolated_nodes: frozenset[str] = frozenset()
     #: Whose checks may isolate nodes here: a job's (its pods' agents'), only the node checker's, or none.
     isolation: IsolationMode = IsolationMode.AGENTS
+    #: Whether pods this backend loses may run on unseen (a NotReady node's kubelet cut off), and so how long
+    #: a replacement waits for the old incarnation's agent to end its workers (``policy.fencing``); None: the
+    #: backend sees every pod end (the local runtime, the simulator).
+    fencing: Fencing | None = None
 
 
 # ---- actions ---------------------------------------------------------------------------------------

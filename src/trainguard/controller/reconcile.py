@@ -135,6 +135,8 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
         if phase is PodPhase.WAITING:
             if slot.due_at is not None and slot.due_at > cycle.now:
                 times.append(slot.due_at)
+            if slot.fenced_until is not None and slot.fenced_until > cycle.now:
+                times.append(slot.fenced_until)
             continue
         if phase is PodPhase.PENDING and not slot.seen:
             relaunch_at = unseen_until(cycle, slot)  # a launch never listed is launched again then

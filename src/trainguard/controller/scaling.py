@@ -102,6 +102,7 @@ def _scale_out(cycle: Cycle, role: str, count: int, cause: str) -> None:
                 restarts=old.restarts if old is not None else 0,
                 hang_restarts=old.hang_restarts if old is not None else 0,
                 due_at=cycle.now,
+                fenced_until=old.fenced_until if old is not None else None,
                 cause=cause,
                 scaled_at=cycle.now if cause == "scale" else None,
             )

@@ -85,6 +85,10 @@ class PodStatus(_Model):
     worker_restarts: int = 0
     #: When a Waiting slot is launched.
     due_at: float | None = None
+    #: Fencing: the previous incarnation ran on a node that is not Ready, where nothing confirms its end; its
+    #: agent has ended its workers by this time, and the replacement is not launched before (``due_at`` is at
+    #: least this). None: no incarnation of this slot is fenced.
+    fenced_until: float | None = None
     #: When this incarnation was launched (start deadline of restartTimeLimit).
     launched_at: float | None = None
     running_since: float | None = None
@@ -342,6 +346,9 @@ class HistoryEntry(_Model):
     check: CheckRecord | None = None
     #: A straggler entry's (or a Straggler fault's) figures.
     straggler: StragglerRecord | None = None
+    #: A restart of pods on a node that is not Ready: their replacements wait until then, when the old
+    #: incarnations' agents have ended their workers (fencing, ``PodStatus.fenced_until``).
+    fenced_until: float | None = None
 
 
 class JobStatus(_Model):

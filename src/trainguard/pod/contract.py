@@ -85,6 +85,10 @@ ENV_TERMINATION_LOG = "TRAINGUARD_TERMINATION_LOG"
 #: Where the agent POSTs its summary to the operator, and the file of the token it shows.
 ENV_REPORT_URL = "TRAINGUARD_REPORT_URL"
 ENV_REPORT_TOKEN = "TRAINGUARD_REPORT_TOKEN"
+#: Fencing (``trainguard.agent.lease``): where the agent renews its lease (with the report token), and how long
+#: its workers run on without a renewal.
+ENV_LEASE_URL = "TRAINGUARD_LEASE_URL"
+ENV_FENCE_AFTER = "TRAINGUARD_FENCE_AFTER"
 #: A file the control plane writes to end the pod with an exit code (CCE's job barrier, ``trainguard chaos``).
 ENV_CONTROL_FILE = "TRAINGUARD_CONTROL_FILE"
 #: ``<token> <unix time>``: a peer failed, restart the workers (the controller's ``NudgeSurvivors``).
@@ -179,6 +183,10 @@ REPORT_EXITED = "exited"
 #: The agent's final report when it gave up on a hang (past its restarts in a row), with ``REASON_HANG``.
 REPORT_GAVE_UP = "gave-up"
 REASON_HANG = "Hang"
+#: The agent ended its workers itself: it could not confirm that its pod is still its slot's current
+#: incarnation (``trainguard.agent.lease``); with ``exit_code`` ``EXIT_FENCED``.
+REASON_FENCED = "Fenced"
+EXIT_FENCED = 75
 #: Report-only detection (``--report-only``): a hang suspected (``signal``, ``idle_seconds``), once per episode,
 #: and its end when progress resumed.
 REPORT_SUSPECTED_HANG = "suspected-hang"

@@ -3,7 +3,10 @@ and who sends the state to whom. Pure: the store's contents in, a decision out (
 and writes the store).
 
 A round closes when every member of the previous round has arrived or is known absent (its agent marked it
-gone, or it has not beaten for the stale time), and at least ``minimum`` processes have arrived. The
+gone, or it has not beaten for the stale time), and at least ``minimum`` processes have arrived. A member of an
+older incarnation of a pod than another member or arrival (the pod's generation, in the member's id) is stale:
+it is absent, its arrival is not taken, and it stops itself (``superseded``): a node cut off may run an old
+incarnation on while its replacement trains. The
 survivors keep their order and come first, the newcomers follow in the order they arrived. The step is the
 highest any arrival's state is at; the members holding it send it (the first of them alone writes its skeleton),
 and every member behind it receives.
@@ -12,7 +15,10 @@ and every member behind it receives.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from trainguard.pod.contract import Member
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,22 @@ class Formed:
         )
 
 
+def superseded(members: Iterable[str]) -> set[str]:
+    """The ``members`` whose pod has a newer incarnation among them (a higher generation in the member's id).
+    Ids that are no member's (another version's) are never stale; the processes of one incarnation, whatever
+    their number, are of the same generation."""
+    parsed: dict[str, Member] = {}
+    newest: dict[str, int] = {}
+    for member in members:
+        try:
+            who = Member.parse(member)
+        except ValueError:
+            continue
+        parsed[member] = who
+        newest[who.pod] = max(newest.get(who.pod, who.generation), who.generation)
+    return {member for member, who in parsed.items() if who.generation < newest[who.pod]}
+
+
 def awaited(previous: tuple[str, ...], arrivals: list[Arrival], absent: set[str]) -> list[str]:
     """The previous round's members the next one still waits for: neither arrived nor known absent."""
     arrived = {a.member for a in arrivals}
@@ -77,7 +99,12 @@ def close(
     round_: int, previous: tuple[str, ...], arrivals: list[Arrival], absent: set[str], minimum: int
 ) -> Formed | None:
     """The round ``round_`` as it closes now, or None while it must wait (a previous member may still come, or
-    fewer than ``minimum`` have arrived). An arrival listed twice counts once (its first record)."""
+    fewer than ``minimum`` have arrived). An arrival listed twice counts once (its first record). Stale members
+    (``superseded``) are absent, and their arrivals are not taken."""
+    stale = superseded([*previous, *(a.member for a in arrivals)])
+    if stale:
+        absent = absent | (stale & set(previous))
+        arrivals = [a for a in arrivals if a.member not in stale]
     if awaited(previous, arrivals, absent):
         return None
     first: dict[str, Arrival] = {}

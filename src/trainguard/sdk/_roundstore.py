@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from trainguard.pod import contract
@@ -58,8 +59,9 @@ class RoundStore:
         closed without it (it arrived too late: the next round then). ``silent``: members this process's
         watchdog found silent, absent at once unless they arrive."""
         client = self.client
-        arrived_in = self.arrive(n, held)
         previous = self.members_of(n - 1)
+        self._refuse_if_stale(previous)
+        arrived_in = self.arrive(n, held)
         staleness = Staleness(stale_after)
         lateness = Lateness(timeout)
         arrived_at = time.monotonic()
@@ -67,12 +69,15 @@ class RoundStore:
         closed = self.keys.closed(n)
         while True:
             if client.check([closed]):
-                return self._closed(Formed.loads(client.get(closed)))
+                formed = Formed.loads(client.get(closed))
+                self._refuse_if_stale(formed.members)
+                return self._closed(formed)
             if self.link.generation != arrived_in:  # the store may have come back empty
                 arrived_in = self.arrive(n, held)
             if self.forgotten(n):
                 return None
             arrivals = self.arrivals(n)
+            self._refuse_if_stale([a.member for a in arrivals])
             now = time.monotonic()
             # A member that beats but does not come within a collective's bound of the survivors' arrival is
             # stuck outside the group (in a device's kernel, a data loader...): the round forms without it too.
@@ -98,6 +103,15 @@ class RoundStore:
                     f"(at least {minimum} needed)"
                 )
             time.sleep(self.poll)
+
+    def _refuse_if_stale(self, others: Iterable[str]) -> None:
+        """A newer incarnation of this member's pod is in the rounds: this process is stale (its node was cut
+        off and its pod replaced) and must not train beside it."""
+        if self.member in _rounds.superseded([self.member, *others]):
+            raise LiveError(
+                f"live mode: a newer incarnation of this pod is in the job's rounds; this process ({self.member}) "
+                "is a stale one and stops"
+            )
 
     def arrive(self, n: int, held: int) -> int:
         """Arrives in round ``n`` with the state at step ``held``; the link's generation it arrived in."""

@@ -119,3 +119,23 @@ def test_a_command_that_prints_then_hangs_is_restarted_in_place(
     assert again["command"] == run.events("started")[0]["command"]
     run.wait_marker("stuck")
     assert run.process.poll() is None
+
+
+def test_fencing_ends_the_tree_from_the_bundle(
+    start_agent, python: str, bundle: Path, tmp_path: Path
+) -> None:
+    """The lease (``trainguard.agent.lease``) on Python 3.8 too: renewed, the command runs; gone, it ends."""
+    from test_agent_fencing import BOUND, Operator
+
+    operator = Operator(200)
+    try:
+        token = tmp_path / "token"
+        token.write_text("t\n")
+        options = ["--lease-url", operator.url, "--fence-after", f"{BOUND:g}", "--report-token", str(token)]
+        run = start_agent(options, ["say-then-exit", "0", "--seconds", "60"], entry=_agent(python, bundle))
+        run.wait_event("started")
+        operator.status = 410
+        assert run.wait_exit() == 75, run.describe()
+        assert run.events("exited")[0]["reason"] == "Fenced"
+    finally:
+        operator.stop()

@@ -339,3 +339,19 @@ def test_two_pods_with_one_host_name_are_both_members() -> None:
     formed = _rounds.close(2, (here.id, other.id), arrivals, absent, 2)
     assert formed is not None
     assert formed.members == (here.id, other.id)
+
+
+def test_a_stale_incarnation_that_sees_its_replacement_in_the_rounds_stops() -> None:
+    """Pod a's old incarnation (generation 1, on a node cut off) arrives in the round after the one its
+    replacement (generation 2) formed with b: it is refused at once, and the round forms without it."""
+    server = Server()
+    old = RoundStore(Client(link_to(server)), KEYS, member("a"), 0.01)
+    new = RoundStore(Client(link_to(server)), KEYS, contract.Member("a", 2, 7, 1, "").id, 0.01)
+    b = RoundStore(Client(link_to(server)), KEYS, member("b"), 0.01)
+    first = [join(new, 1, -1, 2), join(b, 1, -1, 2)]
+    assert [f() is not None for f in first] == [True, True]
+    with pytest.raises(LiveError, match="a stale one and stops"):
+        old.join(2, 5, 1, 30.0, 30.0, 20.0)
+    second = [join(new, 2, 5, 1), join(b, 2, 5, 1)]
+    formed = [f() for f in second]
+    assert all(f is not None and f.members == (new.member, b.member) for f in formed)

@@ -43,9 +43,17 @@ class NodeFaulty:
     result: CheckResult
 
 
+@dataclass(frozen=True)
+class Fenced:
+    """The agent cannot confirm that its pod is still its slot's current incarnation: kill the tree, end the pod
+    (``trainguard.agent.lease``)."""
+
+    reason: str
+
+
 class Watcher(Protocol):
     def start(self, now: float) -> None:
         """The command (re)started: what this watcher keeps per run starts again."""
 
-    def poll(self, tick: Tick) -> Hung | ExitRequested | NodeFaulty | None:
+    def poll(self, tick: Tick) -> Hung | ExitRequested | NodeFaulty | Fenced | None:
         """Look at the channel once; an outcome ends this run of the command."""

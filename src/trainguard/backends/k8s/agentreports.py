@@ -13,6 +13,25 @@ the leader finds it.
 
 Answers: 204 taken; 400 not a summary; 401 no token, or one the API server does not accept for
 ``AUDIENCE``; 403 a token of no pod of a job; 404 anything else; 413 a body over ``MAX_BODY``.
+
+``POST /v1/agent-lease`` (``LEASE_PATH``, no body): an agent renews its lease (fencing, ``trainguard.policy.fencing``;
+the agent's side is ``trainguard.agent.lease``). The answer says whether the pod that holds the token is still its
+slot's current incarnation, and only a definite answer says so either way:
+
+- 200: renewed. The pod exists with the token's uid, and its node is not known to be NotReady.
+- 410: gone. The pod's node is NotReady (the operator removes such pods at once and replaces them). The agent
+  ends its workers at once.
+- 401: the API server refuses the token: a token bound to a pod is refused once the pod is deleted (a newer pod
+  of the same name has another uid). When the operator's cache and the token disagree (the pod missing from it,
+  or another uid there), the token is reviewed again, not taken from the review cache: 401 if the API server
+  refuses it now.
+- 503: the operator cannot tell now (its caches not synced yet after a start, a pod its cache has not caught up
+  with, the API server not answering). Like no answer at all, this renews nothing and ends nothing: the agent's
+  bound runs on.
+
+So an operator that restarts, or a leader that changes, answers 503 or nothing, never 410, until it has read the
+pods and nodes: it ends no healthy job's workers. Any replica answers from its own caches; the margin between
+the agent's bound and the operator's wait covers how much later one replica sees a node NotReady than another.
 """
 
 from __future__ import annotations
@@ -30,12 +49,14 @@ from typing import Any
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
-from trainguard.backends.k8s.observe import is_ours
+from trainguard.backends.k8s.metadata import Obj
+from trainguard.backends.k8s.observe import is_ours, node_ready
 from trainguard.pod import summary as summaries
 
 log = logging.getLogger(__name__)
 
 PATH = "/v1/agent-report"
+LEASE_PATH = manifests.LEASE_PATH
 #: The audience of the projected tokens and of the TokenReviews.
 AUDIENCE = manifests.REPORT_AUDIENCE
 MAX_BODY = 64 * 1024
@@ -55,9 +76,16 @@ class Rejected(Exception):
 class AgentReports:
     """Checks a POST and writes the summary to the pod's annotation."""
 
-    def __init__(self, kube: Kube, pods: Cache, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        pods: Cache,
+        clock: Callable[[], float] = time.monotonic,
+        nodes: Cache | None = None,
+    ) -> None:
         self.kube = kube
         self.pods = pods
+        self.nodes = nodes
         self.clock = clock
         self._reviews: dict[str, tuple[float, tuple[str, str, str]]] = {}
         self._lock = threading.Lock()
@@ -88,13 +116,35 @@ class AgentReports:
             raise
         return f"{namespace}/{name}"
 
-    def _who(self, token: str) -> tuple[str, str, str]:
-        """(namespace, pod, pod uid) the token was issued for, by a TokenReview (cached for a minute)."""
+    def renew(self, authorization: str | None) -> str:
+        """The pod ("namespace/name") whose lease is renewed; raises ``Rejected`` (410: it is gone)."""
+        token = _bearer(authorization)
+        if not self.pods.synced.is_set() or (self.nodes is not None and not self.nodes.synced.is_set()):
+            raise Rejected(HTTPStatus.SERVICE_UNAVAILABLE, "the operator is reading the cluster; try again")
+        namespace, name, uid = self._who(token)
+        pod = self.pods.get(namespace, name)
+        if pod is None or pod["metadata"].get("uid") != uid:
+            # The cache and the token disagree: the pod is gone, or the cache is behind (a pod just created, or
+            # the previous pod of its name not yet gone from it). The API server tells, not the cached review.
+            self._who(token, fresh=True)  # 401 when it refuses the token: the pod is deleted
+            raise Rejected(
+                HTTPStatus.SERVICE_UNAVAILABLE, "the operator has not seen this pod yet; try again"
+            )
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        node = self.nodes.get("", node_name) if self.nodes is not None and node_name else None
+        why = gone(pod, None if node is None else node_ready(node))
+        if why is not None:
+            raise Rejected(HTTPStatus.GONE, f"{namespace}/{name} {why}")
+        return f"{namespace}/{name}"
+
+    def _who(self, token: str, *, fresh: bool = False) -> tuple[str, str, str]:
+        """(namespace, pod, pod uid) the token was issued for, by a TokenReview (cached for a minute, unless
+        ``fresh``). The API server accepts a token bound to a pod only while that pod exists."""
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
         with self._lock:
             cached = self._reviews.get(digest)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > now and not fresh:
             return cached[1]
         review = {
             "apiVersion": "authentication.k8s.io/v1",
@@ -119,6 +169,18 @@ class AgentReports:
         return who
 
 
+def gone(pod: Obj, node_ready: bool | None) -> str | None:
+    """Why the incarnation ``pod`` (as the operator's cache has it, with the token's uid) is no longer its slot's
+    current one (words for its agent's log), or None while it is; ``node_ready``: its node's readiness (None:
+    unknown, which is not NotReady). A graceful deletion is not gone: the kubelet ends the pod, and the agent
+    stops the command with its grace period."""
+    if not is_ours(pod):
+        return "is no pod of a training job"
+    if node_ready is False:
+        return f"is on node {pod['spec'].get('nodeName')}, which is not Ready: the operator replaces it"
+    return None
+
+
 def _bearer(authorization: str | None) -> str:
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -131,6 +193,9 @@ def serve(reports: AgentReports, port: int, address: str) -> tuple[ThreadingHTTP
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            if self.path == LEASE_PATH:
+                self._renew()
+                return
             if self.path != PATH:
                 self._answer(HTTPStatus.NOT_FOUND, f"POST {PATH}")
                 return
@@ -149,6 +214,24 @@ def serve(reports: AgentReports, port: int, address: str) -> tuple[ThreadingHTTP
                 return
             log.debug("agent report of %s", pod)
             self._answer(HTTPStatus.NO_CONTENT, "")
+
+        def _renew(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY} bytes")
+                return
+            self.rfile.read(length)
+            try:
+                pod = reports.renew(self.headers.get("Authorization"))
+            except Rejected as rejected:
+                self._answer(rejected.status, str(rejected))
+                return
+            except ApiError as error:
+                log.warning("agent lease not renewed: %s", error)
+                self._answer(HTTPStatus.SERVICE_UNAVAILABLE, "the API server did not answer; try again")
+                return
+            log.debug("agent lease of %s renewed", pod)
+            self._answer(HTTPStatus.OK, "renewed")
 
         def _answer(self, status: HTTPStatus, message: str) -> None:
             body = json.dumps({"message": message}).encode() if message else b""

@@ -82,6 +82,7 @@ class JobBackend:
             node_count=node_count,
             isolated_nodes=isolated,
             isolation=self.shared.settings.isolation,
+            fencing=self.shared.settings.fencing if self.shared.settings.report_url else None,
         )
 
     # ---- apply: the one applier (``trainguard.controller.apply``) with this backend's verbs ----------

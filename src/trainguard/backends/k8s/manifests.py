@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from urllib.parse import urljoin
 
 from trainguard._version import __version__
 from trainguard.api import FrameworkType, TrainingJob
@@ -32,6 +33,7 @@ from trainguard.backends.k8s.services import service_name
 from trainguard.controller.agent_options import agent_options
 from trainguard.controller.backend import IsolationMode, LaunchPod
 from trainguard.pod import contract
+from trainguard.policy.fencing import Fencing
 
 ANNOTATION_IN_PLACE = "trainguard.io/in-place-restarts"
 #: The agent's summary of its pod (hangs, restarts in place, worker restarts), written by the operator's
@@ -44,6 +46,9 @@ SNAPSHOT_DIR = "/trainguard-snapshots"
 REPORT_TOKEN_DIR = "/var/run/secrets/trainguard.io"
 REPORT_TOKEN_FILE = f"{REPORT_TOKEN_DIR}/token"
 REPORT_AUDIENCE = "trainguard"
+#: The agents' lease renewals (fencing, ``trainguard.backends.k8s.agentreports``), served next to the reports:
+#: the report URL with its last segment replaced.
+LEASE_PATH = "/v1/agent-lease"
 #: ``<token> <unix time>`` of a failed peer (the controller's ``NudgeSurvivors``), projected into ``NUDGE_FILE``.
 ANNOTATION_NUDGE = "trainguard.io/nudge"
 NUDGE_DIR = "/etc/trainguard/nudge"
@@ -100,6 +105,10 @@ class PodSettings:
     #: A test aid, off by default: every pod mounts the ``FAULT_INJECT_CONFIG_MAP`` (optional: pods start
     #: without it), and its agent reads the check items injected on its node there.
     fault_injection: bool = False
+    #: Fencing (``trainguard.policy.fencing``, the operator's ``--fence-seconds``): every pod's agent ends its
+    #: workers past its bound without a renewal at ``lease_url(report_url)``, and the replacement of a pod on a
+    #: node that is not Ready waits ``fencing.seconds``. Needs ``report_url``; None: off.
+    fencing: Fencing | None = None
     #: The image that runs CCE's job barrier in its place (``trainguard barrier``, with the template's args):
     #: the operator's own (the chart's default), so that CCE's templates run where CCE's registry is not
     #: reachable. None: CCE's image as the template names it.
@@ -160,9 +169,13 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
         if settings.report_url
         else []
     )
+    fencing = settings.fencing if settings.report_url else None
+    lease = (
+        ["--lease-url", lease_url(settings.report_url)] if fencing is not None and settings.report_url else []
+    )
     if argv:
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
-        options = [*agent_options(job, launch.role), *nudge, *release, *report]
+        options = [*agent_options(job, launch.role, fencing), *nudge, *release, *report, *lease]
         first["command"] = [ENTRY, "run", *options, "--", *argv]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
@@ -290,6 +303,11 @@ def _mount_fault_injection(spec: Obj, container: Obj) -> None:
         {"name": contract.ENV_FAULT_INJECT, "value": FAULT_INJECT_DIR},
         *(container.get("env") or []),
     ]
+
+
+def lease_url(report_url: str) -> str:
+    """Where the agents renew their leases: beside the report endpoint, whatever prefix its URL has."""
+    return urljoin(report_url, LEASE_PATH.rsplit("/", 1)[1])
 
 
 def _mount_report_token(spec: Obj, container: Obj) -> None:

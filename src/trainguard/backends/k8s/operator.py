@@ -150,7 +150,7 @@ class Operator:
             )
         if self.options.agent_report_port is not None:
             self._report_server, self.agent_report_url = agentreports.serve(
-                agentreports.AgentReports(self.kube, self.pods),
+                agentreports.AgentReports(self.kube, self.pods, nodes=self.nodes),
                 self.options.agent_report_port,
                 self.options.agent_report_address,
             )
@@ -171,6 +171,14 @@ class Operator:
             if self.options.isolation_cooldown > 0
             else "isolated until an administrator releases them (trainguard node release; --isolation-cooldown "
             "releases them on probation after a cool-down)",
+        )
+        fencing = settings.fencing if settings.report_url else None
+        log.info(
+            "fencing: %s",
+            f"a pod on a node that is not Ready is replaced {fencing.seconds:g} s after the decision; every pod's "
+            f"agent ends its workers after {fencing.agent_bound:g} s without a lease renewal (--fence-seconds)"
+            if fencing is not None
+            else "off: a pod on a node that is not Ready is replaced at once (--fence-seconds, --agent-report-url)",
         )
         if settings.fault_injection:
             log.warning(

@@ -16,6 +16,9 @@ from types import FrameType
 from typing import Any
 
 from trainguard.cli.errors import CliError
+from trainguard.policy.fencing import DEFAULT_SECONDS as DEFAULT_FENCE_SECONDS
+from trainguard.policy.fencing import MIN_SECONDS as MIN_FENCE_SECONDS
+from trainguard.policy.fencing import fencing_of
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +94,16 @@ def register(subparsers: Any) -> None:
         help="the URL the pods' agents POST their reports to, as reached from the pods, e.g. "
         "http://trainguard-operator.trainguard-system.svc:8081/v1/agent-report (default: the agents report "
         "nothing but their end)",
+    )
+    parser.add_argument(
+        "--fence-seconds",
+        type=float,
+        default=DEFAULT_FENCE_SECONDS,
+        metavar="SECONDS",
+        help="fencing, with --agent-report-url: a pod on a node that is not Ready is replaced SECONDS after "
+        "the operator's decision, and every pod's agent ends its workers by itself when it cannot renew its "
+        f"lease with the operator for SECONDS less a margin ({DEFAULT_FENCE_SECONDS:g}: 90 s; at least "
+        f"{MIN_FENCE_SECONDS:g}; 0: off, replaced at once)",
     )
     parser.add_argument(
         "--ui-port",
@@ -216,6 +229,15 @@ def run(args: argparse.Namespace) -> int:
             f"--isolation-cooldown: {args.isolation_cooldown:g} is negative; give the seconds an isolated node waits "
             "before its release on probation, or 0 to keep it isolated until trainguard node release"
         )
+    try:
+        fencing = fencing_of(args.fence_seconds)
+    except ValueError as error:
+        raise CliError(f"--fence-seconds: {error}") from None
+    if fencing is not None and url is None:
+        logging.getLogger(__name__).warning(
+            "fencing is off: it needs --agent-report-url (the agents renew their leases there); a pod on a node "
+            "that is not Ready is replaced at once"
+        )
     secret = None
     if args.ui_token_file is not None:
         try:
@@ -236,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
             isolation=IsolationMode(args.isolation_mode),
             fault_injection=args.fault_injection,
             barrier_image=args.barrier_image or None,
+            fencing=fencing,
         ),
         workers=max(args.workers, 1),
         lease_namespace=args.lease_namespace or args.namespace or "default",
