@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.k8s.conftest import SCRIPT, SKIP_REASON, k8s_skipped, run_script
-from tests.realk8s.real import CHART, IMAGES, NAMESPACE, REGISTRY, RealCluster, helm
+from tests.realk8s.real import CHART, FENCE_SECONDS, IMAGES, NAMESPACE, REGISTRY, RealCluster, helm
 
 CLUSTER = "pytest-real"
 
@@ -87,10 +87,13 @@ def real_cluster() -> Iterator[RealCluster]:
 
 @pytest.fixture(scope="session")
 def operator(real_cluster: RealCluster) -> Iterator[RealCluster]:
-    """The operator installed as users install it: the chart with its defaults (and PyTorchJobs served), from
-    the operator's image in the cluster's registry; uninstalled at the end."""
+    """The operator installed as users install it: the chart with its defaults (and PyTorchJobs served, and a
+    shorter fencing wait than the chart's 120 s, ``FENCE_SECONDS``: a lost node's pods are replaced that much
+    later in every test that loses one), from the operator's image in the cluster's registry; uninstalled at
+    the end."""
     helm(real_cluster, "install", "trainguard", str(CHART), "-n", NAMESPACE, "--create-namespace",
-         "--set", "pytorchjobs=true", "--wait", "--timeout", "600s")  # fmt: skip
+         "--set", "pytorchjobs=true", "--set", f"fencing.seconds={FENCE_SECONDS:g}",
+         "--wait", "--timeout", "600s")  # fmt: skip
     try:
         yield real_cluster
     finally:

@@ -26,6 +26,8 @@ REAL_NODE_LABEL = "trainguard.io/real-node"
 #: Where the chart installs the operator, and what the tests apply.
 NAMESPACE = "trainguard-system"
 CHART = ROOT / "deploy" / "helm" / "trainguard"
+#: The fencing wait the test clusters' operator is installed with (the chart's default is 120 s).
+FENCE_SECONDS = 30.0
 EXAMPLES = ROOT / "examples" / "k8s"
 
 

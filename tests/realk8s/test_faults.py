@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.realk8s.real import EXAMPLES, RealCluster, log_stamp, wait_for
+from tests.realk8s.real import EXAMPLES, FENCE_SECONDS, RealCluster, log_stamp, wait_for
 from trainguard.pod import contract
 from trainguard.pod.workerevents import FORK_SERVER_NAME
 
@@ -643,7 +643,7 @@ def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_t
 ) -> None:
     """Fencing (issue 49): a node's kubelet stops, its containers left running and its network up. The node
     goes NotReady; the operator deletes its pods at once (no kubelet confirms their end) and replaces them on
-    the other node only the fencing seconds later (the chart's default, 120). Meanwhile each old pod's agent,
+    the other node only the fencing seconds later (``FENCE_SECONDS``, as the test clusters' chart sets it). Meanwhile each old pod's agent,
     whose lease the operator now refuses (the pod deleted), ends its command's whole tree by itself, with the
     kubelet still stopped. Training goes on, and at no moment do two incarnations of one pod have processes."""
     job = _survivor()
@@ -689,7 +689,7 @@ def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_t
                 assert slot["generation"] > generation
                 fault = next(h for h in status["history"] if h["kind"] == "fault" and h["pod"] == pod)
                 assert fault["fault"] == "NodeNotReady"
-                assert fault["fencedUntil"] == pytest.approx(fault["at"] + 120.0, abs=1.0)
+                assert fault["fencedUntil"] == pytest.approx(fault["at"] + FENCE_SECONDS, abs=1.0)
                 created = log_stamp(trainer.pod(pod)["metadata"]["creationTimestamp"])
                 assert created >= fault["fencedUntil"] - 1.0, (pod, created, fault)
                 assert trainer.pod(pod)["spec"]["nodeName"] != cut

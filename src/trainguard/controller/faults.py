@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from trainguard.api import RestartScope
-from trainguard.controller import keys
+from trainguard.controller import fencing, keys
 from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faultcheck import carry_out_check, check_of, decide_check, is_check_fault
@@ -281,7 +281,7 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
     if slot is not None and decision.action is Remedy.RESTART:
         targets = _scope(cycle, slot, decision.scope)
         decision = replace(decision, pods=tuple(target.ref for target in targets))
-    fenced_until = _fenced_until(cycle, targets)
+    fenced_until = fencing.fenced_until(cycle, targets)
     cycle.state = apply_decision(cycle.state, decision, cycle.now)
     success = fault.kind is FaultKind.EXITED and fault.exit_code == 0
     name = cycle.name_of(fault.pod) if fault.pod is not None else None
@@ -300,7 +300,7 @@ def act_on(cycle: Cycle, fault: Fault, pod: ObservedPod | None = None) -> Decisi
         return decision
     if decision.action is Remedy.RESTART:
         for target in targets:
-            fence = fenced_until if _unconfirmed(cycle, target) else None
+            fence = fenced_until if fencing.unconfirmed(cycle, target) else None
             _restart(cycle, target, decision, entry, faulted=target.name == slot.name, fenced_until=fence)
     elif decision.action is Remedy.RESTART_IN_PLACE:
         _restart_in_place(cycle, slot, decision, entry)
@@ -330,24 +330,6 @@ def _scope(cycle: Cycle, slot: PodStatus, scope: RestartScope | None) -> list[Po
     return [s for s in candidates if s.name == slot.name or s.phase in ALIVE_PHASES]
 
 
-def _unconfirmed(cycle: Cycle, slot: PodStatus) -> bool:
-    """Whether the slot's current incarnation may run on unseen once removed: launched, on a node that is
-    not Ready (no kubelet confirms its end), on a backend whose lost pods may do so (``Observed.fencing``)."""
-    if cycle.observed.fencing is None or slot.phase is PodPhase.WAITING or slot.node is None:
-        return False
-    node = cycle.node(slot.node)
-    return node is not None and not node.ready
-
-
-def _fenced_until(cycle: Cycle, targets: Sequence[PodStatus]) -> float | None:
-    """Fencing (``policy.fencing``): when the restart's replacements of pods on nodes that are not Ready may be
-    launched, their old incarnations' agents having ended their workers by then; None if no target is such."""
-    fencing = cycle.observed.fencing
-    if fencing is None or not any(_unconfirmed(cycle, target) for target in targets):
-        return None
-    return cycle.now + fencing.seconds
-
-
 def _restart(
     cycle: Cycle,
     slot: PodStatus,
@@ -360,13 +342,7 @@ def _restart(
     due = cycle.now + decision.delay_seconds
     if fenced_until is not None:
         due = max(due, fenced_until)
-        cycle.emit(
-            EventType.NORMAL,
-            "FencingWait",
-            f"pod {slot.name} is replaced after {fenced_until - cycle.now:.0f} s: its node {slot.node} is not "
-            "Ready, and its workers may run until their agent ends them",
-            slot.name,
-        )
+        fencing.say_wait(cycle, slot, fenced_until)
     opened = (*slot.open_faults, entry)
     if slot.phase is PodPhase.WAITING:  # not launched yet: just wait for the later of the two delays
         cycle.put(slot, due_at=max(slot.due_at or due, due), open_faults=opened)
