@@ -48,6 +48,7 @@ SUMMARY = {
     },
     "ranks": [{"rank": 0, "steps": 20, "busySeconds": 0.1, "stepSeconds": 0.2}],
     "suspectedHang": {"signal": "io", "idleSeconds": 1800.5},
+    "spares": {"ready": 1, "wanted": 2},
 }  # fmt: skip
 
 
