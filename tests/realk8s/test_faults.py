@@ -233,13 +233,24 @@ def _events(cluster: RealCluster, pod: str, reason: str) -> list[dict[str, Any]]
     return cluster.json("get", "events", "--field-selector", selector)["items"] or None
 
 
-def _goes_on(cluster: RealCluster, scenario: str, fault_at: float) -> float:
-    """Waits for rank 0's next step after the fault (printing how long it took), then for a world of 3."""
+def _goes_on(cluster: RealCluster, scenario: str, fault_at: float, job: str = JOB) -> float:
+    """Waits for rank 0's next step of ``job`` after the fault (printing how long it took), then for a world
+    of 3."""
     step_at = wait_for(
-        f"training to go on after {scenario}", lambda: _step_after(cluster, JOB, fault_at + 1), 400, every=2
+        f"training to go on after {scenario}",
+        lambda: _step_after(cluster, job, fault_at + 1),
+        400,
+        every=2,
+        explain=lambda: _explain(cluster, job),
     )
     _report(scenario, fault_at, step_at)
-    wait_for(f"3 workers after {scenario}", lambda: _step_after(cluster, JOB, step_at, world=3), 400, every=2)
+    wait_for(
+        f"3 workers after {scenario}",
+        lambda: _step_after(cluster, job, step_at, world=3),
+        400,
+        every=2,
+        explain=lambda: _explain(cluster, job),
+    )
     return step_at
 
 
@@ -681,7 +692,9 @@ def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_t
                 said = "".join(path.read_text(errors="replace") for path in trainer.pod_log_files(pod))
                 assert "[trainguard agent] fencing: " in said, pod
 
-            step_at = _goes_on(trainer, f"a node cut off ({len(lost)} of 3 workers on it)", cut_at)
+            step_at = _goes_on(
+                trainer, f"a node cut off ({len(lost)} of 3 workers on it)", cut_at, FENCED_JOB
+            )
             assert step_at > cut_at
             status = _status(trainer, FENCED_JOB)
             for pod, generation in lost.items():
