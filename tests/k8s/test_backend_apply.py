@@ -137,6 +137,7 @@ def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
         return podgroups.priority_class(backend.shared, job, OperatorVerbs(backend, job).emit_event)
 
     assert priority_class() is None
+    assert backend.shared.events.flush(timeout=10)  # the Event goes out beside the reconcile
     assert ("POST", "events") in kube.calls  # PriorityClassNotFound
     kube.classes.add("normal")
     now[0] += gang.PRIORITY_CLASS_TTL - 1
