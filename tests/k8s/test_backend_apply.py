@@ -22,7 +22,7 @@ from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.verbs import OperatorVerbs
 from trainguard.controller import reconcile
-from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
+from trainguard.controller.backend import EmitEvent, LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus
 
 CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
@@ -146,3 +146,47 @@ def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
     now[0] += 2
     assert priority_class() == "normal"
     assert kube.calls.count(("GET", "normal")) == 2
+
+
+class SlowEvents(FakeKube):
+    """Events are held until ``release`` is set; one whose reason is in ``refuse`` is refused (403), one in
+    ``sent`` answers 409 (sent before)."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.release = threading.Event()
+        self.refuse = {"TrainingJobPending"}
+        self.sent = {"SuccessfulCreatePod"}
+
+    def create(self, path: str, body: Obj) -> Obj:
+        if path.endswith("/events"):
+            assert self.release.wait(10)
+            self._record("POST", "events")
+            if body["reason"] in self.refuse:
+                raise ApiError(403, "events is forbidden")
+            if body["reason"] in self.sent:
+                raise ApiError(409, "already exists")
+            return body
+        return super().create(path, body)
+
+
+def test_a_batch_does_not_wait_for_its_events_and_a_refused_one_is_recorded_under_its_key() -> None:
+    obj, job = _cce_job()
+    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    kube = SlowEvents()
+    backend = _backend(kube, obj)
+    backend.apply(job, actions)  # returns with every Event still held
+
+    assert kube.calls[-1] == ("PUT", "status")
+    assert ("POST", "events") not in kube.calls
+    assert not backend.observe(job).errors
+    kube.release.set()
+    assert backend.shared.events.flush(timeout=10)
+    events = [a for a in actions if isinstance(a, EmitEvent)]
+    # The batch's, and the PodGroup's PriorityClassNotFound (this fake API server has no PriorityClass).
+    assert kube.calls.count(("POST", "events")) == len(events) + 1
+    # The refused one is the action's error, for the controller to see; the one sent before is nothing.
+    (error,) = backend.observe(job).errors
+    (refused,) = [a for a in events if a.reason == "TrainingJobPending"]
+    assert error.key == refused.key
+    assert "forbidden" in error.message
