@@ -1,6 +1,7 @@
 """How the operator applies one reconcile's actions (no cluster: the API server is a fake that records).
 
-The status writes stay where the controller put them (decisions before the actions, issued keys after);
+The status writes stay where the controller put them (decisions before the actions, issued keys after; a job's
+first batch writes once, after its pods);
 between them, the pods (and the job's Service) are created side by side, not one round trip after another; a conflict on the
 decisions' write stops the batch before anything is created (the one applier's rule)."""
 
@@ -75,9 +76,15 @@ def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
     return JobBackend(Shared(kube, pods, nodes), AITRAININGJOB, obj)  # type: ignore[arg-type]
 
 
+def _relaunch(job: Any) -> tuple[Any, ...]:
+    """A batch with a decisions' write: the pods of the first batch never listed, launched again after 60 s."""
+    first = reconcile(job, JobStatus(), Observed(), now=1000.0)
+    return reconcile(job, first.status, Observed(), now=1061.0).actions
+
+
 def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     obj, job = _cce_job()
-    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    actions = _relaunch(job)
     launches = [a for a in actions if isinstance(a, LaunchPod)]
     assert len(launches) == 4
     assert isinstance(actions[0], WriteStatus)
@@ -97,9 +104,22 @@ def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     assert backend.written == actions[-1].status
 
 
-def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
+def test_a_jobs_first_batch_creates_its_pods_before_its_one_status_write() -> None:
     obj, job = _cce_job()
     actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    assert [a for a in actions if isinstance(a, WriteStatus)] == [actions[-1]]
+    kube = FakeKube(together=5, beside=("services",))
+    backend = _backend(kube, obj)
+    backend.apply(job, actions)
+
+    assert [c for c in kube.calls if c[0] == "PUT"] == [("PUT", "status")]
+    assert kube.calls[-1] == ("PUT", "status")
+    assert [path for _, path in kube.calls].count("pods") == 4
+
+
+def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
+    obj, job = _cce_job()
+    actions = _relaunch(job)
     kube = FakeKube(together=4, conflict=True)
     backend = _backend(kube, obj)
     assert backend.apply(job, actions).conflict
