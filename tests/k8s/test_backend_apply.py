@@ -1,7 +1,6 @@
 """How the operator applies one reconcile's actions (no cluster: the API server is a fake that records).
 
-The status writes stay where the controller put them (decisions before the actions, issued keys after; a job's
-first batch writes once, after its pods);
+The status writes stay where the controller put them (decisions before the actions, issued keys after);
 between them, the pods (and the job's Service) are created side by side, not one round trip after another; a conflict on the
 decisions' write stops the batch before anything is created (the one applier's rule)."""
 
@@ -23,7 +22,7 @@ from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.verbs import OperatorVerbs
 from trainguard.controller import reconcile
-from trainguard.controller.backend import EmitEvent, LaunchPod, Observed, WriteStatus
+from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus
 
 CCE_JOB = ROOT / "examples" / "jobs" / "cce-horovod-elastic.yaml"
@@ -76,15 +75,9 @@ def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
     return JobBackend(Shared(kube, pods, nodes), AITRAININGJOB, obj)  # type: ignore[arg-type]
 
 
-def _relaunch(job: Any) -> tuple[Any, ...]:
-    """A batch with a decisions' write: the pods of the first batch never listed, launched again after 60 s."""
-    first = reconcile(job, JobStatus(), Observed(), now=1000.0)
-    return reconcile(job, first.status, Observed(), now=1061.0).actions
-
-
 def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     obj, job = _cce_job()
-    actions = _relaunch(job)
+    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
     launches = [a for a in actions if isinstance(a, LaunchPod)]
     assert len(launches) == 4
     assert isinstance(actions[0], WriteStatus)
@@ -104,22 +97,9 @@ def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     assert backend.written == actions[-1].status
 
 
-def test_a_jobs_first_batch_creates_its_pods_before_its_one_status_write() -> None:
-    obj, job = _cce_job()
-    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
-    assert [a for a in actions if isinstance(a, WriteStatus)] == [actions[-1]]
-    kube = FakeKube(together=5, beside=("services",))
-    backend = _backend(kube, obj)
-    backend.apply(job, actions)
-
-    assert [c for c in kube.calls if c[0] == "PUT"] == [("PUT", "status")]
-    assert kube.calls[-1] == ("PUT", "status")
-    assert [path for _, path in kube.calls].count("pods") == 4
-
-
 def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
     obj, job = _cce_job()
-    actions = _relaunch(job)
+    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
     kube = FakeKube(together=4, conflict=True)
     backend = _backend(kube, obj)
     assert backend.apply(job, actions).conflict
@@ -157,7 +137,6 @@ def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
         return podgroups.priority_class(backend.shared, job, OperatorVerbs(backend, job).emit_event)
 
     assert priority_class() is None
-    assert backend.shared.events.flush(timeout=10)  # the Event goes out beside the reconcile
     assert ("POST", "events") in kube.calls  # PriorityClassNotFound
     kube.classes.add("normal")
     now[0] += gang.PRIORITY_CLASS_TTL - 1
@@ -166,47 +145,3 @@ def test_a_priority_class_created_later_is_found_once_the_last_look_is_old(
     now[0] += 2
     assert priority_class() == "normal"
     assert kube.calls.count(("GET", "normal")) == 2
-
-
-class SlowEvents(FakeKube):
-    """Events are held until ``release`` is set; one whose reason is in ``refuse`` is refused (403), one in
-    ``sent`` answers 409 (sent before)."""
-
-    def __init__(self) -> None:
-        super().__init__(1)
-        self.release = threading.Event()
-        self.refuse = {"TrainingJobPending"}
-        self.sent = {"SuccessfulCreatePod"}
-
-    def create(self, path: str, body: Obj) -> Obj:
-        if path.endswith("/events"):
-            assert self.release.wait(10)
-            self._record("POST", "events")
-            if body["reason"] in self.refuse:
-                raise ApiError(403, "events is forbidden")
-            if body["reason"] in self.sent:
-                raise ApiError(409, "already exists")
-            return body
-        return super().create(path, body)
-
-
-def test_a_batch_does_not_wait_for_its_events_and_a_refused_one_is_recorded_under_its_key() -> None:
-    obj, job = _cce_job()
-    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
-    kube = SlowEvents()
-    backend = _backend(kube, obj)
-    backend.apply(job, actions)  # returns with every Event still held
-
-    assert kube.calls[-1] == ("PUT", "status")
-    assert ("POST", "events") not in kube.calls
-    assert not backend.observe(job).errors
-    kube.release.set()
-    assert backend.shared.events.flush(timeout=10)
-    events = [a for a in actions if isinstance(a, EmitEvent)]
-    # The batch's, and the PodGroup's PriorityClassNotFound (this fake API server has no PriorityClass).
-    assert kube.calls.count(("POST", "events")) == len(events) + 1
-    # The refused one is the action's error, for the controller to see; the one sent before is nothing.
-    (error,) = backend.observe(job).errors
-    (refused,) = [a for a in events if a.reason == "TrainingJobPending"]
-    assert error.key == refused.key
-    assert "forbidden" in error.message

@@ -271,16 +271,8 @@ def test_after_a_worker_fails_the_operator_nudges_the_survivors_through_their_an
         assert replacement["metadata"]["uid"] != old_uid
         assert nudged[workers[1]] is None
         assert nudged[STORE] is None
-        # Its Event goes out beside the reconcile (the operator's event sender): soon after the annotations.
-        events = s.wait(
-            "the NudgeSurvivors event",
-            lambda: [
-                e
-                for e in json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
-                if e["reason"] == "NudgeSurvivors"
-            ],
-        )
-        (event,) = events
+        events = json.loads(s.kubectl("get", "events", "-o", "json"))["items"]
+        (event,) = [e for e in events if e["reason"] == "NudgeSurvivors"]
         assert workers[1] in event["message"]
         assert workers[0] in event["message"]
 

@@ -160,12 +160,10 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
 
     When this cycle decided something and acts on it, the decision is stored *before* the actions
     (with the keys issued so far), and the keys of the actions *after* them: a controller that crashes
-    in between finds its decisions, and issues again whatever it had not yet recorded as issued.
-
-    Two batches are stored once, after their actions, because a controller that crashes before that write
-    decides them again, the same, under the same keys (which the backend ignores): events alone (they change
-    nothing the controller observes), and a job's first batch (from the empty status of a job never started:
-    its launches are of the pods' first incarnations, which it then finds launched).
+    in between finds its decisions, and issues again whatever it had not yet recorded as issued. Events
+    alone change nothing the controller observes: a batch of only events is stored once, after them (a
+    controller that crashes before that write decides the same from the same status and observation, and
+    sends the same events under the same keys, which the backend ignores).
     """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
@@ -195,9 +193,7 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     )
     actions: list[Action] = []
     stored = before
-    first = before.started_at is None
-    events_alone = all(isinstance(action, EmitEvent) for action in cycle.actions)
-    if decided != before and not first and not events_alone:
+    if decided != before and not all(isinstance(action, EmitEvent) for action in cycle.actions):
         stored = decided.model_copy(update={"revision": before.revision + 1})
         actions.append(WriteStatus(keys.status(cycle.job, stored.revision), stored))
     actions.extend(cycle.actions)

@@ -6,7 +6,6 @@ import json
 
 from tests.unit.controller.harness import Harness
 from trainguard.controller import JobPhase, JobStatus, reconcile
-from trainguard.controller.backend import LaunchPod, WriteStatus
 
 LAUNCHER = "test-horovod-elastic-launcher-0"
 
@@ -77,30 +76,3 @@ def test_the_same_observation_reconciled_again_issues_nothing() -> None:
     second = reconcile(h.job, first.status, observed, h.cluster.now)
     assert second.actions == ()
     assert second.status == first.status
-
-
-def test_a_jobs_first_batch_is_stored_once_after_its_launches_and_nothing_is_done_twice_after_a_crash() -> (
-    None
-):
-    h = Harness.start()
-    first = reconcile(h.job, JobStatus(), h.cluster.observe(h.job), h.cluster.now)
-    writes = [a for a in first.actions if isinstance(a, WriteStatus)]
-    assert len(writes) == 1
-    assert first.actions[-1] is writes[0]  # no round trip before the pods
-    launches = [a for a in first.actions if isinstance(a, LaunchPod)]
-    assert launches
-    # A controller that crashed before that write finds the status still empty and the pods launched: it
-    # takes them as the first incarnations of their slots, and launches none again.
-    h.cluster.apply(h.job, first.actions[:-1])
-    accepted = len(h.cluster.log)
-    again = reconcile(h.job, JobStatus(), h.cluster.observe(h.job), h.cluster.now)
-    assert not [a for a in again.actions if isinstance(a, LaunchPod)]
-    h.cluster.apply(h.job, again.actions)
-    assert [a for a in h.cluster.log[accepted:] if not isinstance(a, WriteStatus)] == []  # only the status
-    assert {p.name: p.generation for p in again.status.pods} == {
-        p.name: p.generation for p in first.status.pods
-    }
-    # Had it crashed before any pod was created, it would launch the same ones under the same keys.
-    fresh = Harness.start()
-    redo = reconcile(fresh.job, JobStatus(), fresh.cluster.observe(fresh.job), fresh.cluster.now)
-    assert [a.key for a in redo.actions if isinstance(a, LaunchPod)] == [a.key for a in launches]

@@ -211,7 +211,6 @@ class Operator:
         for cache in self.caches:
             cache.stop()
         self.shared.pool.shutdown(wait=False)
-        self.shared.events.close()
 
     def synced(self) -> bool:
         return all(cache.synced.is_set() for cache in self.caches)

@@ -13,7 +13,6 @@ from typing import Any
 from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
-from trainguard.backends.k8s.events import EventSender
 from trainguard.backends.k8s.isolation import is_isolated
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
 from trainguard.controller.apply import ErrorLog
@@ -63,17 +62,12 @@ class Shared:
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")
     )
-    #: Writes the jobs' Events beside the reconciles (``events.EventSender``).
-    events: EventSender = field(init=False)
     #: Node name -> Ready, and the controller's view of all nodes, rebuilt only when a readiness changes
     #: (kwok and kubelets rewrite nodes every few seconds; a thousand of them per reconcile adds up).
     _ready: dict[str, bool] = field(default_factory=dict)
     _observed_nodes: tuple[ObservedNode, ...] | None = None
     #: Nodes isolated by fault tolerance checks (their taint, ``isolation.KEY``).
     _isolated: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        self.events = EventSender(self.kube)
 
     def node_changed(self, node: Obj, now: Obj | None) -> bool:
         """Records a node's readiness and isolation (``now`` None: deleted); True when either changed."""

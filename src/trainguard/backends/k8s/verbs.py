@@ -353,13 +353,11 @@ class OperatorVerbs:
             raise
 
     def emit_event(self, action: EmitEvent) -> None:
-        """Handed to the operator's event sender (``events.EventSender``): the batch does not wait for it; a
-        refusal is recorded under the action's key when it comes."""
         job = self.job
         uid = job.metadata.uid or ""
         body = event_body(self.kind, self.namespace, self.name, uid, action, self.shared.identity)
-
-        def refused(error: ApiError) -> None:
-            self.keep_error(ActionError(action.key, str(error), self.now()))
-
-        self.shared.events.send(self.namespace, body, refused)
+        try:
+            self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
+        except ApiError as error:
+            if error.status != 409:  # the same key: sent before
+                raise
