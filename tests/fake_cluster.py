@@ -11,7 +11,7 @@ It keeps a log of every action it accepted, so a test can prove that nothing was
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 
@@ -397,6 +397,9 @@ class _Verbs:
 
     def before_launches(self) -> None:
         pass
+
+    def beside_launches(self) -> Sequence[Callable[[], None]]:
+        return ()
 
     def launch(self, action: LaunchPod) -> None:
         self.cluster._launch(action)

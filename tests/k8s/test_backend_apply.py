@@ -1,7 +1,7 @@
 """How the operator applies one reconcile's actions (no cluster: the API server is a fake that records).
 
 The status writes stay where the controller put them (decisions before the actions, issued keys after);
-between them, the pods are created side by side, not one round trip after another; a conflict on the
+between them, the pods (and the job's Service) are created side by side, not one round trip after another; a conflict on the
 decisions' write stops the batch before anything is created (the one applier's rule)."""
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ Obj = dict[str, Any]
 
 
 class FakeKube:
-    """Records requests; pod creates wait until ``together`` of them are in flight at once."""
+    """Records requests; pod creates (and ``beside``: the creates of those kinds too) wait until ``together``
+    of them are in flight at once."""
 
-    def __init__(self, together: int, conflict: bool = False) -> None:
+    def __init__(self, together: int, conflict: bool = False, beside: tuple[str, ...] = ()) -> None:
         self.calls: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self.barrier = threading.Barrier(together, timeout=10)
+        self.beside = tuple(f"/{kind}" for kind in beside)
         self.conflict = conflict
         self.version = 1
 
@@ -44,7 +46,7 @@ class FakeKube:
             self.calls.append((method, path))
 
     def create(self, path: str, body: Obj) -> Obj:
-        if path.endswith("/pods"):
+        if path.endswith(("/pods", *self.beside)):
             self.barrier.wait()  # BrokenBarrierError if the creates come one after another
         self._record("POST", path.rsplit("/", 1)[-1])
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "1", "uid": "u"}}
@@ -80,7 +82,7 @@ def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     assert len(launches) == 4
     assert isinstance(actions[0], WriteStatus)
     assert isinstance(actions[-1], WriteStatus)
-    kube = FakeKube(together=len(launches))
+    kube = FakeKube(together=len(launches) + 1, beside=("services",))
     backend = _backend(kube, obj)
     backend.apply(job, actions)
 
@@ -88,7 +90,8 @@ def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     assert kube.calls[-1] == ("PUT", "status")
     assert [c for c in kube.calls if c[0] == "PUT"] == [("PUT", "status")] * 2
     kinds = [path for _, path in kube.calls[1:-1]]
-    assert kinds[0] == "services"  # the Service once, before the pods that resolve through it
+    # The Service once, side by side with the pods (their names resolve once it is there), not a round trip
+    # before them.
     assert kinds.count("pods") == 4
     assert kinds.count("services") == 1
     assert backend.written == actions[-1].status

@@ -249,7 +249,8 @@ class HangPolicy(_Model):
 
 
 class BackoffPolicy(_Model):
-    """Delay before restarting the same pod again: initial, doubling up to max, reset after healthy running."""
+    """Delay before restarting the same pod again: none the first time, then initial, doubling up to max; a new
+    streak after healthy running."""
 
     initial_seconds: float = Field(default=1, ge=0)
     max_seconds: float = Field(default=300, ge=0)

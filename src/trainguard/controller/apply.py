@@ -6,7 +6,10 @@ are here, once (the contract in ``trainguard.controller.backend`` states them):
 
 - In order. Between two ``WriteStatus``, the actions on one pod (launch, removal, restart in place) run one
   after the other, and the rest (other pods, events, nudges, the discovery file) side by side where the
-  backend runs things side by side (``Verbs.side_by_side``; in order on the ones that do not).
+  backend runs things side by side (``Verbs.side_by_side``; in order on the ones that do not). Before the
+  first launch of a batch, what its pods cannot be created without (``Verbs.before_launches``); beside the
+  launches, what the job needs while its pods run but not to create them (``Verbs.beside_launches``: a
+  Service that names them, a store they connect to once they start).
 - A failed action is recorded under its key (``Verbs.record``) and the batch goes on: ``apply`` does not
   raise for it. A verb raises ``NotYet`` for an action that has to wait (recorded as transient: the
   controller issues it again) and one of ``Verbs.failures`` for one that failed. Anything else is a bug or
@@ -61,7 +64,11 @@ class Verbs(Protocol):
         """Around the whole batch (a backend's one look at its nodes, its store's upkeep...)."""
 
     def before_launches(self) -> None:
-        """What the pods of the job need before the first of them (services, access, secrets...)."""
+        """What the pods of the job need before the first of them is created (access, secrets...)."""
+
+    def beside_launches(self) -> Sequence[Callable[[], None]]:
+        """What the job needs once its pods run, made side by side with its launches (a Service, a store):
+        each call one thing, raising as a verb does."""
 
     def side_by_side(self, chains: Sequence[Callable[[], None]]) -> None:
         """Run independent chains of actions, side by side or one after the other, until all are done."""
@@ -122,9 +129,13 @@ def _run_segment(verbs: Verbs, actions: list[Action]) -> None:
     if not actions:
         return
     first_launch = next((a for a in actions if isinstance(a, LaunchPod)), None)
+    beside: list[Callable[[], None]] = []
     if first_launch is not None:
         _carry_out(verbs, first_launch.key, verbs.before_launches)
+        beside = [partial(_carry_out, verbs, first_launch.key, call) for call in verbs.beside_launches()]
     if verbs.side_by_side is in_order:  # one thing at a time: in the order given, no chains to build
+        for call in beside:
+            call()
         for action in actions:
             _carry_out_action(verbs, action)
         return
@@ -136,7 +147,7 @@ def _run_segment(verbs: Verbs, actions: list[Action]) -> None:
             chains.setdefault("discovery", []).append(action)
         else:
             chains[number] = [action]
-    verbs.side_by_side([partial(_run_chain, verbs, chain) for chain in chains.values()])
+    verbs.side_by_side([*beside, *(partial(_run_chain, verbs, chain) for chain in chains.values())])
 
 
 def _run_chain(verbs: Verbs, chain: list[Action]) -> None:

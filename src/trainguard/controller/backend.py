@@ -22,7 +22,9 @@ The rules (``trainguard.controller.apply``):
 - The actions are carried out in the order given. A batch that acts on new decisions starts with a
   ``WriteStatus`` holding those decisions, and every batch ends with one holding the keys it issued: a
   controller that crashes in between finds its decisions stored (so it never mistakes a pod it removed for
-  one that vanished) and issues again, under the same keys, whatever it had not recorded as issued.
+  one that vanished) and issues again, under the same keys, whatever it had not recorded as issued. A batch
+  of events alone is stored once, after them: they change nothing observed, so the same status and
+  observation decide them again under the same keys.
 - ``apply`` never raises for an action that fails: the failure is recorded under the action's key, in
   ``Observed.errors``, and the controller decides what to do with it next time. A failure marked
   ``transient`` (the backend raised ``NotYet``: the action must wait for something, such as the previous

@@ -19,7 +19,7 @@ from trainguard.api import TrainingJob
 from trainguard.controller import keys
 from trainguard.controller.actuate import actuate, unseen_until
 from trainguard.controller.agentless import warn_pods_without_agent
-from trainguard.controller.backend import Action, Observed, WriteStatus
+from trainguard.controller.backend import Action, EmitEvent, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faultcheck import record_checks, reissue_deadlines, reissue_wake_at
@@ -164,7 +164,10 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
 
     When this cycle decided something and acts on it, the decision is stored *before* the actions
     (with the keys issued so far), and the keys of the actions *after* them: a controller that crashes
-    in between finds its decisions, and issues again whatever it had not yet recorded as issued.
+    in between finds its decisions, and issues again whatever it had not yet recorded as issued. Events
+    alone change nothing the controller observes: a batch of only events is stored once, after them (a
+    controller that crashes before that write decides the same from the same status and observation, and
+    sends the same events under the same keys, which the backend ignores).
     """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
@@ -194,7 +197,7 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     )
     actions: list[Action] = []
     stored = before
-    if decided != before and cycle.actions:
+    if decided != before and not all(isinstance(action, EmitEvent) for action in cycle.actions):
         stored = decided.model_copy(update={"revision": before.revision + 1})
         actions.append(WriteStatus(keys.status(cycle.job, stored.revision), stored))
     actions.extend(cycle.actions)

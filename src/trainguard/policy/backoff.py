@@ -1,8 +1,9 @@
 """Exponential backoff between restarts of the same pod (docs/policy.md §4, Limits and backoff).
 
-The n-th restart in a row waits ``initialSeconds * 2**(n-1)``, at most ``maxSeconds``. A pod that ran
-healthily for ``resetAfterSeconds`` before it failed starts again at ``initialSeconds``.
-Evictions and hang restarts in place do not wait and do not grow the streak.
+The first restart of a streak is at once (as kubelet restarts a container the first time); the n-th restart in
+a row after it waits ``initialSeconds * 2**(n-2)``, at most ``maxSeconds``. A pod that ran healthily for
+``resetAfterSeconds`` before it failed starts a new streak. Evictions and hang restarts in place do not wait
+and do not grow the streak.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ _MAX_DOUBLINGS = 40
 
 
 def backoff_delay(policy: BackoffPolicy, streak: int) -> float:
-    """Seconds to wait before a restart that follows ``streak`` restarts in a row."""
-    doublings = min(max(streak, 0), _MAX_DOUBLINGS)
+    """Seconds to wait before a restart that follows ``streak`` restarts in a row: none after none (a fault
+    that is not a repeat is acted on at once), then ``initialSeconds`` doubling."""
+    if streak <= 0:
+        return 0.0
+    doublings = min(streak - 1, _MAX_DOUBLINGS)
     return float(min(policy.initial_seconds * 2**doublings, policy.max_seconds))
 
 

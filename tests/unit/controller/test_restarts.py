@@ -46,17 +46,24 @@ def test_pods_stopped_by_a_restart_are_not_new_faults() -> None:
     assert len(h.status.history) == 1
 
 
-def test_backoff_delays_the_relaunch_until_it_is_due() -> None:
+def test_the_first_restart_is_at_once_and_the_next_waits_for_its_backoff() -> None:
     job = worker_job(1, job={"backoff": {"initialSeconds": 10, "maxSeconds": 40}})
     h = Harness.start(job)
     h.running()
+    h.cluster.exit(W0, 1)
+    h.step()
+    failed_at = h.cluster.now
+    assert h.pod(W0).phase is PodPhase.WAITING
+    h.run_until(lambda h: any(a.pod == W0 and a.generation == 2 for a in h.cluster.launches()))
+    assert h.cluster.now == failed_at  # no wait: the first restart of a streak
+    h.run_until(lambda h: h.pod(W0).generation == 2 and h.status.phase is JobPhase.RUNNING)
     h.cluster.exit(W0, 1)
     result = h.step()
     failed_at = h.cluster.now
     slot = h.pod(W0)
     assert (slot.phase, slot.due_at) == (PodPhase.WAITING, failed_at + 10)
     assert result.wake_at == failed_at + 10
-    h.run_until(lambda h: any(a.pod == W0 and a.generation == 2 for a in h.cluster.launches()))
+    h.run_until(lambda h: any(a.pod == W0 and a.generation == 3 for a in h.cluster.launches()))
     assert h.cluster.now == failed_at + 10
 
 
@@ -65,12 +72,13 @@ def test_backoff_doubles_for_repeated_failures_and_is_capped() -> None:
     h = Harness.start(job)
     h.running()
     delays = []
-    for generation in (2, 3, 4):
+    for generation in (2, 3, 4, 5):
         h.cluster.exit(W0, 1)
         h.step()
-        delays.append(h.pod(W0).due_at - h.cluster.now)  # type: ignore[operator]
+        slot = h.pod(W0)
+        delays.append(0 if slot.due_at is None else slot.due_at - h.cluster.now)
         h.run_until(lambda h, g=generation: h.pod(W0).generation == g and h.status.phase is JobPhase.RUNNING)
-    assert delays == [10, 20, 25]
+    assert delays == [0, 10, 20, 25]
 
 
 def test_backoff_limit_fails_the_job_with_that_reason() -> None:

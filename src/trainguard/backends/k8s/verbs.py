@@ -94,20 +94,25 @@ class OperatorVerbs:
 
     @contextmanager
     def batch(self, actions: Sequence[Action]) -> Iterator[None]:
-        launching = any(isinstance(a, LaunchPod) for a in actions)
-        if launching:
-            # The store first, so that the agents of the first pods find it as soon as they start.
-            self.backend.store_pod.tend_logged(self.job, launching=True)
         yield
         self.backend.store_pod.tend_logged(self.job)
 
     def before_launches(self) -> None:
+        """What a pod is refused or cannot start without: its PodGroup, ServiceAccount, Secret, ConfigMap."""
         job = self.job
-        self._ensure_service(job)
         self._ensure_pod_group(job)
         self._ensure_pod_access(job)
         self._ensure_ssh_secret(job)
         self._ensure_discovery(job)
+
+    def beside_launches(self) -> Sequence[Callable[[], None]]:
+        """The job's Service (its pods' names resolve once it is there) and its rendezvous store (the agents
+        wait for it, within their patience): side by side with the pods, not one round trip before them."""
+        job = self.job
+        return (
+            partial(self._ensure_service, job),
+            partial(self.backend.store_pod.tend_logged, job, launching=True),
+        )
 
     def side_by_side(self, chains: Sequence[Callable[[], None]]) -> None:
         if len(chains) <= 1:
@@ -140,7 +145,6 @@ class OperatorVerbs:
 
     def launch(self, action: LaunchPod) -> None:
         job = self.job
-        self._ensure_service(job)
         uid = job.metadata.uid or ""
         with self.shared.lock:
             tombs = self.shared.tombstones.get(uid, {})

@@ -165,6 +165,9 @@ class LocalVerbs:
     def before_launches(self) -> None:
         pass  # a local pod needs nothing made before it
 
+    def beside_launches(self) -> Sequence[Callable[[], None]]:
+        return ()
+
     side_by_side = staticmethod(in_order)
 
     def launch(self, action: LaunchPod) -> None:

@@ -384,6 +384,9 @@ class SimVerbs:
     def before_launches(self) -> None:
         pass
 
+    def beside_launches(self) -> Sequence[Callable[[], None]]:
+        return ()
+
     side_by_side = staticmethod(in_order)
 
     def launch(self, action: LaunchPod) -> None:
