@@ -23,27 +23,27 @@ def spans(timeline: Timeline, name: str) -> list[tuple[float, float, str]]:
 
 
 def test_each_pod_runs_fails_hangs_and_comes_back_when_the_history_says(night: Timeline) -> None:
-    assert (night.start, night.end) == (0.0, 11.0)
-    assert spans(night, pod("launcher", 0)) == [(0, 1, "starting"), (1, 11, "running")]
+    assert (night.start, night.end) == (0.0, 10.0)
+    assert spans(night, pod("launcher", 0)) == [(0, 1, "starting"), (1, 10, "running")]
     # Killed at 3 (exit 137), a new pod running at 5.
     assert spans(night, pod("trainer", 1)) == [
         (0, 1, "starting"),
         (1, 3, "running"),
         (3, 5, "failed"),
-        (5, 11, "running"),
+        (5, 10, "running"),
     ]
     # Hung at 6, restarted in place, running again at 7.
     assert spans(night, pod("trainer", 0)) == [
         (0, 1, "starting"),
         (1, 6, "running"),
         (6, 7, "hung"),
-        (7, 11, "running"),
+        (7, 10, "running"),
     ]
-    # Force-deleted at 8, replaced by 10, then scaled in at 10.
-    assert spans(night, pod("trainer", 2)) == [(0, 1, "starting"), (1, 8, "running"), (8, 10, "lost")]
-    # Scaled out at 7, running from 8, scaled in at 10.
+    # Force-deleted at 8, replaced at once (a first restart waits no backoff), then scaled in at 9.
+    assert spans(night, pod("trainer", 2)) == [(0, 1, "starting"), (1, 8, "running"), (8, 9, "lost")]
+    # Scaled out at 7, running from 8, scaled in at 9.
     for index in (3, 4):
-        assert spans(night, pod("trainer", index)) == [(7, 8, "starting"), (8, 10, "running")]
+        assert spans(night, pod("trainer", index)) == [(7, 8, "starting"), (8, 9, "running")]
     assert [lane.pod for lane in night.lanes] == [pod("launcher", 0), *(pod("trainer", i) for i in range(5))]
 
 
@@ -52,12 +52,12 @@ def test_each_fault_is_marked_with_what_was_done_and_its_recovery_time(night: Ti
     assert marks == [
         (3.0, pod("trainer", 1), "Exited", "new pod", 2.0),
         (6.0, pod("trainer", 0), "Hang", "in place", 1.0),
-        (8.0, pod("trainer", 2), "PodForceDeleted", "new pod", 2.0),
+        (8.0, pod("trainer", 2), "PodForceDeleted", "new pod", 1.0),
     ]
     assert [f.label for f in night.faults] == [
         "Exited 137 → restarted (new pod) · 2.0 s",
         "Hang → restarted (in place) · 1.0 s",
-        "PodForceDeleted → restarted (new pod) · 2.0 s",
+        "PodForceDeleted → restarted (new pod) · 1.0 s",
     ]
 
 
@@ -67,7 +67,7 @@ def test_scaling_steps_name_the_role_the_size_and_the_pods(night: Timeline) -> N
     ]
     assert steps == [
         (7.0, "trainer", "scaleout", "request", 5, 2, "trainer → 5"),
-        (10.0, "trainer", "scalein", "request", 2, 3, "trainer → 2"),
+        (9.0, "trainer", "scalein", "request", 2, 3, "trainer → 2"),
     ]
 
 
@@ -79,8 +79,8 @@ def test_the_job_phases_follow_the_transitions(night: Timeline) -> None:
         (5, 6, "Running"),
         (6, 7, "Restarting"),
         (7, 8, "Scaling"),
-        (8, 10, "Restarting"),
-        (10, 11, "Scaling"),
+        (8, 9, "Restarting"),
+        (9, 10, "Scaling"),
     ]
 
 
