@@ -703,16 +703,18 @@ def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_t
                 fault = next(h for h in status["history"] if h["kind"] == "fault" and h["pod"] == pod)
                 assert fault["fault"] == "NodeNotReady"
                 assert fault["fencedUntil"] == pytest.approx(fault["at"] + FENCE_SECONDS, abs=1.0)
-                created = log_stamp(trainer.pod(pod)["metadata"]["creationTimestamp"])
-                assert created >= fault["fencedUntil"] - 1.0, (pod, created, fault)
-                assert trainer.pod(pod)["spec"]["nodeName"] != cut
-                # The new incarnation's first process came after the old one's last.
-                old, new = (
-                    incarnations.seen[(pod, generation)],
-                    incarnations.seen.get((pod, slot["generation"])),
-                )
-                assert new is not None, (pod, incarnations.seen)
-                assert old[1] < new[0], (pod, old, new)
+                # Read from the job's status and the processes seen, not from the pod objects: the job may
+                # end (its pods cleaned up) by the time training has gone on with a world of 3.
+                assert slot["node"] != cut, slot
+                # The next incarnation's first process came after fencedUntil, and after the old one's last.
+                old = incarnations.seen[(pod, generation)]
+                later = [
+                    seen for (name, g), seen in incarnations.seen.items() if name == pod and g > generation
+                ]
+                assert later, (pod, incarnations.seen)
+                first = min(seen[0] for seen in later)
+                assert first >= fault["fencedUntil"] - 1.0, (pod, first, fault)
+                assert old[1] < first, (pod, old, first)
             assert incarnations.overlaps == []
         trainer.start_kubelet(cut)
         wait_for(f"{cut} to be Ready again", lambda: trainer.node_ready(cut), 120)

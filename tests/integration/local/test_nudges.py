@@ -28,7 +28,7 @@ FAILED = "tj-worker-1"
 SURVIVORS = ("tj-worker-0", "tj-worker-2")
 #: torch imported by each pod's torchrun, and a round of 3 formed.
 START_TIMEOUT = 90.0
-#: The failed pod comes back only after this long: by then its survivors have been nudged.
+#: A failed pod's repeated restarts wait this long (its first restart waits none).
 BACKOFF_SECONDS = 3 * NUDGE_AFTER_SECONDS
 #: A worker says it runs the script: a file named after its pid. (No collective: nothing but a nudge makes
 #: the survivors' workers leave their round.)
@@ -121,14 +121,16 @@ def test_a_nudge_written_before_the_control_plane_dies_is_carried_out_and_no_fau
         assert nudge.token.startswith(f"{FAILED}#")
 
         # Without a control plane, the survivor's agent SIGKILLs its workers older than the failure; torchrun
-        # sees them fail, and the agent's report leaves them out (no workers-restarted line).
+        # sees them fail, and the agent's report leaves them out (no workers-restarted line). The failed pod's
+        # first restart waits no backoff: its new incarnation's round may have restarted some of them first.
         nudged = wait_until(lambda: _nudged(local, pod), f"{pod}'s agent nudged", 10)
-        assert (nudged["token"], sorted(nudged["killed"])) == (nudge.token, sorted(old[pod]))
+        assert nudged["token"] == nudge.token
+        assert set(nudged["killed"]) <= old[pod], (nudged, old[pod])
         wait_until(lambda: not _alive(old[pod]), f"the old workers of {pod} gone", 10)
         assert local.control_plane() is None
 
     # The next command brings the control plane back: it nudges the other survivor if it had not, the
-    # failed pod comes back after its backoff, and a new round of 3 forms.
+    # failed pod comes back (at once: a first restart), and a new round of 3 forms.
     def settled(view: dict[str, Any]) -> bool:
         running = {p["name"] for p in view["status"]["pods"] if p["phase"] == "Running"}
         return view["status"]["phase"] == "Running" and running == {FAILED, *SURVIVORS}
