@@ -605,6 +605,11 @@ class Incarnations:
         self.every = every
         self.seen: dict[tuple[str, int], list[float]] = {}
         self.overlaps: list[tuple[float, str, list[int]]] = []
+        #: Samples that failed, and why.
+        self.errors: list[str] = []
+        #: Processes whose /proc entry blocked a read, and the one being read.
+        self.skip: set[str] = set()
+        self._reading = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="incarnations", daemon=True)
 
@@ -619,8 +624,9 @@ class Incarnations:
     def now(self) -> dict[str, set[int]]:
         found: dict[str, set[int]] = {}
         for pid in os.listdir("/proc"):
-            if not pid.isdigit():
+            if not pid.isdigit() or pid in self.skip:
                 continue
+            self._reading = pid
             try:
                 with open(f"/proc/{pid}/environ", "rb") as environ:
                     raw = environ.read()
@@ -641,7 +647,23 @@ class Incarnations:
     def _sample(self) -> None:
         while not self._stop.wait(self.every):
             at = time.time()
-            for pod, generations in self.now().items():
+            found: dict[str, set[int]] = {}
+            done = threading.Event()
+
+            def read() -> None:
+                try:
+                    found.update(self.now())
+                except Exception as error:  # a sample lost is said, never the sampler: it must see to the end
+                    self.errors.append(f"{at:.1f}: {error!r}")
+                finally:
+                    done.set()
+
+            threading.Thread(target=read, name="incarnations-read", daemon=True).start()
+            if not done.wait(5.0):  # a dying process's /proc entry can block a read: that pid is skipped
+                self.errors.append(f"{at:.1f}: reading /proc/{self._reading}/environ blocked")
+                self.skip.add(self._reading)
+                continue
+            for pod, generations in found.items():
                 for generation in generations:
                     self.seen.setdefault((pod, generation), [at, at])[1] = at
                 if len(generations) > 1:
@@ -711,7 +733,7 @@ def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_t
                 later = [
                     seen for (name, g), seen in incarnations.seen.items() if name == pod and g > generation
                 ]
-                assert later, (pod, incarnations.seen)
+                assert later, (pod, incarnations.seen, incarnations.errors[-5:], incarnations.now())
                 first = min(seen[0] for seen in later)
                 assert first >= fault["fencedUntil"] - 1.0, (pod, first, fault)
                 assert old[1] < first, (pod, old, first)
