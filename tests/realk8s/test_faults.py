@@ -644,21 +644,23 @@ class Incarnations:
     def alive(self, pod: str, generation: int) -> bool:
         return generation in self.now().get(pod, set())
 
+    def _read(self, at: float, found: dict[str, set[int]], done: threading.Event) -> None:
+        try:
+            found.update(self.now())
+        except Exception as error:  # a sample lost is said, never the sampler: it must see to the end
+            self.errors.append(f"{at:.1f}: {error!r}")
+        finally:
+            done.set()
+
     def _sample(self) -> None:
         while not self._stop.wait(self.every):
             at = time.time()
             found: dict[str, set[int]] = {}
             done = threading.Event()
 
-            def read() -> None:
-                try:
-                    found.update(self.now())
-                except Exception as error:  # a sample lost is said, never the sampler: it must see to the end
-                    self.errors.append(f"{at:.1f}: {error!r}")
-                finally:
-                    done.set()
-
-            threading.Thread(target=read, name="incarnations-read", daemon=True).start()
+            threading.Thread(
+                target=self._read, args=(at, found, done), name="incarnations-read", daemon=True
+            ).start()
             if not done.wait(5.0):  # a dying process's /proc entry can block a read: that pid is skipped
                 self.errors.append(f"{at:.1f}: reading /proc/{self._reading}/environ blocked")
                 self.skip.add(self._reading)
