@@ -194,44 +194,45 @@ def serve(reports: AgentReports, port: int, address: str) -> tuple[ThreadingHTTP
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             if self.path == LEASE_PATH:
-                self._renew()
-                return
-            if self.path != PATH:
+                self._serve(
+                    lambda _: reports.renew(self.headers.get("Authorization")),
+                    "agent lease",
+                    "renewed",
+                    HTTPStatus.OK,
+                    "renewed",
+                )
+            elif self.path == PATH:
+                self._serve(
+                    lambda body: reports.take(self.headers.get("Authorization"), body),
+                    "agent report",
+                    "taken",
+                    HTTPStatus.NO_CONTENT,
+                    "",
+                )
+            else:
                 self._answer(HTTPStatus.NOT_FOUND, f"POST {PATH}")
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY} bytes")
-                return
-            try:
-                pod = reports.take(self.headers.get("Authorization"), self.rfile.read(length))
-            except Rejected as rejected:
-                self._answer(rejected.status, str(rejected))
-                return
-            except ApiError as error:
-                log.warning("agent report not taken: %s", error)
-                self._answer(HTTPStatus.SERVICE_UNAVAILABLE, "the API server did not answer; try again")
-                return
-            log.debug("agent report of %s", pod)
-            self._answer(HTTPStatus.NO_CONTENT, "")
 
-        def _renew(self) -> None:
+        def _serve(
+            self, handle: Callable[[bytes], str], what: str, done: str, status: HTTPStatus, message: str
+        ) -> None:
+            """Reads the body (at most ``MAX_BODY``), hands it to ``handle`` and answers ``status`` when it took
+            it, the rejection's status, or 503 when the API server did not answer."""
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY:
                 self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY} bytes")
                 return
-            self.rfile.read(length)
+            body = self.rfile.read(length)
             try:
-                pod = reports.renew(self.headers.get("Authorization"))
+                pod = handle(body)
             except Rejected as rejected:
                 self._answer(rejected.status, str(rejected))
                 return
             except ApiError as error:
-                log.warning("agent lease not renewed: %s", error)
+                log.warning("%s not %s: %s", what, done, error)
                 self._answer(HTTPStatus.SERVICE_UNAVAILABLE, "the API server did not answer; try again")
                 return
-            log.debug("agent lease of %s renewed", pod)
-            self._answer(HTTPStatus.OK, "renewed")
+            log.debug("%s of %s %s", what, pod, done)
+            self._answer(status, message)
 
         def _answer(self, status: HTTPStatus, message: str) -> None:
             body = json.dumps({"message": message}).encode() if message else b""
