@@ -59,7 +59,7 @@ from _results import keep, machine
 
 from trainguard.agent.nudge import workers
 from trainguard.demo.session import DIGITS_SCRIPT, Run, Session, digits_job, recovery
-from trainguard.pod import contract
+from trainguard.pod.livelaunch import started_as_spare
 
 SETUPS = (
     "torchrun",
@@ -282,7 +282,7 @@ def trainguard_trial(
         # The pod's worker that holds a rank (a spare is started with its pipe named in its environment), and
         # each spare warm and waiting before the kill.
         _wait(lambda: len(workers(torchrun.pid)) == 1 + spares, 120)
-        [worker] = [w for w in workers(torchrun.pid) if not _spare(w.pid)]
+        [worker] = [w for w in workers(torchrun.pid) if not started_as_spare(w.pid)]
         victim = psutil.Process(worker.pid)
         before = {pod: pids for pod, pids in session.worker_pids(job).items() if pod != f"{job}-worker-1"}
         if silent:  # the whole pod, its agent too: nothing of it says anything any more
@@ -295,12 +295,6 @@ def trainguard_trial(
         after = session.worker_pids(job)
         kept = all(after.get(pod) == pids for pod, pids in before.items())
         return Trial(trial.recovered, trial.seconds, trial.steps_lost, kept, trial.whole_seconds)
-
-
-def _spare(pid: int) -> bool:
-    with contextlib.suppress(psutil.Error):
-        return contract.ENV_LIVE_SPARE_FD in psutil.Process(pid).environ()
-    return False
 
 
 # ---- both ---------------------------------------------------------------------------------------------------

@@ -87,6 +87,16 @@ def without_live(restarted: bool, formed: bool, latest_round: int | None, stderr
     return missing_static_world(stderr)
 
 
+def started_as_spare(pid: int) -> bool:
+    """Whether the process was started as a hot spare: its pipe named in the environment it started with,
+    which ``/proc`` keeps (the spare drops it from its own once it waits); False where it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return any(item.startswith(f"{contract.ENV_LIVE_SPARE_FD}=".encode()) for item in raw.split(b"\0"))
+
+
 class Tail:
     """A worker's stderr passed on to the launcher's as it comes, its last ``TAIL_BYTES`` kept."""
 

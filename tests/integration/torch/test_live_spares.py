@@ -12,7 +12,7 @@ from torch_harness import RECOVERY_TIMEOUT, wait_done, wait_step, workers_of
 
 from trainguard.backends.local.views import pods_table
 from trainguard.demo.session import Session, digits_job, recovery
-from trainguard.pod import contract
+from trainguard.pod.livelaunch import started_as_spare
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -22,8 +22,7 @@ def _split(processes: list[psutil.Process]) -> tuple[list[int], list[int]]:
     A spare is started with its pipe's descriptor in its environment (which ``/proc`` keeps as it started)."""
     workers, spares = [], []
     for process in processes:
-        started_spare = contract.ENV_LIVE_SPARE_FD in process.environ()
-        (spares if started_spare else workers).append(process.pid)
+        (spares if started_as_spare(process.pid) else workers).append(process.pid)
     return sorted(workers), sorted(spares)
 
 

@@ -21,6 +21,7 @@ from trainguard.backends.local import processes
 from trainguard.backends.local.records import EventRecord, NodeRecord, PodRecord, PodState
 from trainguard.backends.local.runtime import Runtime
 from trainguard.pod import contract
+from trainguard.pod.livelaunch import started_as_spare
 
 
 class ChaosError(ValueError):
@@ -73,7 +74,8 @@ def kill(
 def _kill_worker(runtime: Runtime, row: PodRecord, command: int, signum: int) -> str:
     """Signal the first of the pod's workers that holds a rank (a live job's hot spares, waiting, are not)."""
     ranked = sorted(
-        (w for w in workers(command) if not _is_spare(w.pid)), key=lambda w: (_local_rank(w.pid), w.pid)
+        (w for w in workers(command) if not started_as_spare(w.pid)),
+        key=lambda w: (_local_rank(w.pid), w.pid),
     )
     if not ranked:
         raise ChaosError(f"pod {row.name} runs no training process yet; try again in a moment")
@@ -89,10 +91,6 @@ def _environ(pid: int) -> dict[str, str]:
     with contextlib.suppress(psutil.Error):
         return dict(psutil.Process(pid).environ())
     return {}
-
-
-def _is_spare(pid: int) -> bool:
-    return contract.ENV_LIVE_SPARE_FD in _environ(pid)
 
 
 def _local_rank(pid: int) -> int:
