@@ -45,6 +45,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,7 +53,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-
+sys.path.insert(0, str(HERE.parent.parent / "src"))
+from trainguard.pod.contract import ENV_LIVE_MARK, ENV_LIVE_SPARE_FD, SPARE_READY_SUFFIX  # noqa: E402
 
 # -- a rank -------------------------------------------------------------------------------------------------
 
@@ -79,7 +81,22 @@ def rank_main(args: argparse.Namespace) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
 
     def warm_up() -> None:  # a forward and a backward of one batch, no collective: its first kernels
-        model(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
+        if args.warmup_ddp:
+            # The same through DDP on a group of this process alone (gloo, over a store in memory): DDP's
+            # buckets, and on a GPU gloo's pinned host buffers of their sizes, made before the process
+            # arrives, not in the new round's first step while the survivors wait.
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            try:
+                wrapped = DDP(model, init_sync=False)
+                for _ in range(2):  # the second: DDP's buckets rebuilt in the order the first backward used
+                    wrapped(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
+                del wrapped
+            finally:
+                dist.destroy_process_group()  # the live rounds make their own
+        else:
+            model(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
         if device.type == "cuda":
             torch.cuda.synchronize()
 
@@ -183,6 +200,22 @@ class Rank:
     spawned: float
     events: list[dict[str, Any]] = field(default_factory=list)
     member: str = ""
+    #: A hot spare's end of its pipe (this script plays its launcher): a line on it calls the spare in.
+    call_fd: int | None = None
+    marks: Path | None = None
+
+    def spare_ready(self) -> bool:
+        """The spare waits on its pipe, warm (it marks itself ready as the live launcher counts it)."""
+        assert self.marks is not None
+        return (self.marks / f"{self.process.pid}{SPARE_READY_SUFFIX}").exists()
+
+    def call(self) -> float:
+        assert self.call_fd is not None
+        called = time.time()
+        os.write(self.call_fd, b"0\n")
+        os.close(self.call_fd)
+        self.call_fd = None
+        return called
 
     def read(self) -> None:
         assert self.process.stdout is not None
@@ -217,7 +250,9 @@ class Agents:
         self.address = address
         self.ranks: list[Rank] = []
 
-    def start(self, prefix: str, size: int, warmup: bool = False) -> Rank:
+    def start(
+        self, prefix: str, size: int, warmup: bool = False, warmup_ddp: bool = False, spare: bool = False
+    ) -> Rank:
         env = dict(
             os.environ,
             TRAINGUARD_LIVE_STORE=self.address,
@@ -230,10 +265,21 @@ class Agents:
             str(HERE),
             "--worker",
             *self._worker_args(),
-            *(["--warmup"] if warmup else []),
+            *(["--warmup"] if warmup or warmup_ddp else []),
+            *(["--warmup-ddp"] if warmup_ddp else []),
         ]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-        rank = Rank(process, time.time())
+        read_end, call_fd, marks = -1, None, None
+        if spare:  # as the pod's live launcher starts a hot spare: a pipe to call it, a folder for its mark
+            read_end, call_fd = os.pipe()
+            marks = Path(tempfile.mkdtemp(prefix="gpu-live-marks-"))
+            env[ENV_LIVE_SPARE_FD] = str(read_end)
+            env[ENV_LIVE_MARK] = str(marks)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, text=True, env=env, pass_fds=(read_end,) if spare else ()
+        )
+        if spare:
+            os.close(read_end)
+        rank = Rank(process, time.time(), call_fd=call_fd, marks=marks)
         threading.Thread(target=rank.read, daemon=True).start()
         self.ranks.append(rank)
         return rank
@@ -347,19 +393,69 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
     )
     joins = []
     newcomer: Rank | None = None
-    for warmup in (False, True, False):
+
+    def leaves(rank: Rank) -> None:
+        left_at = time.time()
+        rank.process.kill()
+        agents.gone(prefix, rank)
+        wait_for(
+            "the survivors on their own", lambda t=left_at: all(r.steps_after(t) for r in survivors), budget
+        )
+
+    for warmup, warmup_ddp in ((False, False), (True, False), (False, False), (True, True)):
         if newcomer is not None:
-            left_at = time.time()
-            newcomer.process.kill()
-            agents.gone(prefix, newcomer)
-            wait_for(
-                "the survivors on their own",
-                lambda t=left_at: all(r.steps_after(t) for r in survivors),
-                budget,
-            )
-        newcomer = agents.start(prefix, args.ranks, warmup=warmup)
-        joins.append(join_measures(args, survivors, newcomer, warmup, budget))
+            leaves(newcomer)
+        newcomer = agents.start(prefix, args.ranks, warmup=warmup, warmup_ddp=warmup_ddp)
+        joins.append(join_measures(args, survivors, newcomer, warmup, budget, warmup_ddp=warmup_ddp))
     assert newcomer is not None
+    # 2b. hot spares (as the pod's live launcher keeps them): started ahead, warm (the DDP warm-up), waiting on
+    # their pipe in no round. A scale-out that calls one: the survivors' pause from the call to its first
+    # step. Then a kill with a spare behind: the world whole again from the kill.
+    leaves(newcomer)
+    spare = agents.start(prefix, args.ranks, warmup_ddp=True, spare=True)
+    wait_for("the spare ready (warm, waiting)", spare.spare_ready, budget + 60)
+    settled = time.time()
+    wait_for(
+        "steps beside the spare", lambda: all(len(r.steps_after(settled)) >= 3 for r in survivors), budget
+    )
+    called_at = spare.call()
+    scale_out = join_measures(args, survivors, spare, True, budget, warmup_ddp=True, since=called_at)
+    behind = agents.start(prefix, args.ranks, warmup_ddp=True, spare=True)
+    wait_for("the next spare ready", behind.spare_ready, budget + 60)
+    settled = time.time()
+    wait_for("steps beside the next spare", lambda: len(spare.steps_after(settled)) >= 3, budget)
+    killed_spare_at = time.time()
+    spare.process.kill()
+    agents.gone(prefix, spare)
+    behind.call()  # at once, as the launcher calls a spare when a worker of its pod ends
+    whole = wait_for(
+        "the whole world's first step after the kill",
+        lambda: (
+            all(
+                any(e["world"] == args.ranks for e in r.steps_after(killed_spare_at))
+                for r in [*survivors, behind]
+            )
+            and [*survivors, behind]
+        ),
+        budget,
+    )
+    spare_kill = {
+        "whole_s": round(
+            max(
+                next(e["t"] for e in r.steps_after(killed_spare_at) if e["world"] == args.ranks)
+                for r in whole
+            )
+            - killed_spare_at,
+            3,
+        ),
+        "survivor_next_step_s": [
+            round(r.steps_after(killed_spare_at)[0]["t"] - killed_spare_at, 3) for r in survivors
+        ],
+        "spare_first_step_after_kill_s": round(
+            behind.steps_after(killed_spare_at)[0]["t"] - killed_spare_at, 3
+        ),
+    }
+    newcomer = behind
     everyone = [*survivors, newcomer]
     # 3. stop (a hang): the newest rank stopped in the middle of its training
     stopped = everyone[1]
@@ -403,8 +499,15 @@ def scene_live(args: argparse.Namespace, agents: Agents, budget: float) -> dict[
         "joins": joins,
         "join_pause_s": {
             "cold": [max(j["survivor_longest_pause_s"]) for j in joins if not j["warmup"]],
-            "warmed_up": [max(j["survivor_longest_pause_s"]) for j in joins if j["warmup"]],
+            "warmed_up": [
+                max(j["survivor_longest_pause_s"]) for j in joins if j["warmup"] and not j["warmup_ddp"]
+            ],
+            "warmed_up_ddp": [max(j["survivor_longest_pause_s"]) for j in joins if j["warmup_ddp"]],
         },
+        # A hot spare called in as a scale-out (its pause from the call), and a kill with a spare behind it.
+        "spare_scale_out": scale_out,
+        "spare_scale_out_pause_s": max(scale_out["survivor_longest_pause_s"]),
+        "spare_kill": spare_kill,
         "stop": {
             "timeout_s": args.timeout,
             "others_pause_s": [round(p, 3) for p in hang_pauses],
@@ -436,16 +539,24 @@ def agreement(ranks: list[Rank], step_s: float) -> dict[str, float]:
 
 
 def join_measures(
-    args: argparse.Namespace, survivors: list[Rank], newcomer: Rank, warmup: bool, budget: float
+    args: argparse.Namespace,
+    survivors: list[Rank],
+    newcomer: Rank,
+    warmup: bool,
+    budget: float,
+    warmup_ddp: bool = False,
+    since: float | None = None,
 ) -> dict[str, Any]:
-    """A newcomer's join: its times, the survivors' longest pause from its ready (model built) to its first
-    step, and every rank's parameters compared at a step after it (they must be equal)."""
+    """A newcomer's join: its times, the survivors' longest pause from its ready (model built; a spare: from
+    its call, ``since``) to its first step, and every rank's parameters compared at a step after it (they
+    must be equal)."""
     spawned = newcomer.spawned
     wait_for("the newcomer's first step", lambda: newcomer.steps_after(spawned), budget + 60)
     ready = next(e for e in newcomer.events if e["event"] == "ready")
     first = newcomer.steps_after(spawned)[0]
     formed = next(e for e in newcomer.events if e["event"] == "formed")
-    pause = [longest_gap(r, ready["t"], first["t"]) for r in survivors]
+    start = ready["t"] if since is None else since
+    pause = [longest_gap(r, start, first["t"]) for r in survivors]
     everyone = [*survivors, newcomer]
     check_step = ((first["step"] // args.check_every) + 2) * args.check_every
     wait_for(
@@ -454,7 +565,7 @@ def join_measures(
         budget,
     )
     sums = sums_at(everyone, check_step)
-    phases = [join_phases(r, ready["t"], first["t"]) for r in survivors]  # their next steps read by now
+    phases = [join_phases(r, start, first["t"]) for r in survivors]  # their next steps read by now
     # The first steps of the join's round, in their parts (or of the round right after it, where a loaded
     # machine re-formed again at once: each round's first steps are timed).
     parts = {
@@ -474,6 +585,8 @@ def join_measures(
     )
     return {
         "warmup": warmup,
+        "warmup_ddp": warmup_ddp,
+        "called_to_first_step_s": None if since is None else round(first["t"] - since, 3),
         "warmup_s": formed["warmup_seconds"],
         "newcomer_start_to_first_step_s": round(first["t"] - spawned, 2),
         "newcomer_ready_to_first_step_s": round(first["t"] - ready["t"], 3),
@@ -543,6 +656,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="write the JSON under benchmarks/results")
     parser.add_argument("--nccl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--warmup", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup-ddp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         rank_main(args)
