@@ -167,7 +167,7 @@ def nccl_main(args: argparse.Namespace) -> None:
         for step in live.steps(6):
             value = torch.ones(4, device=args.device)
             if live.round == 1 and step == 2:
-                aborter = threading.Thread(target=live._abort)  # what the watchdog does
+                aborter = threading.Thread(target=live._abort, args=("gpu_live: the watchdog's abort",))
                 aborter.start()
                 aborter.join()
                 seen["aborted_at"] = time.time()
