@@ -47,6 +47,8 @@ _PACED_UNTIL = "trainguard chaos"
 #: The longest a page's job runs: how long a looking command may wait for the job's end.
 JOB_SECONDS = {"quickstart.md": 330.0}
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.DOTALL | re.MULTILINE)
+#: A line of a job's progress ("[hello-worker-1] step 12"), left out of what a failure shows.
+_PROGRESS = re.compile(r"\bstep \d+$")
 _FILE = re.compile(r"#\s*([\w.-]+\.ya?ml)\b")
 
 
@@ -152,9 +154,26 @@ def _run(step: Step, cwd: Path, env: dict[str, str], settle: float = SETTLE_SECO
         if time.monotonic() >= deadline:
             raise AssertionError(
                 f"$ {step.command}\nexit {done.returncode}\n--- expected\n{step.expected}--- got\n"
-                f"{done.stdout}{done.stderr}"
+                f"{done.stdout}{done.stderr}{_what_happened(step, cwd, env)}"
             )
         time.sleep(0.5)
+
+
+def _what_happened(step: Step, cwd: Path, env: dict[str, str]) -> str:
+    """For a failed look at a job: its description and each pod's last lines of output, so that a failure
+    on another machine says why."""
+    words = shlex.split(step.command.split("|")[0])
+    if len(words) < 3 or words[:2] != ["trainguard", "get"]:
+        return ""
+    said = []
+    for command in (["trainguard", "describe", words[2]], ["trainguard", "logs", words[2]]):
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+            text = [line for line in (done.stdout + done.stderr).splitlines() if not _PROGRESS.search(line)]
+            said.append(
+                f"--- $ {' '.join(command)} (its last 80 lines but progress)\n" + "\n".join(text[-80:])
+            )
+    return "\n" + "\n".join(said)
 
 
 def _stop(home: Home) -> None:
