@@ -82,19 +82,13 @@ def rank_main(args: argparse.Namespace) -> None:
 
     def warm_up() -> None:  # a forward and a backward of one batch, no collective: its first kernels
         if args.warmup_ddp:
-            # The same through DDP on a group of this process alone (gloo, over a store in memory): DDP's
-            # buckets, and on a GPU gloo's pinned host buffers of their sizes, made before the process
-            # arrives, not in the new round's first step while the survivors wait.
-            import torch.distributed as dist
-
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-            try:
-                wrapped = DDP(model, init_sync=False)
-                for _ in range(2):  # the second: DDP's buckets rebuilt in the order the first backward used
-                    wrapped(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
-                del wrapped
-            finally:
-                dist.destroy_process_group()  # the live rounds make their own
+            # The same through DDP (Live runs a warm-up in a group of this process alone): DDP's buckets, and
+            # on a GPU gloo's pinned host buffers of their sizes, made before the process arrives, not in the
+            # new round's first step while the survivors wait.
+            wrapped = DDP(model, init_sync=False)
+            for _ in range(2):  # the second: DDP's buckets rebuilt in the order the first backward used
+                wrapped(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
+            del wrapped
         else:
             model(torch.randn(args.batch, width, device=device)).pow(2).mean().backward()
         if device.type == "cuda":

@@ -3,6 +3,7 @@ is on, and a newcomer's warm-up run before it joins (``trainguard.sdk.live``).""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +59,11 @@ def warm_up(
     GPU: each kernel's first load, cuBLAS' start). The state it leaves is replaced by the survivors'; its
     gradients are dropped; an optimizer's step is refused (a warm-up computes, it does not train). A warm-up
     that fails is told on stderr (``cause``: its words) and the process joins without it: it costs the
-    survivors time, never the job. The seconds it took; None when it failed."""
+    survivors time, never the job. The seconds it took; None when it failed.
+
+    It runs inside a default group of this process alone (gloo over a store in memory, ``alone``), so a
+    warm-up may wrap the model in DDP as ``train`` does: DDP's buckets, and on a GPU gloo's pinned host
+    buffers of their sizes, are then made before the process arrives, not in the round's first step."""
 
     def refuse(*_: Any) -> None:
         raise WarmupStepped(
@@ -68,7 +73,8 @@ def warm_up(
     hooks = [optimizer.register_step_pre_hook(refuse) for optimizer in optimizers(state)]
     started = time.monotonic()
     try:
-        warmup()
+        with alone():
+            warmup()
     except Exception as error:  # a warm-up's fault must not end the worker
         print(
             f"trainguard live: the warm-up failed ({cause(error)}); joining without it",
@@ -81,3 +87,19 @@ def warm_up(
             hook.remove()
         zero_grads(state)
     return round(time.monotonic() - started, 3)
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """torch.distributed's default group made of this process alone for the block (none is there before a
+    process first arrives: the live rounds make their own), let go after it."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -1,6 +1,6 @@
 """A live-mode worker for the tests: a small MLP under DDP over gloo, one JSON line per event on stdout.
 
-With ``LIVE_WARMUP`` set, it passes ``Live`` a warm-up: ``forward`` (a forward and a backward), ``step``
+With ``LIVE_WARMUP`` set, it passes ``Live`` a warm-up: ``forward`` (two forwards and backwards through DDP), ``step``
 (... and an optimizer's step, which Live refuses) or ``fail`` (it raises).
 With ``LIVE_FAULT_DIR`` set, a rank that finds ``$LIVE_FAULT_DIR/rank-<its rank>`` between its step's
 all-reduce (the backward) and its optimizer's step takes the file and raises there, as a collective that
@@ -73,7 +73,9 @@ def main() -> None:
 
     def warm_up() -> None:
         emit("warmup", mode=warmup)
-        model(torch.randn(16, 64)).pow(2).mean().backward()
+        wrapped = DDP(model, init_sync=False)  # as train wraps it: in a group of this process alone
+        for _ in range(2):  # the second: DDP's buckets as rebuilt after a first backward
+            wrapped(torch.randn(16, 64)).pow(2).mean().backward()
         if warmup == "step":
             optimizer.step()
         if warmup == "fail":
