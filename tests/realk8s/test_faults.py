@@ -677,6 +677,16 @@ class Incarnations:
 # every time (the old workers ended by themselves with the kubelet stopped, before any replacement), but the
 # test's own observations failed 3 times (a job's name, a pod object cleaned up, a container's log read from a
 # node whose kubelet is stopped). A failure is reported (XFAIL), never hidden; a pass shows as XPASS.
+def _launched(status: dict[str, Any], lost: dict[str, int]) -> dict[str, Any] | None:
+    """The job's status once every lost pod's slot has a later incarnation launched, else None."""
+    slots = {p["name"]: p for p in status.get("pods") or []}
+    for pod, generation in lost.items():
+        slot = slots.get(pod)
+        if slot is None or slot["generation"] <= generation or slot.get("launchedAt") is None:
+            return None
+    return status
+
+
 @pytest.mark.xfail(reason="the real-node fencing test is being made reliable (issue 49)", strict=False)
 def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_train_at_once(
     trainer: RealCluster,
@@ -722,7 +732,13 @@ def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_t
                 trainer, f"a node cut off ({len(lost)} of 3 workers on it)", cut_at, FENCED_JOB
             )
             assert step_at > cut_at
-            status = _status(trainer, FENCED_JOB)
+            # The survivors train on at once; each replacement is launched once its fencing wait is over.
+            status = wait_for(
+                "the replacements launched",
+                lambda: _launched(_status(trainer, FENCED_JOB), lost),
+                FENCE_SECONDS + 120,
+                every=1,
+            )
             for pod, generation in lost.items():
                 slot = next(p for p in status["pods"] if p["name"] == pod)
                 assert slot["generation"] > generation
