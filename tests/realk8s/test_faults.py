@@ -687,7 +687,6 @@ def _launched(status: dict[str, Any], lost: dict[str, int]) -> dict[str, Any] | 
     return status
 
 
-@pytest.mark.xfail(reason="the real-node fencing test is being made reliable (issue 49)", strict=False)
 def test_a_node_cut_off_ends_its_old_workers_by_itself_and_never_two_of_a_rank_train_at_once(
     trainer: RealCluster,
 ) -> None:
