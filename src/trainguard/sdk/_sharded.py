@@ -88,7 +88,8 @@ def check(state: dict[str, Any], build: Callable[[Any], dict[str, Any]] | None, 
 
 class Sharded:
     """A live member's sharded state: its copies (``held``, by (round, world, index, step)), the round's pairing,
-    and what the copies cost (``copies``, ``copy_seconds``, ``copy_bytes``: sent to the buddy)."""
+    and what the copies cost: ``copies`` made, ``copy_seconds`` in all (of which ``pack_seconds`` packing its own,
+    the rest the exchange with its buddy and wards and the all-reduce after it), ``copy_bytes`` sent."""
 
     def __init__(self, build: Callable[[Any], dict[str, Any]]) -> None:
         self.build = build
@@ -99,6 +100,7 @@ class Sharded:
         self.mesh: Any = None
         self.copies = 0
         self.copy_seconds = 0.0
+        self.pack_seconds = 0.0
         self.copy_bytes = 0
         self._warned: str | None = None
 
@@ -253,6 +255,7 @@ class Sharded:
 
         started = time.perf_counter()
         skeleton, data, leaves = _pack(state, self.world, self.rank)
+        self.pack_seconds += time.perf_counter() - started
         self.held[(self.round, self.world, self.rank, step)] = Copy(data, skeleton)
         received = {
             w: torch.empty(_chunk_bytes(leaves, self.world, w), dtype=torch.uint8) for w in self.wards

@@ -73,7 +73,8 @@ class _JoinAtBoundary(RuntimeError):
 
 class Live:
     """The live re-formation of a ``torch.distributed`` job around ``state`` (name -> an object with
-    ``state_dict()`` and ``load_state_dict()``: the model, the optimizer, the sampler, a scheduler...)."""
+    ``state_dict()`` and ``load_state_dict()``: the model, the optimizer, the sampler, a scheduler...). A sharded
+    state (FSDP2) is made by ``build(mesh)`` in each round, over the round's mesh (``trainguard.sdk._sharded``)."""
 
     def __init__(
         self,
@@ -109,8 +110,6 @@ class Live:
         self.sharded = _sharded.Sharded(build) if build is not None else None
         self.member = contract.member_id()
         self.size = size if size is not None else env_int(contract.WORLD_SIZE, 1)
-        if self.sharded is not None and self.size < 2:
-            _sharded.say("a sharded state in a world of 1: no other member keeps a copy of its shard")
         self.minimum = minimum if minimum is not None else env_int(contract.ENV_LIVE_MINIMUM, 1)
         self.timeout = (
             timeout if timeout is not None else float(os.environ.get(contract.ENV_LIVE_TIMEOUT) or 60.0)

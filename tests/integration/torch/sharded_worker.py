@@ -56,11 +56,17 @@ def main() -> None:
     sampler = trainguard.ElasticSampler(SAMPLES, shuffle=True, seed=7, rank=0, world_size=1)
     steps, delay = int(os.environ.get("SHARDED_STEPS", "100000")), float(os.environ.get("SHARDED_DELAY", "0"))
 
-    def restore() -> None:
+    def restore() -> tuple[int, str] | None:
         emit("restore", round=live.round)
+        if os.environ.get("SHARDED_RESTORE") == "initial" and live.round > 1:
+            return 0, "disk"
+        return None
 
     live = trainguard.Live({"sampler": sampler}, build=build, restore=restore, timeout=10)
     emit("ready", member=live.member)
+    go = os.environ.get("SHARDED_GO")
+    while go and not os.path.exists(go):
+        time.sleep(0.02)
 
     def train(live: trainguard.Live) -> None:
         emit("formed", **live.formations[-1].as_dict())
@@ -91,6 +97,7 @@ def main() -> None:
                 fields["hash"] = hashlib.sha256(whole.numpy().tobytes()).hexdigest()
             if live.sharded is not None:
                 fields["copies"], fields["copy_s"] = live.sharded.copies, live.sharded.copy_seconds
+                fields["pack_s"] = live.sharded.pack_seconds
             emit("step", **fields)
             if delay:
                 time.sleep(delay)

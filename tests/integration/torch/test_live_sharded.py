@@ -10,7 +10,9 @@ a run of 4 ranks without faults:
   run without faults (``RTOL``, ``ATOL``: a world of 3 sums each gradient in another order);
 
 and in both, no state is read from disk: ``restore=`` is called only in the first round (where nobody holds a
-state, and it finds nothing), every later round's origin is ``live`` or ``peer``.
+state, and it finds nothing), every later round's origin is ``live`` or ``peer``. A rank killed with its buddy
+leaves a shard with no holder: the survivors fall back to ``restore=`` and say so (stderr, and the round's
+origin).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from live_harness import ROUND, SRC, START, Rank, StoreProcess, free_port, wait_
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
-#: The steps of every run: the faulted runs' faults and re-formations all come well before it.
-STEPS = 200
+#: The steps of every run: the faulted runs' faults and re-formations all come well before it (each newcomer is
+#: started ahead and told when to arrive: its python's start costs no steps).
+STEPS = 100
 #: Seconds a step of the faulted runs sleeps: its faults land between steps as often as inside them.
 DELAY = 0.03
 #: float32 rounding over the run, with margin (as ``test_live_batch.py``'s: a contracting regression with a
@@ -144,10 +147,13 @@ def test_a_killed_rank_is_replaced_from_its_buddy_with_no_step_lost_and_byte_equ
 ) -> None:
     ranks = [faulted.start(f"pod-{i}", DELAY, TRAINGUARD_LIVE_MINIMUM="4") for i in range(4)]
     wait_for("4 ranks training", lambda: _training(ranks, 4, 10), START, faulted.explain)
+    go = faulted.tmp_path / "go"
+    newcomer = faulted.start("pod-1", DELAY, TRAINGUARD_LIVE_MINIMUM="4", SHARDED_GO=str(go))
+    wait_for("the replacement ready", lambda: newcomer.of("ready"), START, faulted.explain)
     lost = faulted.by_rank(1)
     survivors = [r for r in ranks if r is not lost]
     faulted.remove(lost)
-    newcomer = faulted.start("pod-1", DELAY, TRAINGUARD_LIVE_MINIMUM="4")
+    go.touch()
     wait_for("the replacement training", lambda: _training([newcomer], 4, 0), START, faulted.explain)
     wait_for("the run to end", lambda: all(r.of("done") for r in [*survivors, newcomer]), ROUND + STEPS,
              faulted.explain)  # fmt: skip
@@ -159,25 +165,31 @@ def test_a_killed_rank_is_replaced_from_its_buddy_with_no_step_lost_and_byte_equ
     _no_disk(faulted)
     assert faulted.worlds() == [4], faulted.explain()
     want, got = calm.hashes(), faulted.hashes()
-    assert set(got) == set(want), sorted(set(want) ^ set(got))[:10]
+    assert set(got) <= set(want), sorted(set(got) - set(want))[:10]
+    after = {(step, rank) for step in range(joined["step"] + 1, STEPS + 1) for rank in range(4)}
+    assert after <= set(got), sorted(after - set(got))[:10]  # every step since the replacement, every rank
     differ = sorted(key for key in want if got[key] != want[key])
     assert not differ, f"shards differ from the run without faults at (step, rank) {differ[:10]}"
-    assert {s: h for s, (h, _) in faulted.params().items()} == {s: h for s, (h, _) in calm.params().items()}
+    whole = {step: digest for step, (digest, _) in calm.params().items()}
+    assert {step: digest for step, (digest, _) in faulted.params().items()}.items() <= whole.items()
 
 
 def test_a_scale_from_4_to_3_to_4_reshards_in_memory_with_no_step_lost(calm: Run, faulted: Run) -> None:
+    go = faulted.tmp_path / "go"
+    newcomer = faulted.start("pod-4", DELAY, SHARDED_GO=str(go))
     ranks = [faulted.start(f"pod-{i}", DELAY) for i in range(4)]
     wait_for("4 ranks training", lambda: _training(ranks, 4, 10), START, faulted.explain)
+    wait_for("the newcomer ready", lambda: newcomer.of("ready"), START, faulted.explain)
     # 1. A rank removed: the 3 others re-shard the state among them, the lost rank's rows from its buddy.
     lost = faulted.by_rank(2)
     survivors = [r for r in ranks if r is not lost]
     faulted.remove(lost)
     reached = max(r.last_step() for r in survivors)
-    wait_for("a world of 3", lambda: _training(survivors, 3, reached), ROUND, faulted.explain)
-    # 2. A newcomer: a world of 4 again, re-sharded from the 3 members' shards.
-    newcomer = faulted.start("pod-4", DELAY)
+    wait_for("a world of 3", lambda: _training(survivors, 3, reached + 5), ROUND, faulted.explain)
+    # 2. The newcomer arrives: a world of 4 again, re-sharded from the 3 members' shards.
+    go.touch()
     members = [*survivors, newcomer]
-    wait_for("a world of 4 with the newcomer", lambda: _training(members, 4, reached), START, faulted.explain)
+    wait_for("a world of 4 with the newcomer", lambda: _training(members, 4, reached), ROUND, faulted.explain)
     wait_for("the run to end", lambda: all(r.of("done") for r in members), ROUND + STEPS, faulted.explain)
 
     assert faulted.worlds() == [4, 3, 4], faulted.explain()
@@ -189,7 +201,10 @@ def test_a_scale_from_4_to_3_to_4_reshards_in_memory_with_no_step_lost(calm: Run
     assert newcomer.formed()[0]["origin"] == "peer", faulted.explain()
     _no_disk(faulted)
     compared, reference = faulted.params(), calm.params()
-    assert sorted(compared) == sorted(reference)
+    # Every EVERY-th step's line carries them; a step whose end a newcomer's arrival interrupted has no line.
+    assert set(compared) <= set(reference)
+    assert max(compared) == STEPS
+    assert len(compared) >= len(reference) - 2, sorted(set(reference) - set(compared))
     worst = 0.0
     for step, (_, params) in sorted(compared.items()):
         got, want = torch.tensor(params), torch.tensor(reference[step][1])
@@ -198,3 +213,26 @@ def test_a_scale_from_4_to_3_to_4_reshards_in_memory_with_no_step_lost(calm: Run
     copies = [(e["copies"], e["copy_s"]) for r in members for e in r.steps()[-1:]]
     print(f"\nre-sharded 4 -> 3 -> 4: {len(compared)} steps compared, the largest difference {worst:.2e}; "
           f"the buddy copy {1000 * sum(s for _, s in copies) / sum(n for n, _ in copies):.2f} ms a step")  # fmt: skip
+
+
+def test_a_shard_lost_with_its_buddy_falls_back_to_restore_and_says_so(faulted: Run) -> None:
+    ranks = [faulted.start(f"pod-{i}", DELAY, SHARDED_RESTORE="initial") for i in range(4)]
+    wait_for("4 ranks training", lambda: _training(ranks, 4, 10), START, faulted.explain)
+    # Rank 1 and its buddy (rank 2: the next rank on another pod) killed together: rank 1's shard is gone.
+    lost = [faulted.by_rank(1), faulted.by_rank(2)]
+    survivors = [r for r in ranks if r not in lost]
+    for rank in lost:
+        rank.process.kill()
+    client = faulted.store.client()
+    for rank in lost:
+        client.set(f"s/gone/{rank.member}", "1")
+    wait_for("a world of 2 from the restore", lambda: all(len(r.formed()) > 1 for r in survivors), ROUND,
+             faulted.explain)  # fmt: skip
+    for survivor in survivors:
+        formed = survivor.formed()[1]
+        assert (formed["world_size"], formed["origin"], formed["step"]) == (2, "disk", 0), faulted.explain()
+        said = survivor.stderr.read_text()
+        assert "the shards of ranks [1] of round 1 (a world of 4)" in said, said
+        assert "falling back to Live(restore=...)" in said, said
+        assert "restored by Live(restore=...) from disk at step 0" in said, said
+    wait_for("a world of 2 training", lambda: _training(survivors, 2, 5), ROUND, faulted.explain)
