@@ -119,6 +119,45 @@ def test_the_newest_step_held_whole_is_chosen(inventories: list[list[Held]], exp
     assert choose(inventories) == expected
 
 
+@given(
+    st.lists(st.sampled_from("abcd"), min_size=1, max_size=8).flatmap(
+        lambda nodes: st.tuples(
+            st.just(nodes), st.sets(st.integers(0, len(nodes) - 1), min_size=1), st.integers(0, 2)
+        )
+    )
+)
+def test_the_state_is_held_whole_exactly_when_every_shard_keeps_its_owner_or_its_buddy(
+    lost: tuple[list[str], set[int], int],
+) -> None:
+    nodes, survivors, newcomers = lost
+    world = len(nodes)
+
+    def held(rank: int) -> list[Held]:
+        wards = [_ward(3, world, ward, 40) for ward in wards_of(rank, nodes)]
+        return [
+            _own(3, world, rank, 40),
+            *wards,
+            _own(3, world, rank, 39),
+        ]  # the last step's, not yet dropped
+
+    order = sorted(survivors)
+    inventories = [held(rank) for rank in order] + [[] for _ in range(newcomers)]
+    kept = {i for i in range(world) if i in survivors or buddy_of(i, nodes) in survivors}
+    choice = choose(inventories)
+    if kept != set(range(world)):
+        assert choice is None
+        short = shortfall(inventories)
+        assert short is not None
+        assert set(short.missing) == set(range(world)) - kept
+        return
+    assert choice is not None
+    assert (choice.round, choice.world, choice.step) == (3, world, 40)
+    for index, holders in enumerate(choice.holders):
+        if index in survivors:
+            assert holders[0] == order.index(index)  # the owner first
+        assert all(index == order[h] or index in wards_of(order[h], nodes) for h in holders)
+
+
 def test_a_shortfall_names_the_shards_without_a_holder() -> None:
     assert shortfall([[], []]) is None
     inventories = [[_own(4, 4, 0, 9), _ward(4, 4, 3, 9), _own(4, 4, 0, 8)], [_own(4, 4, 3, 9)]]
@@ -195,3 +234,48 @@ def test_members_all_on_one_pod_are_warned_once(capsys: pytest.CaptureFixture[st
     assert err.count("no buddy on another pod (every member is on p") == 1, err
     sharded._pair(3, 2, 0, ["p", "q"])
     assert capsys.readouterr().err == ""
+
+
+def test_a_packed_state_filled_into_objects_built_anew_trains_on_as_the_original() -> None:
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from trainguard.sdk import _sharded
+
+    def build(mesh: object) -> dict[str, object]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 7), torch.nn.Linear(7, 3))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return {"model": model, "optimizer": torch.optim.Adam(model.parameters(), lr=0.1)}
+
+    def step(state: dict[str, object]) -> None:
+        state["model"](torch.ones(2, 4)).square().sum().backward()  # type: ignore[operator]
+        state["optimizer"].step()  # type: ignore[attr-defined]
+        state["optimizer"].zero_grad()  # type: ignore[attr-defined]
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        first = build(mesh)
+        step(first)
+        skeleton, data, leaves = _sharded._pack(first, 1, 0)
+        assert [leaf.shape for leaf in leaves[:4]] == [(7, 4), (7,), (3, 7), (3,)]
+        assert data.numel() == 3 * sum(leaf.row_bytes * leaf.shape[0] for leaf in leaves[:4])  # + Adam's 2
+        again = build(mesh)
+        news = [
+            data[o : o + _sharded._span(leaf, 1, 0)]
+            for o, leaf in zip(_sharded._offsets(leaves, 1, 0), leaves, strict=True)
+        ]
+        _sharded._load(again, _sharded._fill(skeleton, [n.clone() for n in news], leaves, mesh))
+        step(first)
+        step(again)
+        for a, b in zip(first["model"].parameters(), again["model"].parameters(), strict=True):  # type: ignore[attr-defined]
+            assert torch.equal(a.to_local(), b.to_local())
+        # The kept copy is its own: the objects' steps change nothing in it (Adam's step count included).
+        assert skeleton["optimizer"]["state"][0]["step"].item() == 1.0
+    finally:
+        dist.destroy_process_group()
