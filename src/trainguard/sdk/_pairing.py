@@ -25,22 +25,12 @@ def wards_of(rank: int, nodes: Sequence[str]) -> list[int]:
 
 def no_buddy_elsewhere(nodes: Sequence[str]) -> str | None:
     """Why some shard's copy would be lost with its owner's node (words for a warning); None when every rank's
-    buddy is on another node."""
+    buddy is on another node, which it is wherever there is another node (``buddy_of``)."""
     if len(nodes) < 2:
         return "a world of 1: no other member keeps a copy of its shard"
-    buddies = [buddy_of(rank, nodes) for rank in range(len(nodes))]
-    alone = sorted(
-        {
-            nodes[rank]
-            for rank, buddy in enumerate(buddies)
-            if buddy is not None and nodes[buddy] == nodes[rank]
-        }
-    )
-    if not alone:
-        return None
     if len(set(nodes)) == 1:
         return (
             f"every member is on {nodes[0]}: each shard's copy is kept by another process of it, which the loss "
             "of that pod or node takes with it"
         )
-    return f"the members on {', '.join(alone)} have their copies on the same pod or node"
+    return None

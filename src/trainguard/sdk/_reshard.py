@@ -111,6 +111,23 @@ def shortfall(inventories: Sequence[Iterable[Held]]) -> Shortfall | None:
     return Shortfall(round_, world, step, missing)
 
 
+def slots(inventories: Sequence[Iterable[Held]], choice: Choice | None) -> list[int]:
+    """Each member's slot in the round (by its position in the round's order): its rank in the group the state
+    is sharded over. A member that owns the shard of rank ``i`` of the state chosen keeps ``i`` where the round
+    has it; the others (newcomers, owners of ranks past the round's world) take the free slots in order. So a
+    lost rank's replacement takes its place, and its shard alone moves (from the buddy), the others' stay."""
+    world = len(inventories)
+    kept: list[int | None] = [None] * world
+    if choice is not None:
+        key = (choice.round, choice.world, choice.step)
+        for member, inventory in enumerate(inventories):
+            owned = sorted(h.index for h in inventory if h.own and h.sharding == key)
+            if owned and owned[0] < world and owned[0] not in kept:
+                kept[member] = owned[0]
+    free = iter(slot for slot in range(world) if slot not in kept)
+    return [slot if slot is not None else next(free) for slot in kept]
+
+
 def pieces(lengths: Sequence[int], choice: Choice, world: int) -> list[Piece]:
     """How each of the new round's ``world`` members gets its rows of each sharded tensor (``lengths``: their
     rows, in the skeleton's order): the rows it holds itself come from itself, the others from the first holder

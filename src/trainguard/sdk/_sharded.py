@@ -123,9 +123,11 @@ class Sharded:
         state: dict[str, Any],
         restore: Callable[[], tuple[int, str] | None] | None,
         current: int,
-    ) -> tuple[str, int, int]:
+        regroup: Callable[[int], None],
+    ) -> tuple[str, int, int, int]:
         """Puts the round's sharded state in place (call it on every member of the round, once its default group
-        is made; ``current``: the member's step): (where it came from, bytes received, the step it is at)."""
+        is made; ``current``: the member's step; ``regroup(rank)``: the round's group made anew, this member at
+        ``rank``): (where it came from, bytes received, the step it is at, the member's rank)."""
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -133,11 +135,17 @@ class Sharded:
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, self.inventory())
         inventories: list[list[Held]] = gathered
-        nodes = [_pod(member) for member in members]
-        self._pair(round_, world, rank, nodes)
+        choice = _reshard.choose(inventories)
+        order = _reshard.slots(inventories, choice)
+        if order != list(range(world)):  # each member in the slot of the shard it holds
+            rank = order[rank]
+            regroup(rank)
+            inventories = [inventories[order.index(slot)] for slot in range(world)]
+            members = tuple(members[order.index(slot)] for slot in range(world))
+            choice = _reshard.choose(inventories)
+        self._pair(round_, world, rank, [_pod(member) for member in members])
         self.mesh = init_device_mesh("cpu", (world,))
         state.update(_built(self.build, self.mesh))
-        choice = _reshard.choose(inventories)
         if choice is not None:
             origin, moved = self._reshard(choice, inventories, state)
             step: int | None = choice.step
@@ -145,7 +153,7 @@ class Sharded:
             origin, moved, step = self._fall_back(round_, inventories, restore)
         step = current if step is None else step
         self.commit(state, step)
-        return origin, moved, step
+        return origin, moved, step, rank
 
     def _pair(self, round_: int, world: int, rank: int, nodes: list[str]) -> None:
         self.round, self.world, self.rank = round_, world, rank

@@ -348,8 +348,12 @@ class Live:
     def _settle_state(self, formed: Formed) -> tuple[str, int]:
         """Puts the agreed state in place: (where it came from, bytes moved here)."""
         if self.sharded is not None:
-            origin, moved, self.step = self.sharded.settle(
-                formed.round, formed.members, self.rank, self.state, self.restore, self.step
+
+            def regroup(rank: int) -> None:  # each member in the slot of the shard it holds
+                self.group.make(formed.round, rank, self.world_size, again=1)
+
+            origin, moved, self.step, self.rank = self.sharded.settle(
+                formed.round, formed.members, self.rank, self.state, self.restore, self.step, regroup
             )
             _livestate.before_each_step(self.state, self._agree)  # the optimizers built for the round
             _livestate.after_each_step(self.state, self._applied)

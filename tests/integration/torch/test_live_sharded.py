@@ -159,8 +159,17 @@ def test_a_killed_rank_is_replaced_from_its_buddy_with_no_step_lost_and_byte_equ
              faulted.explain)  # fmt: skip
 
     (joined,) = newcomer.formed()
-    assert (joined["origin"], joined["world_size"]) == ("peer", 4), joined
+    # The replacement takes the lost rank's slot, and its shard alone moves, from the buddy; the others stay.
+    assert (joined["origin"], joined["world_size"], joined["rank"]) == ("peer", 4, 1), joined
     assert joined["bytes"] > 0, joined
+    for survivor in survivors:
+        before, after = survivor.formed()[0], survivor.formed()[-1]
+        assert (after["round"], after["rank"], after["origin"], after["bytes"]) == (
+            joined["round"],
+            before["rank"],
+            "live",
+            0,
+        ), faulted.explain()
     assert [_steps_lost(r, joined["round"]) for r in survivors] == [0, 0, 0], faulted.explain()
     _no_disk(faulted)
     assert faulted.worlds() == [4], faulted.explain()

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.sdk._pairing import buddy_of, no_buddy_elsewhere, wards_of
-from trainguard.sdk._reshard import Choice, Held, Shortfall, choose, pieces, rows, shortfall
+from trainguard.sdk._reshard import Choice, Held, Shortfall, choose, pieces, rows, shortfall, slots
 from trainguard.sdk._roundstore import LiveError
 
 
@@ -162,6 +162,48 @@ def test_a_shortfall_names_the_shards_without_a_holder() -> None:
     assert shortfall([[], []]) is None
     inventories = [[_own(4, 4, 0, 9), _ward(4, 4, 3, 9), _own(4, 4, 0, 8)], [_own(4, 4, 3, 9)]]
     assert shortfall(inventories) == Shortfall(4, 4, 9, (1, 2))
+
+
+@pytest.mark.parametrize(
+    ("owned", "expected"),
+    [
+        # rank 1 of 4 lost, its replacement (the newcomer, last in the round's order) takes its slot
+        ([0, 2, 3, None], [0, 2, 3, 1]),
+        # rank 2 of 4 lost, no replacement: the owner of rank 3 takes the free slot 2
+        ([0, 1, 3], [0, 1, 2]),
+        # the last rank lost: its replacement takes the last slot
+        ([0, 1, 2, None], [0, 1, 2, 3]),
+        # nobody holds anything: the round's order
+        ([None, None], [0, 1]),
+    ],
+)
+def test_each_member_keeps_the_slot_of_the_shard_it_owns(
+    owned: list[int | None], expected: list[int]
+) -> None:
+    world = 4 if len(owned) > 2 else 1
+    inventories = [[_own(2, world, i, 8)] if i is not None else [] for i in owned]
+    if owned[0] is not None:  # the first member also keeps every other rank's copy: the state is whole
+        inventories[0] += [_ward(2, world, i, 8) for i in range(world) if i != owned[0]]
+    assert slots(inventories, choose(inventories)) == expected
+
+
+@given(
+    st.integers(1, 7).flatmap(
+        lambda old: st.tuples(st.just(old), st.permutations(range(old)), st.integers(0, 3))
+    )
+)
+def test_slots_are_a_permutation_that_keeps_every_owner_it_can(shuffle: tuple[int, list[int], int]) -> None:
+    old, order, newcomers = shuffle
+    survivors = order[: max(1, len(order) - 2)]  # some lost, in any order
+    inventories = [[_own(2, old, i, 8), _ward(2, old, (i + 1) % old, 8)] for i in survivors]
+    inventories += [[] for _ in range(newcomers)]
+    choice = choose(inventories)
+    got = slots(inventories, choice)
+    assert sorted(got) == list(range(len(inventories)))
+    if choice is not None:
+        for member, index in enumerate(survivors):
+            if index < len(inventories):
+                assert got[member] == index
 
 
 @st.composite
