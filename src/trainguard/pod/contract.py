@@ -339,9 +339,10 @@ class LiveKeys:
         """The round's membership once it closed (JSON)."""
         return f"{self.prefix}r{round}/closed"
 
-    def group(self, round: int) -> str:
-        """The prefix of the round's process group's keys."""
-        return f"{self.prefix}r{round}/pg/"
+    def group(self, round: int, again: int = 0) -> str:
+        """The prefix of the round's process group's keys (``again``: a group made anew in the same round, its
+        members in another order: a sharded state's, each member in the slot of the shard it holds)."""
+        return f"{self.prefix}r{round}/pg/" if not again else f"{self.prefix}r{round}/pg-{again}/"
 
     def transfer(self, round: int) -> str:
         """The prefix of the round's state transfer's keys."""

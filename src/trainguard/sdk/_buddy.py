@@ -2,7 +2,8 @@
 memory (``buddy-<sender's key>``), so that a pod or node lost as a whole leaves the shard there.
 
 - ``pair`` (every rank of a sharded state, at once): each rank starts a ``Receiver``, the ranks exchange their
-  addresses, and each sends to its buddy (``buddy_of``: the next rank on another node when there is one).
+  addresses, and each sends to its buddy (``trainguard.sdk._pairing.buddy_of``: the next rank on another node
+  when there is one).
 - ``Sender``: a thread that sends each new snapshot; one not sent yet is replaced by a newer one, and
   ``safe_step`` is the newest that reached the buddy.
 - The wire, one snapshot per connection (``send``): a header (one JSON line: token, key, meta and data lengths),
@@ -27,6 +28,7 @@ from trainguard.pod import contract
 from trainguard.sdk import _shm
 from trainguard.sdk._disk import HEADROOM
 from trainguard.sdk._dist import all_gather, broadcast_token
+from trainguard.sdk._pairing import buddy_of
 
 #: How long the interpreter's exit waits for a send under way to end.
 EXIT_WAIT_SECONDS = 2.0
@@ -46,16 +48,6 @@ def pair(
     if buddy is None:
         return receiver, None
     return receiver, Sender(peers[buddy][1], peers[buddy][2], token, key, changed, newest)
-
-
-def buddy_of(rank: int, nodes: list[str]) -> int | None:
-    """The next rank (cyclically) on another node, else the next rank; None alone."""
-    world = len(nodes)
-    if world < 2:
-        return None
-    order = [(rank + step) % world for step in range(1, world)]
-    elsewhere = [other for other in order if nodes[other] != nodes[rank]]
-    return (elsewhere or order)[0]
 
 
 def bind_host() -> str:

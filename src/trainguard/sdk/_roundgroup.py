@@ -32,15 +32,16 @@ class RoundGroup:
         self.graveyard: list[Any] = []
         self.lock = threading.Lock()
 
-    def make(self, round_: int, rank: int, world_size: int) -> None:
-        """The round's default group (torch.distributed's), its connections noted."""
+    def make(self, round_: int, rank: int, world_size: int, again: int = 0) -> None:
+        """The round's default group (torch.distributed's), its connections noted (``again``: made anew in the
+        same round, the members in another order)."""
         import torch.distributed as dist
 
         self.leave()
         before = _sockets.sockets()
         dist.init_process_group(
             self.backend,
-            store=dist.PrefixStore(self.keys.group(round_), self.client),  # type: ignore[attr-defined]
+            store=dist.PrefixStore(self.keys.group(round_, again), self.client),  # type: ignore[attr-defined]
             rank=rank,
             world_size=world_size,
             timeout=timedelta(seconds=self.timeout),

@@ -44,7 +44,7 @@ from typing import Any
 from trainguard.pod import contract, workerevents
 from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
-from trainguard.sdk import _livestate, _nccl, _spare, _transfer
+from trainguard.sdk import _livestate, _nccl, _sharded, _spare, _transfer
 from trainguard.sdk._roundgroup import RoundGroup
 from trainguard.sdk._rounds import Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
@@ -73,7 +73,8 @@ class _JoinAtBoundary(RuntimeError):
 
 class Live:
     """The live re-formation of a ``torch.distributed`` job around ``state`` (name -> an object with
-    ``state_dict()`` and ``load_state_dict()``: the model, the optimizer, the sampler, a scheduler...)."""
+    ``state_dict()`` and ``load_state_dict()``: the model, the optimizer, the sampler, a scheduler...). A sharded
+    state (FSDP2) is made by ``build(mesh)`` in each round, over the round's mesh (``trainguard.sdk._sharded``)."""
 
     def __init__(
         self,
@@ -91,11 +92,13 @@ class Live:
         restore: Callable[[], tuple[int, str] | None] | None = None,
         backend: str = "gloo",
         warmup: Callable[[], Any] | None = None,
+        build: Callable[[Any], dict[str, Any]] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"Live(backend={backend!r}): one of {', '.join(BACKENDS)}")
-        if not state:
+        if not state and build is None:
             raise ValueError("Live(state): name at least one object to keep (e.g. {'model': model})")
+        _sharded.check(state, build, backend)
         for name, obj in state.items():
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
                 raise TypeError(
@@ -103,6 +106,8 @@ class Live:
                     "load_state_dict(); pass the model, optimizer or sampler itself"
                 )
         self.state = state
+        #: A sharded state's copies and re-sharding (``trainguard.sdk._sharded``); None for a whole state (DDP).
+        self.sharded = _sharded.Sharded(build) if build is not None else None
         self.member = contract.member_id()
         self.size = size if size is not None else env_int(contract.WORLD_SIZE, 1)
         self.minimum = minimum if minimum is not None else env_int(contract.ENV_LIVE_MINIMUM, 1)
@@ -172,6 +177,8 @@ class Live:
 
     def advance(self) -> None:
         """The step in progress is complete (for loops that do not use ``steps``, e.g. over epochs)."""
+        if self.sharded is not None:  # its shard's copy kept by its buddy first (a fault raises here)
+            self.sharded.commit(self.state, self.step + 1)
         self.step += 1
         self._state_step = self.step
         self._failed_in_a_row = 0
@@ -261,8 +268,13 @@ class Live:
 
     # -- forming a round ----------------------------------------------------------------------------------
 
+    @property
+    def mesh(self) -> Any:
+        """A sharded state's device mesh for the round (``build``'s argument); None for a whole state."""
+        return self.sharded.mesh if self.sharded is not None else None
+
     def _form(self, cause: str | None, started: float) -> None:
-        held = self._state_step
+        held = self._state_step if self.sharded is None else self.sharded.held_step()
         latest = self.rounds.latest()
         n = max(self.round, latest) + 1
         while True:
@@ -290,7 +302,7 @@ class Live:
         moved = time.monotonic()
         origin, sent = self._settle_state(formed)
         self._trace(f"round {formed.round}: state {origin}, {sent} bytes")
-        if formed.step >= 0:
+        if formed.step >= 0 and self.sharded is None:
             self.step = formed.step
         self._state_step = self.step
         _livestate.zero_grads(self.state)
@@ -335,6 +347,17 @@ class Live:
 
     def _settle_state(self, formed: Formed) -> tuple[str, int]:
         """Puts the agreed state in place: (where it came from, bytes moved here)."""
+        if self.sharded is not None:
+
+            def regroup(rank: int) -> None:  # each member in the slot of the shard it holds
+                self.group.make(formed.round, rank, self.world_size, again=1)
+
+            origin, moved, self.step, self.rank = self.sharded.settle(
+                formed.round, formed.members, self.rank, self.state, self.restore, self.step, regroup
+            )
+            _livestate.before_each_step(self.state, self._agree)  # the optimizers built for the round
+            _livestate.after_each_step(self.state, self._applied)
+            return origin, moved
         senders = formed.holders[:MAX_SENDERS]
         receivers = formed.receivers
         origin_of_source = "live"

@@ -57,3 +57,19 @@ def test_live_mode_sets_nccls_error_handling_unless_the_user_chose_one_that_ends
     assert not _nccl.prepare(deadly)
     assert deadly == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}  # the user's, left as it is
     assert "live mode cannot keep the survivors" in capsys.readouterr().err
+
+
+def test_a_sharded_state_must_be_built_by_live_and_over_gloo() -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    try:
+        model = fully_shard(torch.nn.Linear(2, 2), mesh=init_device_mesh("cpu", (1,)))
+        with pytest.raises(ValueError, match=r"state\['model'\] is sharded .* pass Live\(build=fn\) instead"):
+            trainguard.Live({"model": model})
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(ValueError, match="a sharded state is kept over gloo only"):
+        trainguard.Live({}, build=lambda mesh: {}, backend="nccl")
