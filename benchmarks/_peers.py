@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.backends.k8s.shared import APPLY_CONCURRENCY
+
 Obj = dict[str, Any]
 
 NAMESPACE = "peers"
@@ -40,6 +42,9 @@ NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 #: each zone; the first node at once).
 DEFAULT_TOLERATION_S = 300
 DEFAULT_EVICTION_RATE = 0.1
+#: The events of a Volcano Job's pod that its policies replace the pod on: the pod failed, or it was deleted
+#: (Volcano reads any deletion it did not ask for, a force-deletion or an eviction, as ``PodEvicted``).
+VOLCANO_POD_EVENTS = ("PodFailed", "PodEvicted")
 
 
 # ---- the jobs ----------------------------------------------------------------------------------------
@@ -103,14 +108,15 @@ def pytorchjob(name: str, pods: int, elastic: bool, toleration_s: int | None = N
 
 def volcano_job(name: str, pods: int, toleration_s: int | None = None) -> Obj:
     """Volcano's Job in the shape of CCE's Horovod example: a launcher and ``pods - 1`` workers (ssh and svc
-    plugins, as Volcano's MPI example), gang-scheduled by vc-scheduler. A failed pod restarts its task
-    (PodFailed -> RestartTask), an evicted one the whole job (PodEvicted -> RestartJob), up to 100 times."""
+    plugins, as Volcano's MPI example), gang-scheduled by vc-scheduler. Its policies act on the pod, as
+    trainguard's rules and Kubeflow's ``restartPolicy: ExitCode`` do: a failed pod (``PodFailed``) and a pod
+    deleted or evicted (``PodEvicted``) are each replaced alone (``RestartPod``, Volcano v1.14), up to 100
+    times."""
 
     def task(task_name: str, count: int, command: list[str]) -> Obj:
         return {
             "name": task_name,
             "replicas": count,
-            "policies": [{"event": "PodFailed", "action": "RestartTask"}],
             "template": {"spec": _pod_spec(MPI_IMAGE, command, toleration_s, task_name, "Never")},
         }
 
@@ -125,7 +131,7 @@ def volcano_job(name: str, pods: int, toleration_s: int | None = None) -> Obj:
             "minAvailable": pods,
             "maxRetry": 100,
             "plugins": {"ssh": [], "svc": []},
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "policies": [{"event": event, "action": "RestartPod"} for event in VOLCANO_POD_EVENTS],
             "tasks": [
                 task("launcher", 1, LAUNCHER_COMMAND),
                 task("worker", pods - 1, WORKER_COMMAND),
@@ -235,25 +241,95 @@ MODES = ("as_shipped", "equal")
 
 @dataclass(frozen=True)
 class Settings:
-    """An operator's concurrency and API client rates (None: no client-side limit)."""
+    """What an operator is given: jobs reconciled at once, its API client's rates (None: no client-side limit)
+    and how many requests it may have in flight for its jobs at once, as its code bounds them."""
 
+    #: Jobs reconciled at once (trainguard's ``--workers``, Kubeflow's ``--controller-threads``, Volcano's
+    #: ``--worker-threads``).
     workers: int
     qps: float | None
     burst: int | None
+    #: How one job's pods are created: ``side_by_side`` (many requests at once) or ``one_at_a_time``.
+    job_pods: str
+    #: The most API requests the operator can have in flight at once for its jobs (None: no bound of its own
+    #: beyond ``workers`` x a job's pods).
+    requests_in_flight: int | None
+    #: Why this is what the operator is given (for the raw file and the write-up).
+    why: str
 
     def as_json(self) -> Obj:
-        return {"workers": self.workers, "client_qps": self.qps, "client_burst": self.burst}
+        return {
+            "workers": self.workers,
+            "client_qps": self.qps,
+            "client_burst": self.burst,
+            "job_pods": self.job_pods,
+            "requests_in_flight": self.requests_in_flight,
+            "why": self.why,
+        }
 
 
-#: trainguard's operator: 4 reconcile workers (``--workers``) and a client without a rate limiter; the same in
-#: both modes.
-TRAINGUARD = Settings(workers=4, qps=None, burst=None)
+SIDE_BY_SIDE = "side_by_side"
+ONE_AT_A_TIME = "one_at_a_time"
+#: trainguard's operator: 4 reconcile workers (``--workers``), which decide and write each job's status, and
+#: one pool of ``APPLY_CONCURRENCY`` threads that sends the actions of every job (pods, Services, Events): a
+#: job's pods side by side. Its client has no rate limiter. The same in both modes.
+TRAINGUARD_WORKERS = 4
+TRAINGUARD = Settings(
+    workers=TRAINGUARD_WORKERS,
+    qps=None,
+    burst=None,
+    job_pods=SIDE_BY_SIDE,
+    requests_in_flight=TRAINGUARD_WORKERS + APPLY_CONCURRENCY,
+    why=f"its defaults: {TRAINGUARD_WORKERS} reconcile workers (each writes its job's status) and "
+    f"{APPLY_CONCURRENCY} threads that send every job's pods, Services and Events, a job's pods side by side; no "
+    f"client rate limit: at most {TRAINGUARD_WORKERS + APPLY_CONCURRENCY} requests in flight",
+)
 #: Kubeflow's training operator v1.9.3 as its manifests run it: its flags' defaults (1 controller thread,
 #: 20 requests/s, bursts of 30).
-KUBEFLOW = Settings(workers=1, qps=20, burst=30)
+KUBEFLOW = Settings(
+    workers=1,
+    qps=20,
+    burst=30,
+    job_pods=ONE_AT_A_TIME,
+    requests_in_flight=1,
+    why="its flags' defaults, which its manifests keep",
+)
+#: Kubeflow's operator with trainguard's means: its reconcile creates a job's pods one after another (a loop in
+#: its ReconcilePods), so its only concurrency is its controller threads, each with one request in flight; it is
+#: given as many threads as trainguard has requests in flight, and no client rate limit.
+KUBEFLOW_EQUAL = Settings(
+    workers=TRAINGUARD.requests_in_flight or 0,
+    qps=None,
+    burst=None,
+    job_pods=ONE_AT_A_TIME,
+    requests_in_flight=TRAINGUARD.requests_in_flight,
+    why=f"its reconcile sends a job's requests one after another, so its controller threads bound its requests "
+    f"in flight: {TRAINGUARD.requests_in_flight} threads, trainguard's {TRAINGUARD_WORKERS} workers + "
+    f"{APPLY_CONCURRENCY} apply threads; no client rate limit, as trainguard",
+)
 #: Volcano's controller manager as its installer runs it (volcano-development.yaml): 3 job workers, 50 requests/s,
 #: bursts of 100.
-VOLCANO = Settings(workers=3, qps=50, burst=100)
+VOLCANO = Settings(
+    workers=3,
+    qps=50,
+    burst=100,
+    job_pods=SIDE_BY_SIDE,
+    requests_in_flight=None,
+    why="its installer's flags (volcano-development.yaml)",
+)
+#: Volcano's with trainguard's means: its job sync creates a job's pods side by side (a goroutine a pod), as
+#: trainguard does, so it is given trainguard's number of workers, and no client rate limit.
+VOLCANO_EQUAL = Settings(
+    workers=TRAINGUARD_WORKERS,
+    qps=None,
+    burst=None,
+    job_pods=SIDE_BY_SIDE,
+    requests_in_flight=None,
+    why=f"its job sync creates a job's pods side by side (a goroutine each), as trainguard's apply threads do: "
+    f"trainguard's {TRAINGUARD_WORKERS} workers, each with a job's pods in flight at once (more than "
+    f"trainguard's {TRAINGUARD.requests_in_flight} where a job has more than "
+    f"{(TRAINGUARD.requests_in_flight or 0) // TRAINGUARD_WORKERS} pods); no client rate limit, as trainguard",
+)
 #: What a client limit of "none" becomes for the peers, whose flags take a number: far above anything the API
 #: server here answers.
 UNLIMITED_QPS = 100_000.0
@@ -261,12 +337,14 @@ UNLIMITED_BURST = 100_000
 
 
 def settings(peer: str, mode: str) -> Settings:
-    shipped = {"trainguard": TRAINGUARD, "kubeflow": KUBEFLOW, "volcano": VOLCANO}[peer]
-    if mode == "as_shipped" or peer == "trainguard":
-        return shipped
-    if mode != "equal":
+    if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
-    return TRAINGUARD
+    table = {
+        "trainguard": (TRAINGUARD, TRAINGUARD),
+        "kubeflow": (KUBEFLOW, KUBEFLOW_EQUAL),
+        "volcano": (VOLCANO, VOLCANO_EQUAL),
+    }
+    return table[peer][MODES.index(mode)]
 
 
 def _rates(setting: Settings) -> tuple[str, str]:
@@ -324,11 +402,27 @@ COMPARED = (
 
 
 def order(run: int, entries: Sequence[str]) -> list[str]:
-    """The order of run ``run`` (0-based): the entries rotated by one each run, so that each goes first in turn."""
+    """The order of run ``run`` (0-based): the entries rotated by one each run, so that over as many runs as
+    there are entries each takes every position once (a cyclic Latin square)."""
     if not entries:
         return []
     shift = run % len(entries)
     return [*entries[shift:], *entries[:shift]]
+
+
+def positions(orders: Iterable[Sequence[str]]) -> dict[str, list[int]]:
+    """Each entry's place (1-based) in each of the rounds' orders, in round order."""
+    taken: dict[str, list[int]] = {}
+    for whole in orders:
+        for place, entry in enumerate(whole, start=1):
+            taken.setdefault(entry, []).append(place)
+    return taken
+
+
+def every_position(taken: Mapping[str, Sequence[int]]) -> bool:
+    """Whether each entry took every position of the rounds (1 to the number of entries) at least once."""
+    every = set(range(1, len(taken) + 1))
+    return bool(taken) and all(every <= set(places) for places in taken.values())
 
 
 def rounds_to_take(
@@ -427,6 +521,9 @@ def summary_of(raw: Sequence[Mapping[str, Any]], described: Mapping[str, Any]) -
         if peer != "trainguard" and ours
     }
     summary["range"] = ranges
+    taken = positions(r["order"] for r in raw if r.get("order"))
+    summary["positions"] = taken
+    summary["every_position"] = every_position(taken)
     summary.update(described)
     return summary
 

@@ -2,10 +2,11 @@
 faults on the same kwok cluster, one operator after the other, each with its own CRDs and nothing else changed
 between the runs.
 
-    python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--runs 3]
+    python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--runs 5]
                                    [--toleration 300] [--window S] [--only trainguard,kubeflow,volcano]
                                    [--first-run N] [--from-entry K]
     python benchmarks/k8s_peers.py --summarize benchmarks/results/k8s_peers-1000n-*.json
+    python benchmarks/k8s_peers.py --table benchmarks/results/k8s_peers-quick-*.json   # docs/operator.md's table
 
 For each operator, with the cluster's nodes fresh and no job on it:
 1. submit J jobs of P pods -> every job has its P pods Running (trainguard and Kubeflow: PyTorchJobs, half
@@ -24,10 +25,17 @@ For each operator, with the cluster's nodes fresh and no job on it:
    node/s) + 90 s;
 6. the operator's CPU seconds and peak resident memory over the run (its process, read from /proc).
 
-Each peer is measured twice: as its manifests run it ("as_shipped") and with trainguard's concurrency and client
-rates ("equal"). trainguard's settings are the same in both, so it runs once per repetition and its figures
-stand under both. ``--runs N`` repeats the whole round, each repetition starting with the next operator; the
-raw figures of every run are kept under benchmarks/results/ with the commit, the machine and its load.
+Before the operator starts, an object of each kind its CRDs define is written with ``dryRun``: the API server's
+first write of a kind whose CRD was just established waits about 2 s, which the operator ready soonest would
+otherwise pay in its submit (``crd_first_write_s``).
+
+Each peer is measured twice: as its manifests run it ("as_shipped") and with trainguard's means ("equal": no
+client rate limit, and as many requests in flight as trainguard can have, see ``_peers.KUBEFLOW_EQUAL`` and
+``VOLCANO_EQUAL`` for why each is given what it is). trainguard's settings are the same in both, so it runs
+once per round and its figures stand under both. ``--runs N`` repeats the whole round, each starting one
+entry further along: over as many rounds as there are entries (5, the default at full size) each entry takes
+every position once. The raw figures of every run are kept under benchmarks/results/ with the commit, the
+machine, its load, each operator's settings and why, each round's order and the wall time.
 At full size a round takes hours on a small machine (the peers wait out Kubernetes' eviction of 100 nodes),
 so rounds may be taken by separate invocations: ``--first-run N`` numbers this invocation's first round N (the
 order goes on rotating), ``--from-entry K`` starts that first round at its K-th entry (an earlier invocation
@@ -42,8 +50,8 @@ changed (see docs/operator.md): no admission webhooks (Kubeflow's validation, Vo
 the Jobs instead), Kubeflow's certificate Secret written to the directory its process reads, and only the
 PyTorchJob controller of Kubeflow's enabled.
 
-``--quick``: 20 nodes, 10 jobs of 4 pods, a toleration of 10 s, one run (under 10 minutes in all). The last line
-printed is one JSON object: {"trainguard": {"as_shipped": {...}, "equal": {...}}, "kubeflow": {...},
+``--quick``: 20 nodes, 10 jobs of 4 pods, a toleration of 10 s, one round (under 10 minutes in all). The last
+line printed is one JSON object: {"trainguard": {"as_shipped": {...}, "equal": {...}}, "kubeflow": {...},
 "volcano": {...}, "ratio": {"kubeflow": {"as_shipped": {...}, ...}, ...}, "range": {...}, "settings": {...},
 ...}: the medians of each figure, trainguard's over each peer's, and the lowest and highest of the runs.
 """
@@ -75,6 +83,7 @@ from typing import Any
 
 import yaml
 from _kwok import POD_COMPLETE_STAGE, batch_jobs_only, exit_code_patch, kwok_node, not_ready_patch
+from _peer_table import table_of
 from _peers import (
     DEFAULT_EVICTION_RATE,
     HOLD_FINALIZER,
@@ -471,6 +480,31 @@ def install_crds(kube: Kube, crds: list[Obj]) -> None:
             raise SystemExit(f"CRD {name} was not established")
 
 
+def first_write(kube: Kube, operator: Operator) -> float:
+    """The API server's first write of a kind whose CRD was just established waits (about 2 s here) while it
+    makes the kind's storage ready; whichever operator is ready soonest after its CRDs went in would pay it in
+    its submit, and Volcano in its PodGroups'. So each run writes an object of every kind it installed with
+    ``dryRun`` (nothing is stored; a refusal of the object is as good) before the operator starts: the
+    seconds that took."""
+    started = time.monotonic()
+
+    def write(crd: Obj) -> None:
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+        group, plural = spec["group"], spec["names"]["plural"]
+        scope = f"/namespaces/{NAMESPACE}" if spec.get("scope") == "Namespaced" else ""
+        body = {
+            "apiVersion": f"{group}/{version}",
+            "kind": spec["names"]["kind"],
+            "metadata": {"name": "first"},
+        }
+        with contextlib.suppress(ApiError):
+            kube.request("POST", f"/apis/{group}/{version}{scope}/{plural}", body, query={"dryRun": "All"})
+
+    in_parallel(write, operator.crds)
+    return round(time.monotonic() - started, 1)
+
+
 @contextlib.contextmanager
 def running(kube: Kube, operator: Operator, logs: Path) -> Iterator[Operator]:
     """The operator started, and ready to act on jobs when the block starts; stopped after it."""
@@ -615,12 +649,12 @@ def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
     per_node = max(4, math.ceil(2 * size.jobs * (size.pods + size.scale_by + 1) / size.nodes) + SPARE_PODS)
     fresh_nodes(kube, nodes, per_node)
     install_crds(kube, operator.crds)
+    figures: Obj = {"crd_first_write_s": first_write(kube, operator)}
     cache = Cache(kube, PODS, lambda new, old: None)
     cache.start()
     jobs = job_names(size.jobs)
     expected = dict.fromkeys(jobs, size.pods)
     hit = targets(jobs, size.fraction)
-    figures: Obj = {}
 
     def pods() -> list[Pod]:
         return role_pods(cache.items())
@@ -797,15 +831,15 @@ def scale_out(
 
 
 def entries(only: list[str]) -> list[tuple[str, str]]:
-    """(peer, mode) to run in one round: trainguard once, each peer in both modes; the peers as shipped come
-    first, so that, rotated from one round to the next, each operator goes first in turn."""
+    """(peer, mode) to run in one round: trainguard once, each peer in both modes. Rotated by one entry from one
+    round to the next (``_peers.order``), so that over as many rounds as entries each takes every position."""
     found = [(peer, "as_shipped") for peer in PEERS if peer in only]
     return found + [(peer, "equal") for peer in PEERS if peer in only and peer != "trainguard"]
 
 
 def settings_table(only: list[str]) -> Obj:
     """Each operator's settings in each mode, with the flags that give them (a client limit of None: none)."""
-    flags = {
+    flags: dict[str, Callable[[Settings], list[str]]] = {
         "trainguard": lambda s: ["--workers", str(s.workers)],
         "kubeflow": kubeflow_flags,
         "volcano": volcano_flags,
@@ -821,15 +855,16 @@ def settings_table(only: list[str]) -> Obj:
 
 
 def keep_rounds(
-    kept: Path | None, raw: list[Obj], at_start: Obj, described: Obj, args: argparse.Namespace
+    kept: Path | None, raw: list[Obj], at_start: Obj, described: Obj, args: argparse.Namespace, wall_s: float
 ) -> Path:
     """The rounds run so far (an entry being run left out), in this invocation's one raw file: written the first
-    time, rewritten after."""
+    time, rewritten after; ``wall_s``: the invocation's seconds so far (cluster, builds and clean-ups included)."""
     content = {
         "machine": at_start,
         **described,
         "runs_raw": [record for record in raw if record["entries"]],
         "machine_at_end": machine(),
+        "wall_s": round(wall_s, 1),
     }
     if kept is None:
         name = "k8s_peers-quick" if args.quick else f"k8s_peers-{described['nodes']}n"
@@ -856,6 +891,17 @@ def summarize_kept(files: list[str]) -> int:
     return 0
 
 
+def print_table(files: list[str]) -> int:
+    """``--table``: docs/operator.md's table of the rounds in these kept raw files (markdown, on stdout)."""
+    try:
+        kept = [(name, json.loads(Path(name).read_text())) for name in files]
+        print("\n".join(table_of(kept)))
+    except (OSError, ValueError) as error:  # json's errors are ValueErrors
+        print(f"k8s_peers --table: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def stopped(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
@@ -867,7 +913,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None, help="jobs (500)")
     parser.add_argument("--pods", type=int, default=None, help="pods per job (8)")
     parser.add_argument(
-        "--runs", type=int, default=None, help="rounds, each starting with the next (3; quick 1)"
+        "--runs",
+        type=int,
+        default=None,
+        help="rounds, each starting one entry further along (as many as entries, 5, so that each takes every "
+        "position; quick 1)",
     )
     parser.add_argument(
         "--toleration",
@@ -912,12 +962,23 @@ def main() -> int:
         metavar="KEPT",
         help="run nothing: the medians and ranges of the rounds in these kept raw files (same size each)",
     )
+    parser.add_argument(
+        "--table",
+        nargs="+",
+        metavar="KEPT",
+        help="run nothing: print the table of docs/operator.md for the rounds in these kept raw files",
+    )
     parser.add_argument("--results", default=None, help="where to keep the raw JSON (benchmarks/results)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
     if args.summarize:
         return summarize_kept(args.summarize)
-    defaults = (20, 10, 4, 1, 10) if args.quick else (1000, 500, 8, 3, None)
+    if args.table:
+        return print_table(args.table)
+    only = [name for name in args.only.split(",") if name]
+    if unknown := set(only) - set(PEERS):
+        parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
+    defaults = (20, 10, 4, 1, 10) if args.quick else (1000, 500, 8, len(entries(only)), None)
     size = Size(
         nodes=args.nodes or defaults[0],
         jobs=args.jobs or defaults[1],
@@ -927,9 +988,6 @@ def main() -> int:
         window_s=args.window,
     )
     runs = args.runs or defaults[3]
-    only = [name for name in args.only.split(",") if name]
-    if unknown := set(only) - set(PEERS):
-        parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
     if size.pods < 3:
         parser.error("--pods: at least 3 (a Master and two Workers)")
     try:
@@ -995,17 +1053,26 @@ def main() -> int:
                 + (f" (entries {len(whole) - len(here) + 1} to {len(whole)} here)" if here != whole else "")
             )
             # Kept after each entry, so that a stopped invocation (a session's end) loses only the entry it was in.
-            record: Obj = {"run": number, "order": whole, "entries": [], "figures": {}, "load_average": None}
+            record: Obj = {
+                "run": number,
+                "order": whole,
+                "entries": [],
+                "figures": {},
+                "load_average": None,
+                "entry_wall_s": {},
+            }
             raw.append(record)
             for entry in here:
                 peer, mode = entry.split("/")
+                entry_started = time.monotonic()
                 record["figures"].setdefault(peer, {})[mode] = run_one(kube, makers[peer](mode), size, logs)
+                record["entry_wall_s"][entry] = round(time.monotonic() - entry_started, 1)
                 if peer == "trainguard":
                     # Its settings are the same in both modes: one run stands under both.
                     record["figures"]["trainguard"]["equal"] = record["figures"]["trainguard"]["as_shipped"]
                 record["entries"].append(entry)
                 record["load_average"] = machine()["load_average"]
-                kept = keep_rounds(kept, raw, at_start, described, args)
+                kept = keep_rounds(kept, raw, at_start, described, args, time.monotonic() - started)
                 say(f"raw figures so far: {kept}")
     finally:
         kube.close()
@@ -1013,7 +1080,7 @@ def main() -> int:
             cluster_down()
         say(f"operators' logs: {logs}")
         if any(record["entries"] for record in raw):
-            kept = keep_rounds(kept, raw, at_start, described, args)
+            kept = keep_rounds(kept, raw, at_start, described, args, time.monotonic() - started)
             say(f"raw figures: {kept}")
     raw = [record for record in raw if record["entries"]]
     summary = summary_of(raw, described)

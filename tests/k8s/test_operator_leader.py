@@ -23,8 +23,11 @@ LEASE_SECONDS, RENEW_SECONDS = 15, 2
 
 
 def _holder(s: Scenario) -> str:
-    lease = json.loads(s.kubectl("get", "lease", "trainguard-operator", "-o", "json"))
-    return str(lease["spec"].get("holderIdentity") or "")
+    """The Lease's holder; "" before either replica has written the Lease."""
+    listed = s.kubectl("get", "lease", "trainguard-operator", "--ignore-not-found", "-o", "json")
+    if not listed.strip():
+        return ""
+    return str(json.loads(listed)["spec"].get("holderIdentity") or "")
 
 
 def _launch_events(s: Scenario) -> list[tuple[str, str]]:

@@ -9,17 +9,21 @@ import pytest
 from benchmarks._peers import (
     HOLD_FINALIZER,
     KUBEFLOW,
+    KUBEFLOW_EQUAL,
     TRAINGUARD,
     VOLCANO,
+    VOLCANO_EQUAL,
     Pod,
     busiest,
     combine,
+    every_position,
     eviction_window,
     job_names,
     kubeflow_flags,
     median,
     missing,
     order,
+    positions,
     pytorchjob,
     pytorchjob_scaled,
     ratios,
@@ -41,6 +45,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.api.load import load_object
+from trainguard.backends.k8s.shared import APPLY_CONCURRENCY
 
 Obj = dict[str, Any]
 
@@ -80,15 +85,19 @@ def test_pytorchjob_shapes(elastic: bool, roles: dict[str, int]) -> None:
         assert spec["elasticPolicy"]["maxReplicas"] == 8
 
 
-def test_volcano_job_is_a_launcher_and_workers_with_cces_policies() -> None:
+def test_volcano_job_is_a_launcher_and_workers_each_pod_replaced_alone() -> None:
     job = volcano_job("j", 4, toleration_s=30)
     spec = job["spec"]
     assert [(t["name"], t["replicas"]) for t in spec["tasks"]] == [("launcher", 1), ("worker", 3)]
     assert spec["minAvailable"] == 4
     assert spec["schedulerName"] == "volcano"
-    assert spec["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}]
+    # The pod's scope, as trainguard's rules and Kubeflow's ExitCode: a failed or deleted pod is replaced alone.
+    assert spec["policies"] == [
+        {"event": "PodFailed", "action": "RestartPod"},
+        {"event": "PodEvicted", "action": "RestartPod"},
+    ]
     for task in spec["tasks"]:
-        assert task["policies"] == [{"event": "PodFailed", "action": "RestartTask"}]
+        assert "policies" not in task
         assert task["template"]["spec"]["restartPolicy"] == "Never"
         assert task["template"]["spec"]["tolerations"] == tolerations(30)
 
@@ -196,9 +205,26 @@ def test_settings_both_ways() -> None:
     assert settings("trainguard", "as_shipped") == settings("trainguard", "equal") == TRAINGUARD
     assert settings("kubeflow", "as_shipped") == KUBEFLOW
     assert settings("volcano", "as_shipped") == VOLCANO
-    assert settings("kubeflow", "equal") == settings("volcano", "equal") == TRAINGUARD
+    assert settings("kubeflow", "equal") == KUBEFLOW_EQUAL
+    assert settings("volcano", "equal") == VOLCANO_EQUAL
     with pytest.raises(ValueError, match="unknown mode"):
         settings("kubeflow", "fast")
+
+
+def test_equal_gives_each_peer_trainguards_means() -> None:
+    # No client-side limit for anyone.
+    for equal in (TRAINGUARD, KUBEFLOW_EQUAL, VOLCANO_EQUAL):
+        assert (equal.qps, equal.burst) == (None, None)
+    # trainguard's bound on requests in flight: its workers' status writes and its apply threads.
+    assert TRAINGUARD.requests_in_flight == TRAINGUARD.workers + APPLY_CONCURRENCY
+    # Kubeflow sends a job's requests one after another: a thread for each request trainguard may have in flight.
+    assert KUBEFLOW_EQUAL.job_pods == "one_at_a_time"
+    assert KUBEFLOW_EQUAL.workers == KUBEFLOW_EQUAL.requests_in_flight == TRAINGUARD.requests_in_flight
+    # Volcano sends a job's pods side by side, as trainguard: trainguard's workers.
+    assert VOLCANO_EQUAL.job_pods == TRAINGUARD.job_pods == "side_by_side"
+    assert VOLCANO_EQUAL.workers == TRAINGUARD.workers
+    for equal in (TRAINGUARD, KUBEFLOW_EQUAL, VOLCANO_EQUAL, KUBEFLOW, VOLCANO):
+        assert equal.as_json()["why"]
 
 
 def test_flags() -> None:
@@ -210,15 +236,20 @@ def test_flags() -> None:
         "--kube-api-burst",
         "30",
     ]
-    assert kubeflow_flags(TRAINGUARD) == [
+    assert kubeflow_flags(KUBEFLOW_EQUAL) == [
         "--controller-threads",
-        "4",
+        "20",
         "--kube-api-qps",
         "100000",
         "--kube-api-burst",
         "100000",
     ]
     assert volcano_flags(VOLCANO) == ["--worker-threads=3", "--kube-api-qps=50", "--kube-api-burst=100"]
+    assert volcano_flags(VOLCANO_EQUAL) == [
+        "--worker-threads=4",
+        "--kube-api-qps=100000",
+        "--kube-api-burst=100000",
+    ]
 
 
 # ---- the node-loss window ----------------------------------------------------------------------------
@@ -263,6 +294,22 @@ def test_each_entry_goes_first_in_turn() -> None:
 @given(st.integers(0, 50), st.lists(st.text(min_size=1), min_size=1, max_size=6, unique=True))
 def test_order_is_a_rotation(run: int, entries: list[str]) -> None:
     assert sorted(order(run, entries)) == sorted(entries)
+
+
+@given(st.integers(1, 20), st.lists(st.text(min_size=1), min_size=1, max_size=6, unique=True))
+def test_as_many_rounds_as_entries_give_each_every_position(first: int, entries: list[str]) -> None:
+    rounds = [order(run, entries) for run in range(first, first + len(entries))]
+    taken = positions(rounds)
+    assert every_position(taken)
+    assert all(sorted(places) == list(range(1, len(entries) + 1)) for places in taken.values())
+
+
+def test_fewer_rounds_than_entries_leave_positions_untaken() -> None:
+    entries = ["trainguard/as_shipped", "kubeflow/as_shipped", "volcano/as_shipped", "kubeflow/equal"]
+    taken = positions(order(run, entries) for run in range(3))
+    assert taken["kubeflow/equal"] == [4, 3, 2]
+    assert not every_position(taken)
+    assert not every_position({})
 
 
 @pytest.mark.parametrize(
