@@ -113,6 +113,19 @@ class Sharded:
         """The newest step of the member's own copies; -1 when it holds none."""
         return max((held.step for held in self.inventory() if held.own), default=-1)
 
+    def warm_up(self, then: Callable[[], Any] | None) -> Callable[[], Any]:
+        """A newcomer's warm-up: ``build`` once over a mesh of this process alone, let go (a process's first
+        ``fully_shard`` costs about a second, its later ones milliseconds), then the script's ``warmup``."""
+
+        def warm() -> None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            _built(self.build, init_device_mesh("cpu", (1,)))
+            if then is not None:
+                then()
+
+        return warm
+
     # -- each round --------------------------------------------------------------------------------------------
 
     def settle(

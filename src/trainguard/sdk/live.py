@@ -245,9 +245,10 @@ class Live:
     def _warm_up(self) -> None:
         """Runs ``warmup`` once, before this process first arrives, when it joins a job already training
         (``trainguard.sdk._livestate.warm_up``); at the job's start every member is as cold as the others."""
-        if self.warmup is None or (self.rounds.latest() == 0 and not _spare.is_spare()):
+        warmup = self.warmup if self.sharded is None else self.sharded.warm_up(self.warmup)
+        if warmup is None or (self.rounds.latest() == 0 and not _spare.is_spare()):
             return
-        self.warmup_seconds = _livestate.warm_up(self.state, self.warmup, _cause)
+        self.warmup_seconds = _livestate.warm_up(self.state, warmup, _cause)
         if self.warmup_seconds is not None:
             self._trace(f"warmed up in {self.warmup_seconds} s")
 

@@ -69,7 +69,7 @@ def main() -> None:
         time.sleep(0.02)
 
     def train(live: trainguard.Live) -> None:
-        emit("formed", **live.formations[-1].as_dict())
+        emit("formed", warmup_seconds=live.warmup_seconds, **live.formations[-1].as_dict())
         model, optimizer = live.state["model"], live.state["optimizer"]
         plan = batch.plan(live.world_size)
         sampler.set_world(live.rank, live.world_size)

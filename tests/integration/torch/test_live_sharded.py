@@ -211,6 +211,9 @@ def test_a_scale_from_4_to_3_to_4_reshards_in_memory_with_no_step_lost(calm: Run
     assert len(rounds) == 2, faulted.explain()
     assert [_steps_lost(r, n) for n in rounds for r in survivors] == [0] * 6, faulted.explain()
     assert newcomer.formed()[0]["origin"] == "peer", faulted.explain()
+    assert newcomer.formed()[0]["warmup_seconds"] is not None, faulted.explain()  # built once before it came
+    print(f"\nthe newcomer warmed up in {newcomer.formed()[0]['warmup_seconds']} s; its state in place "
+          f"{newcomer.formed()[0]['transfer_seconds']} s after the round closed")  # fmt: skip
     _no_disk(faulted)
     compared, reference = faulted.params(), calm.params()
     # Every EVERY-th step's line carries them; a step whose end a newcomer's arrival interrupted has no line.
