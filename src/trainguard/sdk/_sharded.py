@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainguard.pod.contract import Member
-from trainguard.sdk import _pairing, _reshard
+from trainguard.sdk import _pairing, _reshard, _transfer
 from trainguard.sdk._reshard import Held
 from trainguard.sdk._roundstore import LiveError
 
@@ -366,20 +366,7 @@ def _split(obj: Any, locals_: list[Any], where: str) -> Any:
 
 
 def _leaves(skeleton: Any) -> list[Leaf]:
-    found: list[Leaf] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, Leaf):
-            found.append(value)
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list | tuple):
-            for item in value:
-                walk(item)
-
-    walk(skeleton)
-    return sorted(found, key=lambda leaf: leaf.index)
+    return _transfer.found_in(skeleton, Leaf)
 
 
 def _fill(skeleton: Any, news: list[Any], leaves: list[Leaf], mesh: Any) -> Any:

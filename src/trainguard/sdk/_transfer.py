@@ -23,9 +23,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from trainguard.pod import contract
+
+_Indexed = TypeVar("_Indexed")
 
 #: The most bytes of one bucket (one broadcast).
 BUCKET_BYTES = 32 << 20
@@ -77,10 +79,15 @@ def fill(obj: Any, tensors: list[Any]) -> Any:
 
 def placeholders(obj: Any) -> list[Placeholder]:
     """The placeholders of a skeleton, in the order of their index."""
-    found: list[Placeholder] = []
+    return found_in(obj, Placeholder)
+
+
+def found_in(obj: Any, kind: type[_Indexed]) -> list[_Indexed]:
+    """The objects of ``kind`` in a skeleton (nested dicts, lists and tuples), in the order of their ``index``."""
+    found: list[_Indexed] = []
 
     def walk(value: Any) -> None:
-        if isinstance(value, Placeholder):
+        if isinstance(value, kind):
             found.append(value)
         elif isinstance(value, dict):
             for item in value.values():
@@ -90,7 +97,7 @@ def placeholders(obj: Any) -> list[Placeholder]:
                 walk(item)
 
     walk(obj)
-    return sorted(found, key=lambda p: p.index)
+    return sorted(found, key=lambda item: item.index)  # type: ignore[attr-defined]
 
 
 def buckets(sizes: list[tuple[int, str, int]], limit: int | None = None) -> list[list[int]]:
