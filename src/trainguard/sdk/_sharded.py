@@ -333,7 +333,8 @@ def _pack(state: dict[str, Any], world: int, rank: int) -> tuple[Any, Any, list[
     locals_: list[Any] = []
     skeleton = {name: _split(obj.state_dict(), locals_, name) for name, obj in state.items()}
     leaves = _leaves(skeleton)
-    for leaf, local in zip(leaves, locals_, strict=True):
+    assert len(leaves) == len(locals_)  # one leaf per local shard, as _split made them
+    for leaf, local in zip(leaves, locals_):  # noqa: B905 (the bundle runs on Python 3.8: no strict=)
         first, last = _reshard.rows(leaf.shape[0], world, rank)
         if local.shape[0] != last - first:
             raise ValueError(f"Live(build=...): a sharded tensor of {leaf.shape[0]} rows holds {local.shape[0]} "
