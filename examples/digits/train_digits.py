@@ -186,15 +186,7 @@ def main_live(args: argparse.Namespace) -> None:
         sampler.load_state_dict(latest.state["sampler"])
         return latest.step, "disk"
 
-    def warmup() -> None:  # a newcomer's (or a hot spare's) first computations, before it arrives: as train's
-        model_ddp = DistributedDataParallel(model, init_sync=False)
-        features, labels = train_set[: rank_batch(args.global_batch, 1)]
-        for _ in range(2):
-            torch.nn.functional.cross_entropy(model_ddp(features), labels).backward()
-
-    live = trainguard.Live(
-        {"model": model, "optimizer": optimizer, "sampler": sampler}, restore=restore, warmup=warmup
-    )
+    live = trainguard.Live({"model": model, "optimizer": optimizer, "sampler": sampler}, restore=restore)
 
     def train(live: trainguard.Live) -> None:
         rank, size = live.rank, live.world_size

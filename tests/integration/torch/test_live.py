@@ -1,7 +1,7 @@
 """Live mode with real processes (``benchmarks/gpu_live.py --device cpu``: 3 ranks, DDP over gloo, a store of
 its own): a killed rank's survivors go on in the same processes with no step lost, a newcomer receives the
-state from a survivor and every rank then holds the same parameters (a newcomer warmed up or not), and a
-stopped rank (silent) holds the others for seconds, not for the collectives' bound."""
+state from a survivor and every rank then holds the same parameters (a newcomer warmed up or not, a hot spare
+called in), and a stopped rank (silent) holds the others for seconds, not for the collectives' bound."""
 
 from __future__ import annotations
 
@@ -37,12 +37,21 @@ def test_survivors_keep_their_processes_and_state_through_a_kill_a_join_and_a_ha
     assert join["bytes"] > 0
     assert join["equal_parameters"], join
     joins = live["joins"]
-    assert [(j["warmup"], j["origin"], j["equal_parameters"]) for j in joins] == [
-        (False, "peer", True),
-        (True, "peer", True),
-        (False, "peer", True),
+    # Cold, warmed up on the bare model, cold, warmed up through DDP (in the group of its process alone).
+    assert [(j["warmup"], j["warmup_ddp"], j["origin"], j["equal_parameters"]) for j in joins] == [
+        (False, False, "peer", True),
+        (True, False, "peer", True),
+        (False, False, "peer", True),
+        (True, True, "peer", True),
     ], joins
-    assert [j["warmup_s"] is not None and j["warmup_s"] > 0 for j in joins] == [False, True, False]
+    assert [j["warmup_s"] is not None and j["warmup_s"] > 0 for j in joins] == [False, True, False, True]
+    # A hot spare called in as a new rank: the state from a survivor, equal parameters after; then a rank
+    # killed with the next spare behind it: the world whole again.
+    spare = live["spare_scale_out"]
+    assert (spare["origin"], spare["equal_parameters"]) == ("peer", True), spare
+    assert (spare["warmup_s"] or 0) > 0, spare
+    assert 0 < spare["called_to_first_step_s"] < 90, spare
+    assert 0 < live["spare_kill"]["whole_s"] < 90, live["spare_kill"]
     for j in joins:  # the survivors' pause in its parts, and the new round's first steps in theirs
         for part in j["survivor_phases"]:
             assert part is not None, j
