@@ -54,7 +54,6 @@ class LeaderElection:
         self.monotonic = monotonic
         self._renewed_at: float | None = None
         self._stop = threading.Event()
-        #: Set at each change of leadership (taken, lost, taken again); the operator clears it as it looks.
         self.changed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader election", daemon=True)
 

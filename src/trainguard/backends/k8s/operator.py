@@ -187,9 +187,6 @@ class Operator:
                 manifests.FAULT_INJECT_CONFIG_MAP,
             )
         self.leader.start()
-        acting = threading.Thread(target=self._act_when_ready, name="acting", daemon=True)
-        acting.start()
-        self._threads.append(acting)
         for number in range(self.options.workers):
             thread = threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True)
             thread.start()
@@ -297,24 +294,6 @@ class Operator:
             except Exception as error:  # the API server could not be reached: the next look tries again
                 log.warning("deciding the node checker's checks failed: %s", error)
 
-    def _act_when_ready(self) -> None:
-        """Every job enqueued each time this replica may act again: once its caches have listed what they watch,
-        and each time it takes the Lease. Until then the workers let go of the keys they get (a reconcile then
-        would decide from half a view, or not be this replica's to make) instead of trying each again a second
-        later: the first reconcile of each job comes as soon as it can, and a standby replica stays idle."""
-        for cache in self.caches:
-            while not cache.synced.wait(1.0):
-                if self._stop.is_set():
-                    return
-        changed = self.leader.changed
-        while not self._stop.is_set():
-            changed.clear()
-            if self.leader.is_leader():
-                self.enqueue_all()
-            while not changed.wait(1.0):
-                if self._stop.is_set():
-                    return
-
     def enqueue_all(self) -> None:
         for kind, cache in self.jobs.items():
             for obj in cache.items():
@@ -330,7 +309,8 @@ class Operator:
             self.stats.set_queue_depth(len(self.queue))
             try:
                 if not self.leader.is_leader() or not self.synced():
-                    continue  # not ours to act on (yet): ``_act_when_ready`` enqueues every job when it is
+                    self.queue.add_after(key, 1.0)  # not ours to act on (yet)
+                    continue
                 started = time.monotonic()
                 self.reconcile(key)
                 self.stats.observe(time.monotonic() - started)
