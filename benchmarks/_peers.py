@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainguard.backends.k8s.operator import Options
 from trainguard.backends.k8s.shared import APPLY_CONCURRENCY
 
 Obj = dict[str, Any]
@@ -269,20 +270,25 @@ class Settings:
 
 
 SIDE_BY_SIDE = "side_by_side"
+#: The operator's own defaults (``trainguard operator`` without flags).
+OPERATOR_DEFAULTS = Options()
 ONE_AT_A_TIME = "one_at_a_time"
-#: trainguard's operator: 4 reconcile workers (``--workers``), which decide and write each job's status, and
-#: one pool of ``APPLY_CONCURRENCY`` threads that sends the actions of every job (pods, Services, Events): a
-#: job's pods side by side. Its client has no rate limiter. The same in both modes.
-TRAINGUARD_WORKERS = 4
+#: trainguard's operator as it ships: ``--workers`` reconcile workers, which decide each job and write its
+#: status, and one pool of ``APPLY_CONCURRENCY`` threads that sends the actions of every job (pods, Services,
+#: Events), a job's pods side by side; all of them together hold at most ``--requests-in-flight`` requests out at
+#: once (its client counts them). No client rate limiter. The same in both modes.
+TRAINGUARD_WORKERS = OPERATOR_DEFAULTS.workers
+TRAINGUARD_IN_FLIGHT = OPERATOR_DEFAULTS.requests_in_flight
 TRAINGUARD = Settings(
     workers=TRAINGUARD_WORKERS,
     qps=None,
     burst=None,
     job_pods=SIDE_BY_SIDE,
-    requests_in_flight=TRAINGUARD_WORKERS + APPLY_CONCURRENCY,
+    requests_in_flight=TRAINGUARD_IN_FLIGHT,
     why=f"its defaults: {TRAINGUARD_WORKERS} reconcile workers (each writes its job's status) and "
-    f"{APPLY_CONCURRENCY} threads that send every job's pods, Services and Events, a job's pods side by side; no "
-    f"client rate limit: at most {TRAINGUARD_WORKERS + APPLY_CONCURRENCY} requests in flight",
+    f"{APPLY_CONCURRENCY} threads that send every job's pods, Services and Events, a job's pods side by side, at "
+    f"most {TRAINGUARD_IN_FLIGHT} requests in flight from all of them together (--requests-in-flight); no client "
+    "rate limit",
 )
 #: Kubeflow's training operator v1.9.3 as its manifests run it: its flags' defaults (1 controller thread,
 #: 20 requests/s, bursts of 30).
@@ -304,8 +310,8 @@ KUBEFLOW_EQUAL = Settings(
     job_pods=ONE_AT_A_TIME,
     requests_in_flight=TRAINGUARD.requests_in_flight,
     why=f"its reconcile sends a job's requests one after another, so its controller threads bound its requests "
-    f"in flight: {TRAINGUARD.requests_in_flight} threads, trainguard's {TRAINGUARD_WORKERS} workers + "
-    f"{APPLY_CONCURRENCY} apply threads; no client rate limit, as trainguard",
+    f"in flight: {TRAINGUARD.requests_in_flight} threads, trainguard's bound on its requests in flight; no client "
+    "rate limit, as trainguard",
 )
 #: Volcano's controller manager as its installer runs it (volcano-development.yaml): 3 job workers, 50 requests/s,
 #: bursts of 100.
@@ -326,9 +332,8 @@ VOLCANO_EQUAL = Settings(
     job_pods=SIDE_BY_SIDE,
     requests_in_flight=None,
     why=f"its job sync creates a job's pods side by side (a goroutine each), as trainguard's apply threads do: "
-    f"trainguard's {TRAINGUARD_WORKERS} workers, each with a job's pods in flight at once (more than "
-    f"trainguard's {TRAINGUARD.requests_in_flight} where a job has more than "
-    f"{(TRAINGUARD.requests_in_flight or 0) // TRAINGUARD_WORKERS} pods); no client rate limit, as trainguard",
+    f"trainguard's {TRAINGUARD_WORKERS} workers, each with a job's pods in flight at once, with no bound on "
+    f"their sum (trainguard's is {TRAINGUARD.requests_in_flight}); no client rate limit, as trainguard",
 )
 #: What a client limit of "none" becomes for the peers, whose flags take a number: far above anything the API
 #: server here answers.

@@ -240,7 +240,9 @@ def trainguard_operator(kubeconfig: str, pytorchjobs: Obj) -> Operator:
     binary = Path(sys.executable).with_name("trainguard")
     argv = [str(binary), "operator", "--namespace", NAMESPACE, "--kubeconfig", kubeconfig]
     argv += ["--scheduler-name", "default-scheduler", "--pytorchjobs", "--lease-namespace", NAMESPACE]
-    argv += ["--id", "peers", "--workers", str(settings("trainguard", "as_shipped").workers)]
+    given = settings("trainguard", "as_shipped")
+    argv += ["--id", "peers", "--workers", str(given.workers)]
+    argv += ["--requests-in-flight", str(given.requests_in_flight or 0)]
     # Its chart installs the CRDs of the kinds it serves.
     crds = [native_crd(), aitrainingjob_crd(), pytorchjobs]
     # benchmarks/against.py --same-script names the trainguard to measure (another commit's src).
@@ -840,7 +842,12 @@ def entries(only: list[str]) -> list[tuple[str, str]]:
 def settings_table(only: list[str]) -> Obj:
     """Each operator's settings in each mode, with the flags that give them (a client limit of None: none)."""
     flags: dict[str, Callable[[Settings], list[str]]] = {
-        "trainguard": lambda s: ["--workers", str(s.workers)],
+        "trainguard": lambda s: [
+            "--workers",
+            str(s.workers),
+            "--requests-in-flight",
+            str(s.requests_in_flight or 0),
+        ],
         "kubeflow": kubeflow_flags,
         "volcano": volcano_flags,
     }

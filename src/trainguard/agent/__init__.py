@@ -22,9 +22,39 @@ The agent imports only the standard library and ``trainguard.pod.hangsignal`` (i
 users' own images, see ``trainguard.bundle``); detection logic is pure (``trainguard.agent.detector``).
 """
 
-from trainguard.agent.config import AgentConfig
-from trainguard.agent.detector import Assessment, Hang, HangDetector, HangStreak, HeartbeatSample, Observation
-from trainguard.agent.supervisor import EXIT_HANG, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Agent
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainguard.agent.config import AgentConfig
+    from trainguard.agent.detector import (
+        Assessment,
+        Hang,
+        HangDetector,
+        HangStreak,
+        HeartbeatSample,
+        Observation,
+    )
+    from trainguard.agent.supervisor import EXIT_HANG, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Agent
+
+#: Where each name of the package lives: imported when first asked for, so that a module that needs one part
+#: of the agent (the operator's ``trainguard.agent.nudge``) does not load the supervisor.
+_HOMES = {
+    "AgentConfig": "config",
+    **dict.fromkeys(
+        ("Assessment", "Hang", "HangDetector", "HangStreak", "HeartbeatSample", "Observation"), "detector"
+    ),
+    **dict.fromkeys(("EXIT_HANG", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "Agent"), "supervisor"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "EXIT_HANG",

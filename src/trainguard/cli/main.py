@@ -32,20 +32,24 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Every verb's parser; only the named verb's where ``argv`` starts with one (``trainguard operator ...``
+    then imports the operator's modules and not, say, the simulator's: a long-running verb starts lighter)."""
     parser = _Parser(prog="trainguard", description="Keeps distributed training jobs alive.")
     parser.add_argument("--version", action="version", version=f"trainguard {__version__}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    for module in sorted(pkgutil.iter_modules(verbs.__path__), key=lambda m: m.name):
-        if module.name.startswith("_"):
-            continue
-        importlib.import_module(f"{verbs.__name__}.{module.name}").register(subparsers)
+    names = sorted(m.name for m in pkgutil.iter_modules(verbs.__path__) if not m.name.startswith("_"))
+    # A verb's module is its name without hyphens (``node-checker``: ``nodechecker``).
+    named = argv[0].replace("-", "") if argv and not argv[0].startswith("-") else None
+    for name in [named] if named in names else names:
+        importlib.import_module(f"{verbs.__name__}.{name}").register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)

@@ -45,6 +45,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainguard.api.load import load_object
+from trainguard.backends.k8s.operator import Options
 from trainguard.backends.k8s.shared import APPLY_CONCURRENCY
 
 Obj = dict[str, Any]
@@ -215,8 +216,11 @@ def test_equal_gives_each_peer_trainguards_means() -> None:
     # No client-side limit for anyone.
     for equal in (TRAINGUARD, KUBEFLOW_EQUAL, VOLCANO_EQUAL):
         assert (equal.qps, equal.burst) == (None, None)
-    # trainguard's bound on requests in flight: its workers' status writes and its apply threads.
-    assert TRAINGUARD.requests_in_flight == TRAINGUARD.workers + APPLY_CONCURRENCY
+    # trainguard's bound on requests in flight is its operator's own (--requests-in-flight), over its workers' status
+    # writes and its apply threads together, and it runs as it ships.
+    assert (TRAINGUARD.workers, TRAINGUARD.requests_in_flight) == (Options().workers, Options().requests_in_flight)
+    assert TRAINGUARD.requests_in_flight is not None
+    assert TRAINGUARD.requests_in_flight < TRAINGUARD.workers + APPLY_CONCURRENCY
     # Kubeflow sends a job's requests one after another: a thread for each request trainguard may have in flight.
     assert KUBEFLOW_EQUAL.job_pods == "one_at_a_time"
     assert KUBEFLOW_EQUAL.workers == KUBEFLOW_EQUAL.requests_in_flight == TRAINGUARD.requests_in_flight
@@ -246,7 +250,7 @@ def test_flags() -> None:
     ]
     assert volcano_flags(VOLCANO) == ["--worker-threads=3", "--kube-api-qps=50", "--kube-api-burst=100"]
     assert volcano_flags(VOLCANO_EQUAL) == [
-        "--worker-threads=4",
+        "--worker-threads=16",
         "--kube-api-qps=100000",
         "--kube-api-burst=100000",
     ]

@@ -8,7 +8,9 @@ object (404) from a failure.
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +46,26 @@ class Kube:
         # opens (and throws away) a TLS connection per request under load.
         configuration.connection_pool_maxsize = 64
         self.api = k8s_client.ApiClient(configuration)
+        #: At most this many requests in flight at once (None: no bound); watches are not counted.
+        self._slots: threading.BoundedSemaphore | None = None
+        self.in_flight: int | None = None
+
+    def bounded(self, in_flight: int) -> Kube:
+        """This connection with at most ``in_flight`` requests out at once, whichever threads send them (the
+        operator's reconciles, its apply pool, its event sender): the one bound on what it asks of the API server
+        at a time, as a Go controller's worker threads are. The connection itself stays shared."""
+        limited = copy.copy(self)
+        limited._slots = threading.BoundedSemaphore(in_flight)
+        limited.in_flight = in_flight
+        return limited
+
+    def unbounded(self) -> Kube:
+        """This connection without the bound (for the leader election's renewals, which must never queue
+        behind the reconciles' requests)."""
+        free = copy.copy(self)
+        free._slots = None
+        free.in_flight = None
+        return free
 
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]
@@ -83,6 +105,14 @@ class Kube:
         self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: float
     ) -> bytes:
         """The answer's body; ApiError for an HTTP error."""
+        if self._slots is None:
+            return self._answer(method, path, query, body, content_type, timeout)
+        with self._slots:
+            return self._answer(method, path, query, body, content_type, timeout)
+
+    def _answer(
+        self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: float
+    ) -> bytes:
         response = self._send(method, path, query, body, content_type, timeout)
         try:
             data = bytes(response.read())

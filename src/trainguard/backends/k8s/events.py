@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
 from typing import Any
 
+from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.status import rfc3339
 from trainguard.controller.backend import EmitEvent
 
 Obj = dict[str, Any]
 COMPONENT = "trainguard-operator"
+#: Events waiting for the sender at most; past that a new one is dropped (and logged), as client-go's recorder
+#: drops what its full queue cannot take: an API server that refuses Events never grows the operator's memory.
+PENDING_MAX = 10_000
+log = logging.getLogger(__name__)
 
 
 def event_body(kind: JobKind, namespace: str, name: str, uid: str, action: EmitEvent, identity: str) -> Obj:
@@ -42,3 +51,70 @@ def event_body(kind: JobKind, namespace: str, name: str, uid: str, action: EmitE
         "reportingInstance": identity,
     }
     return body
+
+
+def post_event(kube: Kube, body: Obj) -> None:
+    """Create the Event; one of the same name exists already (its key was said before): done."""
+    namespace = body["metadata"]["namespace"]
+    try:
+        kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+
+
+class EventSender:
+    """The operator's Events, sent by one thread of their own one after another, as a Go controller's event
+    recorder sends them: a reconcile hands its Events over and goes on, so that they never stand between a job's
+    decisions and its pods, nor take more than one of the operator's requests in flight. A refused Event is handed
+    to its ``failed`` callback (the job's error log)."""
+
+    def __init__(self, kube: Kube, pending_max: int = PENDING_MAX) -> None:
+        self.kube = kube
+        self._queue: queue.Queue[tuple[Obj, Callable[[ApiError], None]] | None] = queue.Queue(pending_max)
+        self._idle = threading.Condition()
+        self._unsent = 0
+        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+        self._thread.start()
+
+    def send(self, body: Obj, failed: Callable[[ApiError], None]) -> None:
+        with self._idle:
+            self._unsent += 1
+        try:
+            self._queue.put_nowait((body, failed))
+        except queue.Full:
+            self._sent()
+            log.warning(
+                "%d Events wait to be sent: dropping %s %s (%s)",
+                self._queue.maxsize,
+                body["involvedObject"]["name"],
+                body["reason"],
+                body["message"][:200],
+            )
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every Event handed over so far has been sent (or refused); False after ``timeout``."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._unsent == 0, timeout)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def _sent(self) -> None:
+        with self._idle:
+            self._unsent -= 1
+            if self._unsent == 0:
+                self._idle.notify_all()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            body, failed = item
+            try:
+                post_event(self.kube, body)
+            except ApiError as error:
+                failed(error)
+            except Exception:  # a bug in a callback: the sender goes on with the next Event
+                log.exception("sending the Event %s failed", body["metadata"]["name"])
+            finally:
+                self._sent()

@@ -20,16 +20,19 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainguard.agent.checks.readings import Readings
-from trainguard.agent.checks.run import run_check
 from trainguard.backends.k8s import isolation, metadata
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.metadata import LABEL_JOB
 from trainguard.controller.backend import IsolationMode
 from trainguard.pod.checks import PERIODIC, CheckResult, Settings
 from trainguard.policy.nodechecks import NodeCheck, Verdicts, decide
+
+if (
+    TYPE_CHECKING
+):  # the checker's side (``run``) alone reads a node: the operator never imports the agent's checks
+    from trainguard.agent.checks.readings import Readings
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -107,6 +110,8 @@ def run(
     """Check the node every ``settings.period`` seconds until ``stop`` (one check where ``once``), publishing
     each result; a result that cannot be published is said on stderr and the next check tries again. Returns
     the exit status: 1 where ``once`` could not publish."""
+    from trainguard.agent.checks.run import run_check
+
     while True:
         result = run_check(settings, PERIODIC, readings, injected())
         try:

@@ -19,15 +19,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainguard.api import SpecError, TrainingJob
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import agentreports, held, isolation, manifests, metadata, metrics, nodechecker
+from trainguard.backends.k8s import agentreports, held, isolation, manifests, metadata, nodechecker
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
-from trainguard.backends.k8s.events import event_body
+from trainguard.backends.k8s.events import EventSender, event_body
 from trainguard.backends.k8s.fields import CHECKER_POD_FIELDS, JOB_FIELDS, NODE_FIELDS, POD_FIELDS
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
@@ -35,7 +35,6 @@ from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.status import read_status, status_document
-from trainguard.backends.k8s.ui import KubeSource
 from trainguard.controller import JobStatus, SettledSlots, reconcile
 from trainguard.controller.admission import Hold, admit
 from trainguard.controller.backend import EmitEvent, EventType, IsolationMode
@@ -43,8 +42,9 @@ from trainguard.controller.launchspec import check_runnable
 from trainguard.controller.loop import StepResult
 from trainguard.controller.retries import BACKOFF_MAX
 from trainguard.observability.metrics import ControllerStats
-from trainguard.observability.prometheus import JobsCollector
-from trainguard.ui import server as ui_server
+
+if TYPE_CHECKING:
+    from trainguard.ui import server as ui_server
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str, str]  # kind, namespace, name
@@ -57,7 +57,11 @@ class Options:
     kinds: Sequence[JobKind] = DEFAULT_KINDS
     #: How every pod is dressed: its schedulerName, the image the agent is copied from.
     pod_settings: manifests.PodSettings = field(default_factory=manifests.PodSettings)
-    workers: int = 4
+    #: Jobs decided and applied at once: each mostly waits on the API server, within ``requests_in_flight``.
+    workers: int = 16
+    #: Requests out to the API server at once, from all the operator's threads together (watches and the leader
+    #: election's renewals aside); None: no bound.
+    requests_in_flight: int | None = 20
     lease_namespace: str = "default"
     lease_name: str = "trainguard-operator"
     identity: str = ""
@@ -84,6 +88,9 @@ class Options:
 
 class Operator:
     def __init__(self, kube: Kube, options: Options, clock: Callable[[], float] = time.time) -> None:
+        leader_kube = kube.unbounded()
+        if options.requests_in_flight is not None:
+            kube = kube.bounded(options.requests_in_flight)
         self.kube = kube
         self.options = options
         self.clock = clock
@@ -122,9 +129,15 @@ class Operator:
             )
         identity = options.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.shared = Shared(
-            kube, self.pods, self.nodes, settings=options.pod_settings, clock=clock, identity=identity
+            kube,
+            self.pods,
+            self.nodes,
+            settings=options.pod_settings,
+            clock=clock,
+            identity=identity,
+            events=EventSender(kube),
         )
-        self.leader = LeaderElection(kube, options.lease_namespace, options.lease_name, identity)
+        self.leader = LeaderElection(leader_kube, options.lease_namespace, options.lease_name, identity)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.stats = ControllerStats()
@@ -142,7 +155,11 @@ class Operator:
     def start(self) -> None:
         for cache in self.caches:
             cache.start()
+        # The metrics and the pages are imported only where they are served: an operator without them starts lighter.
         if self.options.metrics_port is not None:
+            from trainguard.backends.k8s import metrics
+            from trainguard.observability.prometheus import JobsCollector
+
             jobs = metrics.snapshots(lambda: [obj for cache in self.jobs.values() for obj in cache.items()])
             collector = JobsCollector(jobs, self.stats)
             self.metrics_url = metrics.serve(
@@ -156,6 +173,9 @@ class Operator:
             )
             log.info("agent reports at %s", self.agent_report_url)
         if self.options.ui_port is not None:
+            from trainguard.backends.k8s.ui import KubeSource
+            from trainguard.ui import server as ui_server
+
             source = KubeSource(self.kube, self.kinds, self.jobs, self.pods, self.options.namespace)
             self.ui = ui_server.serve(
                 source, self.options.ui_address, self.options.ui_port, self.options.ui_secret
@@ -219,6 +239,8 @@ class Operator:
         for cache in self.caches:
             cache.stop()
         self.shared.pool.shutdown(wait=False)
+        if self.shared.events is not None:
+            self.shared.events.close()
 
     def synced(self) -> bool:
         return all(cache.synced.is_set() for cache in self.caches)

@@ -13,6 +13,7 @@ from typing import Any
 from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.events import EventSender
 from trainguard.backends.k8s.isolation import is_isolated
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
 from trainguard.controller.apply import ErrorLog
@@ -58,6 +59,9 @@ class Shared:
     pod_groups: dict[str, Obj] = field(default_factory=dict)
     #: PriorityClass name -> whether it exists, and when (monotonic seconds) that was looked up.
     priority_classes: dict[str, tuple[bool, float]] = field(default_factory=dict)
+    #: Where the jobs' Events go (``EventSender``: one thread of their own, the batches do not wait for them);
+    #: None: each is sent as its batch carries it out.
+    events: EventSender | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(APPLY_CONCURRENCY, thread_name_prefix="apply")

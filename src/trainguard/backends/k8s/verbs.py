@@ -28,7 +28,7 @@ from trainguard.backends.k8s import (
     ssh,
 )
 from trainguard.backends.k8s.client import ApiError
-from trainguard.backends.k8s.events import event_body
+from trainguard.backends.k8s.events import event_body, post_event
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.shared import Shared, delete_pod, generation_of, owned_by, owner_uid
 from trainguard.backends.k8s.status import status_document
@@ -353,11 +353,13 @@ class OperatorVerbs:
             raise
 
     def emit_event(self, action: EmitEvent) -> None:
+        """Handed to the operator's Event sender where it has one (the batch does not wait for it; a refusal is
+        kept as this action's error when it comes), else sent at once."""
         job = self.job
         uid = job.metadata.uid or ""
         body = event_body(self.kind, self.namespace, self.name, uid, action, self.shared.identity)
-        try:
-            self.kube.create(f"/api/v1/namespaces/{self.namespace}/events", body)
-        except ApiError as error:
-            if error.status != 409:  # the same key: sent before
-                raise
+        sender = self.shared.events
+        if sender is None:
+            post_event(self.kube, body)
+            return
+        sender.send(body, lambda error: self.keep_error(ActionError(action.key, str(error), self.now())))

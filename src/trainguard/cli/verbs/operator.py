@@ -53,7 +53,20 @@ def register(subparsers: Any) -> None:
         "(the chart's default); unset: CCE's image as the template names it",
     )
     parser.add_argument("--pytorchjobs", action="store_true", help="also serve pytorchjobs.kubeflow.org")
-    parser.add_argument("--workers", type=int, default=4, help="jobs reconciled at once (4)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=16,
+        help="jobs reconciled at once (16); each mostly waits on the API server, within --requests-in-flight",
+    )
+    parser.add_argument(
+        "--requests-in-flight",
+        type=int,
+        default=20,
+        metavar="N",
+        help="requests out to the API server at once, from all the operator's threads together (20; watches and "
+        "the leader election's renewals aside); 0: no bound",
+    )
     parser.add_argument(
         "--lease-namespace",
         default=None,
@@ -209,6 +222,11 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    if args.requests_in_flight < 0:
+        raise CliError(
+            f"--requests-in-flight: {args.requests_in_flight} is negative; give the requests the operator may have "
+            "out at once (20 by default), or 0 for no bound"
+        )
     if not 0 < args.node_checker_max_isolated_share <= 1:
         raise CliError(
             f"--node-checker-max-isolated-share: {args.node_checker_max_isolated_share:g} is not a share of the "
@@ -261,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
             fencing=fencing,
         ),
         workers=max(args.workers, 1),
+        requests_in_flight=args.requests_in_flight if args.requests_in_flight > 0 else None,
         lease_namespace=args.lease_namespace or args.namespace or "default",
         identity=args.id,
         metrics_port=args.metrics_port,
