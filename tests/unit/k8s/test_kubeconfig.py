@@ -541,3 +541,17 @@ def test_requests_name_the_server_path_and_query(tmp_path: Path) -> None:
     assert headers["Authorization"] == "Bearer t"
     assert headers["Accept"] == "application/json"
     assert headers["User-Agent"].startswith("trainguard/")
+
+
+def test_without_the_official_client_an_exec_user_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # not installed
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "get-token"}}
+    path = write(tmp_path / "config", document({"server": SERVER}, user))
+    with pytest.raises(ConfigError) as raised:
+        Kube(path)
+    assert str(raised.value) == (
+        f"kubeconfig {path}: users[name=u].user: exec: reading that needs the Kubernetes client (kubernetes): "
+        "pip install 'trainguard[k8s]'"
+    )

@@ -86,9 +86,14 @@ class OfficialConnection(Connection):
     """A configuration only the official client reads (an exec plugin, an auth provider, several files, a
     proxy): its loaders, URLs and pool, as before this module read kubeconfigs itself."""
 
-    def __init__(self, kubeconfig: str | None) -> None:
-        from kubernetes import client as k8s_client
-        from kubernetes import config as k8s_config
+    def __init__(self, kubeconfig: str | None, why: kubeconfigs.NeedsOfficialClient) -> None:
+        try:
+            from kubernetes import client as k8s_client
+            from kubernetes import config as k8s_config
+        except ImportError as error:
+            raise kubeconfigs.ConfigError(
+                f"{why}: reading that needs the Kubernetes client ({error.name}): pip install 'trainguard[k8s]'"
+            ) from None
 
         configuration = k8s_client.Configuration()
         if kubeconfig is None:
@@ -125,7 +130,7 @@ def connect(kubeconfig: str | None) -> Connection:
         credentials = kubeconfigs.load(kubeconfig)
     except kubeconfigs.NeedsOfficialClient as why:
         log.info("loading the Kubernetes configuration with the kubernetes package: %s", why)
-        return OfficialConnection(kubeconfig)
+        return OfficialConnection(kubeconfig, why)
     return OwnConnection(credentials)
 
 
