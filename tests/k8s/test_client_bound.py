@@ -48,13 +48,12 @@ class Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.in_flight += 1
             self.server.most = max(self.server.most, self.server.in_flight)
-        try:
-            assert self.server.gate.wait(20)
-            self._answer({"kind": "Pod", "metadata": {"name": self.path.rsplit("/", 1)[-1]}})
-        finally:
-            with self.server.lock:
-                self.server.in_flight -= 1
-                self.server.answered += 1
+        assert self.server.gate.wait(20)
+        # Counted before the answer goes out: the client may see its answer before this handler ends.
+        with self.server.lock:
+            self.server.in_flight -= 1
+            self.server.answered += 1
+        self._answer({"kind": "Pod", "metadata": {"name": self.path.rsplit("/", 1)[-1]}})
 
     def _answer(self, body: dict[str, Any], line: bool = False) -> None:
         data = json.dumps(body).encode() + (b"\n" if line else b"")

@@ -218,7 +218,10 @@ def test_equal_gives_each_peer_trainguards_means() -> None:
         assert (equal.qps, equal.burst) == (None, None)
     # trainguard's bound on requests in flight is its operator's own (--requests-in-flight), over its workers' status
     # writes and its apply threads together, and it runs as it ships.
-    assert (TRAINGUARD.workers, TRAINGUARD.requests_in_flight) == (Options().workers, Options().requests_in_flight)
+    assert (TRAINGUARD.workers, TRAINGUARD.requests_in_flight) == (
+        Options().workers,
+        Options().requests_in_flight,
+    )
     assert TRAINGUARD.requests_in_flight is not None
     assert TRAINGUARD.requests_in_flight < TRAINGUARD.workers + APPLY_CONCURRENCY
     # Kubeflow sends a job's requests one after another: a thread for each request trainguard may have in flight.

@@ -1,26 +1,39 @@
-"""The one place that talks to the Kubernetes API: plain JSON over the official client's connection.
+"""The one place that talks to the Kubernetes API: plain JSON over one urllib3 connection pool.
 
 Objects are plain dicts (what ``kubectl get -o json`` shows), for pods, nodes and custom resources alike: the
 operator reads a handful of fields, and typed models would cost a conversion per watch event at scale.
 Errors come back as ``ApiError`` with the HTTP status, so callers can tell a conflict (409) or a missing
 object (404) from a failure.
+
+The credentials come from ``kubeconfig`` (the service account, or a kubeconfig's certificates and tokens);
+only a kubeconfig that needs more (an exec plugin, say) loads the official ``kubernetes`` package, whose
+import costs more memory than the rest of the operator's client side.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
+
+from trainguard._version import __version__
+from trainguard.backends.k8s import kubeconfig as kubeconfigs
 
 Obj = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
+USER_AGENT = f"trainguard/{__version__}"
+#: Reconcile workers, the apply pool and the watches each hold a connection: a pool smaller than that opens
+#: (and throws away) a TLS connection per request under load.
+POOL_SIZE = 64
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -30,10 +43,60 @@ class ApiError(Exception):
         self.message = message
 
 
-class Kube:
-    """A connection to one API server (kubeconfig file, or the pod's service account when in a cluster)."""
+class Connection:
+    """Where requests go and with which headers: URLs, credentials and the pool of connections."""
 
-    def __init__(self, kubeconfig: str | None = None) -> None:
+    pool: urllib3.PoolManager
+
+    def prepare(
+        self, method: str, path: str, query: dict[str, Any], content_type: str
+    ) -> tuple[str, dict[str, str]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.pool.clear()
+
+
+class OwnConnection(Connection):
+    """Credentials that ``kubeconfig`` read, over a pool whose TLS settings are loaded once."""
+
+    def __init__(self, credentials: kubeconfigs.Credentials) -> None:
+        self.credentials = credentials
+        self.authorization = credentials.authorization()
+        tls: dict[str, Any] = {}
+        if credentials.server.startswith("https://"):
+            context = credentials.tls_context()
+            tls = {"ssl_context": context, "cert_reqs": context.verify_mode}
+            if credentials.server_name:
+                tls["server_hostname"] = credentials.server_name
+        self.pool = urllib3.PoolManager(maxsize=POOL_SIZE, **tls)
+
+    def prepare(
+        self, method: str, path: str, query: dict[str, Any], content_type: str
+    ) -> tuple[str, dict[str, str]]:
+        url = self.credentials.server + path
+        if query:
+            url += "?" + urlencode([(key, _text(value)) for key, value in query.items()], quote_via=quote)
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
+        authorization = self.authorization.header()
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        return url, headers
+
+
+class OfficialConnection(Connection):
+    """A configuration only the official client reads (an exec plugin, an auth provider, several files, a
+    proxy): its loaders, URLs and pool, as before this module read kubeconfigs itself."""
+
+    def __init__(self, kubeconfig: str | None, why: kubeconfigs.NeedsOfficialClient) -> None:
+        try:
+            from kubernetes import client as k8s_client
+            from kubernetes import config as k8s_config
+        except ImportError as error:
+            raise kubeconfigs.ConfigError(
+                f"{why}: reading that needs the Kubernetes client ({error.name}): pip install 'trainguard[k8s]'"
+            ) from None
+
         configuration = k8s_client.Configuration()
         if kubeconfig is None:
             try:
@@ -42,17 +105,49 @@ class Kube:
                 k8s_config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-        # Reconcile workers, the apply pool and the watches each hold a connection: a pool smaller than that
-        # opens (and throws away) a TLS connection per request under load.
-        configuration.connection_pool_maxsize = 64
+        configuration.connection_pool_maxsize = POOL_SIZE
         self.api = k8s_client.ApiClient(configuration)
+        self.pool = self.api.rest_client.pool_manager
+
+    def prepare(
+        self, method: str, path: str, query: dict[str, Any], content_type: str
+    ) -> tuple[str, dict[str, str]]:
+        _, url, headers, _, _ = self.api.param_serialize(
+            method,
+            path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"],
+        )
+        return url, headers
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+
+def connect(kubeconfig: str | None) -> Connection:
+    """Our own reading of the configuration; the official client's where ours does not cover it.
+    ``kubeconfig.ConfigError`` (or the official client's error) for one that cannot be used."""
+    try:
+        credentials = kubeconfigs.load(kubeconfig)
+    except kubeconfigs.NeedsOfficialClient as why:
+        log.info("loading the Kubernetes configuration with the kubernetes package: %s", why)
+        return OfficialConnection(kubeconfig, why)
+    return OwnConnection(credentials)
+
+
+class Kube:
+    """A connection to one API server (kubeconfig file, or the pod's service account when in a cluster)."""
+
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        self.connection = connect(kubeconfig)
         #: At most this many requests in flight at once (None: no bound); watches are not counted.
         self._slots: threading.BoundedSemaphore | None = None
         self.in_flight: int | None = None
 
     def bounded(self, in_flight: int) -> Kube:
         """This connection with at most ``in_flight`` requests out at once, whichever threads send them (the
-        operator's reconciles, its apply pool, its event sender): the one bound on what it asks of the API server
+        operator's reconciles, its apply pool, its Event sender): the one bound on what it asks of the API server
         at a time, as a Go controller's worker threads are. The connection itself stays shared."""
         limited = copy.copy(self)
         limited._slots = threading.BoundedSemaphore(in_flight)
@@ -68,22 +163,16 @@ class Kube:
         return free
 
     def close(self) -> None:
-        self.api.close()  # type: ignore[no-untyped-call]
+        self.connection.close()
 
     def _send(
         self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: Any
     ) -> Any:
         """The raw urllib3 response (not read yet), with the connection's TLS and credentials."""
-        _, url, headers, _, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=list(query.items()),
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            auth_settings=["BearerToken"],
-        )
+        url, headers = self.connection.prepare(method, path, query, content_type)
         data = json.dumps(body).encode() if body is not None else None
         try:
-            return self.api.rest_client.pool_manager.request(
+            return self.connection.pool.request(
                 method, url, body=data, headers=headers, timeout=timeout, preload_content=False
             )
         except urllib3.exceptions.HTTPError as error:
@@ -189,6 +278,10 @@ class Kube:
                         yield json.loads(line)
         finally:
             stream.release_conn()
+
+
+def _text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _message(body: Any) -> str:
