@@ -135,7 +135,8 @@ class Operator:
             settings=options.pod_settings,
             clock=clock,
             identity=identity,
-            events=EventSender(kube),
+            quiet=kube.background(),
+            events=EventSender(kube.background()),
         )
         self.leader = LeaderElection(leader_kube, options.lease_namespace, options.lease_name, identity)
         self._stop = threading.Event()
