@@ -12,7 +12,6 @@ import costs more memory than the rest of the operator's client side.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
@@ -137,49 +136,13 @@ def connect(kubeconfig: str | None) -> Connection:
     return OwnConnection(credentials)
 
 
-class Slots:
-    """A bound on requests in flight, in two classes: a background request takes a slot only while no other
-    request waits for one."""
-
-    def __init__(self, size: int) -> None:
-        self._free = size
-        self.waiting = 0  # requests that are not background, waiting for a slot
-        self.waiting_in_background = 0
-        self._changed = threading.Condition()
-
-    @contextlib.contextmanager
-    def taken(self, background: bool) -> Iterator[None]:
-        with self._changed:
-            if background:
-                self.waiting_in_background += 1
-                try:
-                    self._changed.wait_for(lambda: self._free > 0 and self.waiting == 0)
-                finally:
-                    self.waiting_in_background -= 1
-            else:
-                self.waiting += 1
-                try:
-                    self._changed.wait_for(lambda: self._free > 0)
-                finally:
-                    self.waiting -= 1
-            self._free -= 1
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._free += 1
-                self._changed.notify_all()
-
-
 class Kube:
     """A connection to one API server (kubeconfig file, or the pod's service account when in a cluster)."""
 
     def __init__(self, kubeconfig: str | None = None) -> None:
         self.connection = connect(kubeconfig)
         #: At most this many requests in flight at once (None: no bound); watches are not counted.
-        self._slots: Slots | None = None
-        #: This view's requests wait while any of the others waits for a slot (``background``).
-        self._background = False
+        self._slots: threading.BoundedSemaphore | None = None
         self.in_flight: int | None = None
 
     def bounded(self, in_flight: int) -> Kube:
@@ -187,17 +150,9 @@ class Kube:
         operator's reconciles, its apply pool, its Event sender): the one bound on what it asks of the API server
         at a time, as a Go controller's worker threads are. The connection itself stays shared."""
         limited = copy.copy(self)
-        limited._slots = Slots(in_flight)
+        limited._slots = threading.BoundedSemaphore(in_flight)
         limited.in_flight = in_flight
         return limited
-
-    def background(self) -> Kube:
-        """This view within the same bound, for what nothing waits on (Events, a job's Services): its requests
-        take a slot only when no other request waits for one, as a Go controller's reconcile creates a job's pods
-        before its Services."""
-        quiet = copy.copy(self)
-        quiet._background = True
-        return quiet
 
     def unbounded(self) -> Kube:
         """This connection without the bound (for the leader election's renewals, which must never queue
@@ -241,7 +196,7 @@ class Kube:
         """The answer's body; ApiError for an HTTP error."""
         if self._slots is None:
             return self._answer(method, path, query, body, content_type, timeout)
-        with self._slots.taken(self._background):
+        with self._slots:
             return self._answer(method, path, query, body, content_type, timeout)
 
     def _answer(

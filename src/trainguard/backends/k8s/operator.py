@@ -135,8 +135,7 @@ class Operator:
             settings=options.pod_settings,
             clock=clock,
             identity=identity,
-            quiet=kube.background(),
-            events=EventSender(kube.background()),
+            events=EventSender(kube),
         )
         self.leader = LeaderElection(leader_kube, options.lease_namespace, options.lease_name, identity)
         self._stop = threading.Event()

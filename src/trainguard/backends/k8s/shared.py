@@ -59,8 +59,6 @@ class Shared:
     pod_groups: dict[str, Obj] = field(default_factory=dict)
     #: PriorityClass name -> whether it exists, and when (monotonic seconds) that was looked up.
     priority_classes: dict[str, tuple[bool, float]] = field(default_factory=dict)
-    #: The connection for what no pod waits on to be created (a job's Services): ``Kube.background``; None: ``kube``.
-    quiet: Kube | None = None
     #: Where the jobs' Events go (``EventSender``: one thread of their own, the batches do not wait for them);
     #: None: each is sent as its batch carries it out.
     events: EventSender | None = None

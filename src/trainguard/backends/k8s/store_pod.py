@@ -64,7 +64,7 @@ class StorePod:
             log.info("%s/%s: rendezvous store %s is %s: creating it again", self.namespace, self.name,
                      name, "on a node that is not Ready" if node_lost else phase)  # fmt: skip
             delete_pod(self.kube, self.namespace, name, store["metadata"]["uid"], grace=0)
-        # The pod first: it needs no Service to be created, and a ClusterIP Service is the slower write.
+        self._ensure_service(job, again=store is not None)
         try:
             self.shared.pods.put(
                 self.kube.create(
@@ -75,7 +75,6 @@ class StorePod:
         except ApiError as error:
             if error.status != 409:  # there already (the watch is behind): the next event tells
                 raise
-        self._ensure_service(job, again=store is not None)
 
     def _ensure_service(self, job: TrainingJob, again: bool) -> None:
         """Created with the store's first pod; asked for again whenever the pod is recreated."""
@@ -85,7 +84,7 @@ class StorePod:
         body = rendezvous.rendezvous_service(self.kind, job)
         path = f"/api/v1/namespaces/{self.namespace}/services"
         try:
-            (self.shared.quiet or self.kube).create(path, body)
+            self.kube.create(path, body)
         except ApiError as error:
             if error.status != 409:
                 raise

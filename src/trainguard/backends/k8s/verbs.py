@@ -27,7 +27,7 @@ from trainguard.backends.k8s import (
     services,
     ssh,
 )
-from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.events import event_body, post_event
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.shared import Shared, delete_pod, generation_of, owned_by, owner_uid
@@ -186,12 +186,7 @@ class OperatorVerbs:
         return same == (job.name, self.kind.kind)
 
     def _ensure_service(self, job: TrainingJob) -> None:
-        self._create_once(
-            self.shared.services,
-            job,
-            lambda: [("services", services.service(self.kind, job))],
-            self.shared.quiet or self.kube,
-        )
+        self._create_once(self.shared.services, job, lambda: [("services", services.service(self.kind, job))])
 
     def _ensure_discovery(self, job: TrainingJob) -> None:
         """A Horovod job's discovery ConfigMap, before its pods: they mount it, and a pod whose ConfigMap is
@@ -218,15 +213,10 @@ class OperatorVerbs:
             )
 
     def _create_once(
-        self,
-        done: set[str],
-        job: TrainingJob,
-        objects: Callable[[], list[tuple[str, Obj]]],
-        kube: Kube | None = None,
+        self, done: set[str], job: TrainingJob, objects: Callable[[], list[tuple[str, Obj]]]
     ) -> None:
-        """Objects a job needs, created once per job (``done``: the uids of jobs that have them; a 409 means they
-        exist already), through ``kube`` (the operator's connection unless given). ``objects`` gives (plural,
-        body) pairs, made only when needed."""
+        """Objects a job needs before its pods, created once per job (``done``: the uids of jobs that have
+        them; a 409 means they exist already). ``objects`` gives (plural, body) pairs, made only when needed."""
         uid = job.metadata.uid or ""
         if uid in done:
             return
@@ -234,7 +224,7 @@ class OperatorVerbs:
             group = body["apiVersion"]
             base = "/api/v1" if group == "v1" else f"/apis/{group}"
             try:
-                (kube or self.kube).create(f"{base}/namespaces/{self.namespace}/{plural}", body)
+                self.kube.create(f"{base}/namespaces/{self.namespace}/{plural}", body)
             except ApiError as error:
                 if error.status != 409:
                     raise
