@@ -160,7 +160,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--pods", type=int, default=8)
     parser.add_argument("--fail-fraction", type=float, default=0.1)
-    parser.add_argument("--workers", type=int, default=4, help="jobs the operator reconciles at once")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=Options().workers,
+        help=f"jobs the operator reconciles at once (its own default: {Options().workers})",
+    )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()

@@ -40,3 +40,19 @@ def test_the_node_checkers_bound_is_a_share_of_the_nodes(
     assert "--node-checker-max-isolated-share" in err
     assert "at most 1, e.g. 0.1" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "workers", "in_flight"), [([], 16, 20), (["--workers", "2", "--requests-in-flight", "0"], 2, 0)]
+)
+def test_workers_and_requests_in_flight(argv: list[str], workers: int, in_flight: int) -> None:
+    args = build_parser().parse_args(["operator", *argv])
+    assert (args.workers, args.requests_in_flight) == (workers, in_flight)
+
+
+def test_a_negative_bound_on_requests_in_flight_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--requests-in-flight", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--requests-in-flight: -1 is negative" in err
+    assert "or 0 for no bound" in err
+    assert "Traceback" not in err
