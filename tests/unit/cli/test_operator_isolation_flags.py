@@ -43,7 +43,7 @@ def test_the_node_checkers_bound_is_a_share_of_the_nodes(
 
 
 @pytest.mark.parametrize(
-    ("argv", "workers", "in_flight"), [([], 16, 20), (["--workers", "2", "--requests-in-flight", "0"], 2, 0)]
+    ("argv", "workers", "in_flight"), [([], 4, 20), (["--workers", "2", "--requests-in-flight", "0"], 2, 0)]
 )
 def test_workers_and_requests_in_flight(argv: list[str], workers: int, in_flight: int) -> None:
     args = build_parser().parse_args(["operator", *argv])

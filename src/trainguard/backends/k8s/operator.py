@@ -57,8 +57,11 @@ class Options:
     kinds: Sequence[JobKind] = DEFAULT_KINDS
     #: How every pod is dressed: its schedulerName, the image the agent is copied from.
     pod_settings: manifests.PodSettings = field(default_factory=manifests.PodSettings)
-    #: Jobs decided and applied at once: each mostly waits on the API server, within ``requests_in_flight``.
-    workers: int = 16
+    #: Jobs decided and applied at once, within ``requests_in_flight``. More is not faster where the API server is
+    #: the limit: each pod's change is then a reconcile and a status write of its own rather than one for several
+    #: (benchmarks/results/k8s_scale-workers-*.json: 100 nodes, 50 jobs, 4 workers the fastest or near it, 16 the
+    #: slowest, with the most memory).
+    workers: int = 4
     #: Requests out to the API server at once, from all the operator's threads together (watches and the leader
     #: election's renewals aside); None: no bound.
     requests_in_flight: int | None = 20

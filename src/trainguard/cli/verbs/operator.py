@@ -56,8 +56,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        default=16,
-        help="jobs reconciled at once (16); each mostly waits on the API server, within --requests-in-flight",
+        default=4,
+        help="jobs reconciled at once (4), within --requests-in-flight",
     )
     parser.add_argument(
         "--requests-in-flight",
