@@ -6,8 +6,7 @@ are here, once (the contract in ``trainguard.controller.backend`` states them):
 
 - In order. Between two ``WriteStatus``, the actions on one pod (launch, removal, restart in place) run one
   after the other, and the rest (other pods, events, nudges, the discovery file) side by side where the
-  backend runs things side by side (``Verbs.side_by_side``, the pods' chains handed over first; in order on
-  the ones that do not). Before the
+  backend runs things side by side (``Verbs.side_by_side``; in order on the ones that do not). Before the
   first launch of a batch, what its pods cannot be created without (``Verbs.before_launches``); beside the
   launches, what the job needs while its pods run but not to create them (``Verbs.beside_launches``: a
   Service that names them, a store they connect to once they start).
@@ -140,24 +139,15 @@ def _run_segment(verbs: Verbs, actions: list[Action]) -> None:
         for action in actions:
             _carry_out_action(verbs, action)
         return
-    pods: dict[str, list[Action]] = {}
-    others: dict[object, list[Action]] = {}
+    chains: dict[object, list[Action]] = {}
     for number, action in enumerate(actions):
         if isinstance(action, (LaunchPod, TerminatePod, RestartInPlace)):
-            pods.setdefault(action.pod, []).append(action)
+            chains.setdefault(("pod", action.pod), []).append(action)
         elif isinstance(action, UpdateDiscovery):
-            others.setdefault("discovery", []).append(action)
+            chains.setdefault("discovery", []).append(action)
         else:
-            others[number] = [action]
-    # The pods' chains first: where the backend has fewer hands than chains, a pod is not sent after the
-    # batch's Service or its events, which no pod waits for to be created.
-    verbs.side_by_side(
-        [
-            *(partial(_run_chain, verbs, chain) for chain in pods.values()),
-            *beside,
-            *(partial(_run_chain, verbs, chain) for chain in others.values()),
-        ]
-    )
+            chains[number] = [action]
+    verbs.side_by_side([*beside, *(partial(_run_chain, verbs, chain) for chain in chains.values())])
 
 
 def _run_chain(verbs: Verbs, chain: list[Action]) -> None:
