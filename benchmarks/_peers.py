@@ -270,9 +270,9 @@ class Settings:
 
 
 SIDE_BY_SIDE = "side_by_side"
+ONE_AT_A_TIME = "one_at_a_time"
 #: The operator's own defaults (``trainguard operator`` without flags).
 OPERATOR_DEFAULTS = Options()
-ONE_AT_A_TIME = "one_at_a_time"
 #: trainguard's operator as it ships: ``--workers`` reconcile workers, which decide each job and write its
 #: status, and one pool of ``APPLY_CONCURRENCY`` threads that sends the actions of every job (pods, Services,
 #: Events), a job's pods side by side; all of them together hold at most ``--requests-in-flight`` requests out at

@@ -143,7 +143,6 @@ class Kube:
         self.connection = connect(kubeconfig)
         #: At most this many requests in flight at once (None: no bound); watches are not counted.
         self._slots: threading.BoundedSemaphore | None = None
-        self.in_flight: int | None = None
 
     def bounded(self, in_flight: int) -> Kube:
         """This connection with at most ``in_flight`` requests out at once, whichever threads send them (the
@@ -151,7 +150,6 @@ class Kube:
         at a time, as a Go controller's worker threads are. The connection itself stays shared."""
         limited = copy.copy(self)
         limited._slots = threading.BoundedSemaphore(in_flight)
-        limited.in_flight = in_flight
         return limited
 
     def unbounded(self) -> Kube:
@@ -159,7 +157,6 @@ class Kube:
         behind the reconciles' requests)."""
         free = copy.copy(self)
         free._slots = None
-        free.in_flight = None
         return free
 
     def close(self) -> None:

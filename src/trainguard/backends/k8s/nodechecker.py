@@ -29,9 +29,8 @@ from trainguard.controller.backend import IsolationMode
 from trainguard.pod.checks import PERIODIC, CheckResult, Settings
 from trainguard.policy.nodechecks import NodeCheck, Verdicts, decide
 
-if (
-    TYPE_CHECKING
-):  # the checker's side (``run``) alone reads a node: the operator never imports the agent's checks
+# The checker's side (``run``) alone reads a node: the operator never imports the agent's checks.
+if TYPE_CHECKING:
     from trainguard.agent.checks.readings import Readings
 
 Obj = dict[str, Any]

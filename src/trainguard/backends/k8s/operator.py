@@ -27,7 +27,7 @@ from trainguard.backends.k8s import agentreports, held, isolation, manifests, me
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
-from trainguard.backends.k8s.events import EventSender, event_body
+from trainguard.backends.k8s.events import EventSender, event_body, post_event
 from trainguard.backends.k8s.fields import CHECKER_POD_FIELDS, JOB_FIELDS, NODE_FIELDS, POD_FIELDS
 from trainguard.backends.k8s.kinds import DEFAULT_KINDS, JobKind
 from trainguard.backends.k8s.leader import LeaderElection
@@ -366,10 +366,9 @@ class Operator:
                            EventType.WARNING, "ReconcileFailed", message, self.clock())  # fmt: skip
         body = event_body(self.kinds[kind_name], namespace, name, uid, action, self.shared.identity)
         try:
-            self.kube.create(f"/api/v1/namespaces/{namespace}/events", body)
+            post_event(self.kube, body)  # said before (409): done
         except ApiError as event_error:
-            if event_error.status != 409:
-                log.warning("%s/%s: cannot record the failure: %s", namespace, name, event_error)
+            log.warning("%s/%s: cannot record the failure: %s", namespace, name, event_error)
 
     def reconcile(self, key: JobKey) -> None:
         kind_name, namespace, name = key
