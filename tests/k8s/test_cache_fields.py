@@ -26,9 +26,8 @@ from trainguard.backends.k8s.kinds import PYTORCHJOB
 from trainguard.backends.k8s.metadata import RENDEZVOUS
 from trainguard.backends.k8s.metrics import snapshots
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
-from trainguard.backends.k8s.operator import _without_status
 from trainguard.backends.k8s.shared import generation_of, owned_by, owner_uid
-from trainguard.backends.k8s.status import read_status
+from trainguard.backends.k8s.status import read_status, without_status
 from trainguard.backends.k8s.ui import _last_exit, _model
 from trainguard.controller.admission import STATUS_OBJECT, is_held
 
@@ -354,7 +353,7 @@ def _job_resource() -> Obj:
 
 
 JOB_READERS: dict[str, Callable[[Obj], object]] = {
-    "operator: the model (load_object)": lambda o: load_object(_without_status(o), "job").job,
+    "operator: the model (load_object)": lambda o: load_object(without_status(o), "job").job,
     "operator: read_status, held": lambda o: (read_status(o), is_held(read_status(o), STATUS_OBJECT)),
     "metrics: snapshots": lambda o: snapshots(lambda: [o])(),
     "ui: the model, the resource's version and creation": lambda o: (

@@ -34,7 +34,7 @@ from trainguard.backends.k8s.leader import LeaderElection
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.backends.k8s.queue import WorkQueue
 from trainguard.backends.k8s.shared import Shared
-from trainguard.backends.k8s.status import read_status, status_document
+from trainguard.backends.k8s.status import read_status, status_document, without_status
 from trainguard.controller import JobStatus, SettledSlots, reconcile
 from trainguard.controller.admission import Hold, admit
 from trainguard.controller.backend import EmitEvent, EventType, IsolationMode
@@ -378,7 +378,7 @@ class Operator:
             return  # deleted: garbage collection removes its pods through their owner references
         source = f"{kind.plural}/{namespace}/{name}"
         try:
-            job = load_object(_without_status(obj), source).job
+            job = load_object(without_status(obj), source).job
             check_runnable(job)
         except SpecError as error:
             self._reject(kind, obj, str(error))
@@ -444,15 +444,3 @@ class Operator:
                 log.warning("%s/%s: cannot record why the job is held: %s", namespace, name, error)
             return
         log.warning("%s/%s held: %s", namespace, name, holding.message)
-
-
-def _without_status(obj: Obj) -> Obj:
-    meta = obj.get("metadata") or {}
-    return {
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "metadata": {
-            key: meta[key] for key in ("name", "namespace", "uid", "labels", "annotations") if key in meta
-        },
-        "spec": obj.get("spec"),
-    }

@@ -55,3 +55,16 @@ def read_status(obj: Obj) -> JobStatus:
 def rfc3339(epoch: float) -> str:
     # Whole seconds first: fromtimestamp rounds to the microsecond, which carries 1.9999995 over to 2.
     return datetime.fromtimestamp(math.floor(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def without_status(obj: Obj) -> Obj:
+    """The job as the model reads it: what the user wrote (kind, name, labels, annotations, spec), not its status."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "uid", "labels", "annotations") if key in meta
+        },
+        "spec": obj.get("spec"),
+    }
