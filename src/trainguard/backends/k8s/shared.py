@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainguard.api import TrainingJob
 from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -49,6 +50,9 @@ class Shared:
     services: set[str] = field(default_factory=set)
     #: Jobs whose rendezvous Service exists (by uid).
     rendezvous_services: set[str] = field(default_factory=set)
+    #: Jobs whose rendezvous store writes are in flight (by uid), each with the look asked for meanwhile: the
+    #: job as last seen and whether its pods were being launched (``store_pod.StorePod.tend``).
+    store_requests: dict[str, tuple[TrainingJob, bool] | None] = field(default_factory=dict)
     #: Horovod jobs whose discovery ConfigMap exists (by uid).
     discovery_maps: set[str] = field(default_factory=set)
     #: Jobs whose ssh Secret exists (by uid).

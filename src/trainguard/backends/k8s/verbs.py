@@ -95,7 +95,7 @@ class OperatorVerbs:
     @contextmanager
     def batch(self, actions: Sequence[Action]) -> Iterator[None]:
         yield
-        self.backend.store_pod.tend_logged(self.job)
+        self.backend.store_pod.tend(self.job)
 
     def before_launches(self) -> None:
         """What a pod is refused or cannot start without: its PodGroup, ServiceAccount, Secret, ConfigMap."""
@@ -107,11 +107,12 @@ class OperatorVerbs:
 
     def beside_launches(self) -> Sequence[Callable[[], None]]:
         """The job's Service (its pods' names resolve once it is there) and its rendezvous store (the agents
-        wait for it, within their patience): side by side with the pods, not one round trip before them."""
+        wait for it, within their patience; its writes go out without the batch waiting for them): side by
+        side with the pods, not one round trip before them."""
         job = self.job
         return (
             partial(self._ensure_service, job),
-            partial(self.backend.store_pod.tend_logged, job, launching=True),
+            partial(self.backend.store_pod.tend, job, launching=True),
         )
 
     def side_by_side(self, chains: Sequence[Callable[[], None]]) -> None:
