@@ -1,7 +1,9 @@
 """The one place that talks to the Kubernetes API: plain JSON over one urllib3 connection pool.
 
 Objects are plain dicts (what ``kubectl get -o json`` shows), for pods, nodes and custom resources alike: the
-operator reads a handful of fields, and typed models would cost a conversion per watch event at scale.
+operator reads a handful of fields, and typed models would cost a conversion per watch event at scale. They are
+read and written by pydantic's JSON parser and serializer (Rust, already loaded for the job's models), which take
+less of the operator's CPU than the standard library's for every watch event and answer.
 Errors come back as ``ApiError`` with the HTTP status, so callers can tell a conflict (409) or a missing
 object (404) from a failure.
 
@@ -21,6 +23,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
+from pydantic_core import from_json, to_json
 
 from trainguard._version import __version__
 from trainguard.backends.k8s import kubeconfig as kubeconfigs
@@ -167,7 +170,7 @@ class Kube:
     ) -> Any:
         """The raw urllib3 response (not read yet), with the connection's TLS and credentials."""
         url, headers = self.connection.prepare(method, path, query, content_type)
-        data = json.dumps(body).encode() if body is not None else None
+        data = to_json(body) if body is not None else None
         try:
             return self.connection.pool.request(
                 method, url, body=data, headers=headers, timeout=timeout, preload_content=False
@@ -185,7 +188,7 @@ class Kube:
         timeout: float = 30,
     ) -> Obj:
         data = self._read(method, path, query or {}, body, content_type, timeout)
-        return json.loads(data) if data else {}
+        return from_json(data) if data else {}
 
     def _read(
         self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: float
@@ -272,7 +275,7 @@ class Kube:
                 *lines, rest = (rest + chunk).split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield from_json(line)
         finally:
             stream.release_conn()
 

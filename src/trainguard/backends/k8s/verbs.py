@@ -14,8 +14,6 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol
 
-from trainguard.agent.nudge import format_nudge
-from trainguard.agent.release import format_release
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import (
     access,
@@ -293,6 +291,8 @@ class OperatorVerbs:
         """Hand the failure to each survivor's agent: ``<token> <time>`` in the pod's nudge annotation, which
         kubelet projects into the file the agent polls (``--nudge-file``); the agent SIGKILLs its workers
         started before that time."""
+        from trainguard.agent.nudge import format_nudge  # the agent's side: loaded when a nudge is first sent
+
         job = self.job
         value = format_nudge(action.token, action.failed_at).strip()
         self._annotate_survivors(job, action.pods, manifests.ANNOTATION_NUDGE, lambda _: value)
@@ -301,6 +301,8 @@ class OperatorVerbs:
         """Hand the lost peer's addresses to each survivor's agent: ``<token> <addresses>`` in the pod's release
         annotation, which kubelet projects into the file the agent polls (``--release-file``); the agent shuts
         down its processes' connections to them (and, in the other hosts, their quiet ones to each other)."""
+        from trainguard.agent.release import format_release  # the agent's side, as format_nudge
+
         job = self.job
 
         def value(name: str) -> str:
