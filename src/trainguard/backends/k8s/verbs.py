@@ -131,7 +131,7 @@ class OperatorVerbs:
                 "namespace": self.namespace,
                 "resourceVersion": self.backend.obj["metadata"]["resourceVersion"],
             },
-            "spec": self.backend.obj.get("spec"),
+            # No spec: the status subresource keeps the stored object's and takes only this status.
             "status": status_document(self.kind, job, status),
         }
         try:
