@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
 
 from trainguard.api import TrainingJob
 from trainguard.backends.local import discovery, nudge
@@ -105,30 +104,36 @@ class LocalBackend:
     def _pod(self, row: PodRecord) -> ObservedPod:
         # A pod still waiting for a slot has never started, so it has no report yet (nothing to read).
         report = Report() if row.state is PodState.PENDING else self.runtime.report(row)
-        # The row counts the restarts in place the controller answered (``Runtime.acknowledge_in_place``).
-        agent = AgentReport.from_summary(report.summary, row.in_place_acked)
-        pod = ObservedPod(
+        # An agent that ended before it started the command (its pre-check failed) has its word too. The row
+        # counts the restarts in place the controller answered (``Runtime.acknowledge_in_place``).
+        heard = report.started or report.exited
+        agent = AgentReport.from_summary(report.summary, row.in_place_acked) if heard else None
+        started_at, exit_code, signal, reason = row.started_at, None, None, None
+        if row.state is PodState.EXITED:
+            phase = ObservedPhase.SUCCEEDED if row.exit_code == 0 else ObservedPhase.FAILED
+            exit_code, signal, reason = row.exit_code, row.signal, row.reason
+        elif row.state is PodState.LOST:  # its node went down with it, or it vanished
+            phase, reason = ObservedPhase.UNKNOWN, row.reason
+        elif row.state in (PodState.PENDING, PodState.LAUNCHING) or not report.started:
+            # Running means the training command runs: until the agent has started it, the pod is creating.
+            phase = ObservedPhase.PENDING
+        else:
+            phase, started_at = ObservedPhase.RUNNING, report.started_at or row.started_at
+        return ObservedPod(
             name=row.name,
             role=row.role,
             index=row.index,
             generation=row.launch,
-            phase=ObservedPhase.RUNNING,
+            phase=phase,
             node=row.node or None,
-            started_at=row.started_at,
+            exit_code=exit_code,
+            signal=signal,
+            reason=reason,
+            started_at=started_at,
             terminating=row.state is PodState.TERMINATING,
             overdue=row.state is PodState.TERMINATING and self._past(row.stop_deadline),
-            # An agent that ended before it started the command (its pre-check failed) has its word too.
-            agent=agent if report.started or report.exited else None,
+            agent=agent,
         )
-        if row.state is PodState.EXITED:
-            phase = ObservedPhase.SUCCEEDED if row.exit_code == 0 else ObservedPhase.FAILED
-            return replace(pod, phase=phase, exit_code=row.exit_code, signal=row.signal, reason=row.reason)
-        if row.state is PodState.LOST:  # its node went down with it, or it vanished
-            return replace(pod, phase=ObservedPhase.UNKNOWN, reason=row.reason)
-        if row.state in (PodState.PENDING, PodState.LAUNCHING) or not report.started:
-            # Running means the training command runs: until the agent has started it, the pod is creating.
-            return replace(pod, phase=ObservedPhase.PENDING)
-        return replace(pod, started_at=report.started_at or row.started_at)
 
     def _past(self, deadline: float | None) -> bool:
         return deadline is not None and self.clock() >= deadline
