@@ -37,7 +37,8 @@ class StoreWrites:
 
 
 class StorePod:
-    """One job's store pod and Service, for one reconcile."""
+    """One job's store pod and Service, as one reconcile looks at them; the writes it hands to the pool may
+    outlive that reconcile (and run the looks asked for after it)."""
 
     def __init__(self, shared: Shared, kind: JobKind, namespace: str, name: str) -> None:
         self.shared = shared
