@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainguard.agent.lease import Answer, answer_of, fenced
+from trainguard.agent.lease import (
+    CONNECT_TIMEOUT,
+    RENEWALS_PER_BOUND,
+    Answer,
+    Reply,
+    answer_of,
+    fenced,
+    next_renewal,
+)
 
 
 @pytest.mark.parametrize(
@@ -58,3 +66,64 @@ def test_without_a_gone_answer_only_the_bound_ends_the_command(
 ) -> None:
     reason = fenced(renewed_at + later, renewed_at, bound, None)
     assert (reason is not None) is (renewed_at + later - renewed_at >= bound)
+
+
+EVERY = 15.0  # the chart's default: a 90 s bound, renewed every 15 s
+RENEWED = Reply(200, "", connected=True)
+UNREACHED = Reply(None, "timed out", connected=False)
+REFUSED = Reply(None, "Connection refused", connected=False)
+UNANSWERED = Reply(None, "timed out", connected=True)
+STARTING = Reply(503, "not synced", connected=True)
+
+
+@pytest.mark.parametrize(
+    ("reply", "took", "after"),
+    [
+        (RENEWED, 0.01, EVERY),  # counted from the sending
+        (RENEWED, 4.0, EVERY),
+        (UNREACHED, CONNECT_TIMEOUT, CONNECT_TIMEOUT),  # a dead address: again at once, on a new connection
+        (REFUSED, 0.001, CONNECT_TIMEOUT),  # refused at once: not asked again in a loop
+        (UNANSWERED, 5.0, 5.0 + EVERY / 3),  # connected, no answer: a third of the interval
+        (STARTING, 0.01, 0.01 + EVERY / 3),
+    ],
+)
+def test_when_the_next_renewal_goes_out(reply: Reply, took: float, after: float) -> None:
+    assert next_renewal(100.0, 100.0 + took, reply, EVERY) == pytest.approx(100.0 + after)
+
+
+def test_a_refused_renewal_is_not_asked_again_sooner_than_a_third_of_a_short_interval() -> None:
+    assert next_renewal(100.0, 100.0, REFUSED, 0.6) == pytest.approx(100.2)
+
+
+def _renewals_before_fenced(bound: float) -> int:
+    """How many renewals go out between the last one that renewed (sent at 0) and the command's end, when each is
+    sent to an address that never answers (``CONNECT_TIMEOUT`` for no connection)."""
+    every = bound / RENEWALS_PER_BOUND
+    at, sent = every, 0
+    while fenced(at, 0.0, bound, None) is None:
+        sent += 1
+        at = next_renewal(at, at + CONNECT_TIMEOUT, UNREACHED, every)
+    return sent
+
+
+@pytest.mark.parametrize(("bound", "renewals"), [(20.0, 17), (90.0, 75)])
+def test_a_dead_replica_costs_a_renewal_one_connect_timeout(bound: float, renewals: int) -> None:
+    """A bound of 20 s (the test clusters': a 30 s fencing) or 90 s (the chart's default) sends that many renewals
+    before it ends the command when none gets a connection. With two replicas, one on a lost node, each goes to the
+    dead one with odds of one half: all of them did once in 2**17 node losses or fewer (it was 1 in 8 with one
+    renewal sent every 6 s at a 20 s bound, each waiting 5 s for its connection)."""
+    assert _renewals_before_fenced(bound) == renewals
+
+
+@given(st.lists(st.booleans(), min_size=17, max_size=17))
+def test_any_live_pick_within_the_bound_renews(picks: list[bool]) -> None:
+    """Whichever replica the Service picks for each renewal, the agent is fenced only when every one of the
+    renewals that fit in the bound went to the dead one."""
+    bound = 20.0
+    every = bound / RENEWALS_PER_BOUND
+    at = every
+    for live in picks:
+        if fenced(at, 0.0, bound, None) is not None or live:
+            break
+        at = next_renewal(at, at + CONNECT_TIMEOUT, UNREACHED, every)
+    assert (fenced(at, 0.0, bound, None) is not None) is (not any(picks))

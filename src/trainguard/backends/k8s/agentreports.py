@@ -188,6 +188,12 @@ def _bearer(authorization: str | None) -> str:
     return token.strip()
 
 
+class _Server(ThreadingHTTPServer):
+    #: Connections waiting to be accepted (socketserver's default is 5): every job pod's agent renews its lease
+    #: here, and a SYN dropped from a full queue costs a renewal its connect timeout (``trainguard.agent.lease``).
+    request_queue_size = 1024
+
+
 def serve(reports: AgentReports, port: int, address: str) -> tuple[ThreadingHTTPServer, str]:
     """Start serving in a daemon thread; returns the server and its URL."""
 
@@ -246,7 +252,7 @@ def serve(reports: AgentReports, port: int, address: str) -> tuple[ThreadingHTTP
         def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)
 
-    server = ThreadingHTTPServer((address, port), Handler)
+    server = _Server((address, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="agent-reports", daemon=True).start()
     host = f"[{address}]" if ":" in address else address
