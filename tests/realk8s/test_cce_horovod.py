@@ -487,6 +487,14 @@ def test_cces_job_as_published_runs_scales_and_recovers(operator: RealCluster) -
             for name in lost:
                 _released(cluster, name)
             _back_at_4(cluster, died_at)
+            # What the survivors' agents said of their leases meanwhile (with -s): the operator's replica on the
+            # lost node stays among its Service's endpoints until the node is NotReady (docs/agent.md, fencing).
+            for name in sorted(set(placed) - set(lost)):
+                lines = cluster.logs(name, timestamps=True).splitlines()
+                said = [
+                    line for line in lines if "lease" in line and log_stamp(line.split(" ", 1)[0]) > died_at
+                ]
+                print(f"{name}'s lease after the loss: {said}")
         finally:
             cluster.start_node(dead)
         wait_for(f"{dead} Ready again", lambda: cluster.node_ready(dead), 120)
