@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,3 +90,49 @@ def gone(pid: int, created: float | None = None) -> bool:
         )
     except psutil.NoSuchProcess:
         return True
+
+
+class LeaseOperator:
+    """A loopback stand-in for the operator's lease endpoint, answering ``status`` (None: the connection is
+    closed with no answer, ``hold`` seconds after the request came); it keeps when each renewal it answered 200
+    arrived, and the path and token of each request."""
+
+    def __init__(self, status: int | None, hold: float = 0.0) -> None:
+        self.status = status
+        self.hold = hold
+        self.paths: list[str] = []
+        self.renewed: list[float] = []
+        self.asked = 0
+        self.tokens: set[str] = set()
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                state.asked += 1
+                state.paths.append(self.path)
+                state.tokens.add(self.headers.get("Authorization", ""))
+                status = state.status
+                if status is None:
+                    time.sleep(state.hold)
+                    self.close_connection = True
+                    return
+                if status == 200:
+                    state.renewed.append(time.monotonic())
+                body = b'{"message": "test"}'
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/agent-lease"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

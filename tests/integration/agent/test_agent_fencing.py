@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import AgentRun, gone, wait_for
+from agent_harness import AgentRun, LeaseOperator, gone, wait_for
 
 from trainguard.pod import contract
 
@@ -25,55 +23,14 @@ pytestmark = pytest.mark.integration
 BOUND = 3.0
 
 
-class Operator:
-    """A loopback stand-in for the operator's lease endpoint, answering ``status`` (None: the connection is
-    closed with no answer); it keeps when each renewal it answered 200 arrived."""
-
-    def __init__(self, status: int | None) -> None:
-        self.status = status
-        self.renewed: list[float] = []
-        self.asked = 0
-        self.tokens: set[str] = set()
-        state = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                state.asked += 1
-                state.tokens.add(self.headers.get("Authorization", ""))
-                status = state.status
-                if status is None:
-                    self.close_connection = True
-                    return
-                if status == 200:
-                    state.renewed.append(time.monotonic())
-                body = b'{"message": "test"}'
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/agent-lease"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def operator() -> Iterator[Operator]:
-    server = Operator(200)
+def operator() -> Iterator[LeaseOperator]:
+    server = LeaseOperator(200)
     yield server
     server.stop()
 
 
-def _start(start_agent: Any, operator: Operator, tmp_path: Path) -> AgentRun:
+def _start(start_agent: Any, operator: LeaseOperator, tmp_path: Path) -> AgentRun:
     token = tmp_path / "token"
     token.write_text("pod-token\n")
     options = ["--lease-url", operator.url, "--fence-after", f"{BOUND:g}", "--report-token", str(token)]
@@ -102,7 +59,7 @@ def _fenced(run: AgentRun) -> None:
 
 @pytest.mark.parametrize("status", [410, 401, 403])
 def test_a_pod_said_gone_ends_its_whole_tree_at_once(
-    start_agent: Any, operator: Operator, tmp_path: Path, status: int
+    start_agent: Any, operator: LeaseOperator, tmp_path: Path, status: int
 ) -> None:
     run = _start(start_agent, operator, tmp_path)
     pids = _tree(run)
@@ -121,7 +78,7 @@ def test_a_pod_said_gone_ends_its_whole_tree_at_once(
 
 @pytest.mark.parametrize("silence", ["503", "no answer", "down"])
 def test_an_operator_unreachable_past_the_bound_ends_the_tree_and_not_before(
-    start_agent: Any, operator: Operator, tmp_path: Path, silence: str
+    start_agent: Any, operator: LeaseOperator, tmp_path: Path, silence: str
 ) -> None:
     run = _start(start_agent, operator, tmp_path)
     pids = _tree(run)
@@ -139,7 +96,7 @@ def test_an_operator_unreachable_past_the_bound_ends_the_tree_and_not_before(
 
 
 def test_no_answer_for_less_than_the_bound_ends_nothing(
-    start_agent: Any, operator: Operator, tmp_path: Path
+    start_agent: Any, operator: LeaseOperator, tmp_path: Path
 ) -> None:
     """An operator restarting (503, then nothing, then answers again) within the bound ends no worker."""
     run = _start(start_agent, operator, tmp_path)
@@ -161,7 +118,7 @@ def test_no_answer_for_less_than_the_bound_ends_nothing(
 
 
 def test_the_command_starts_after_the_first_renewal(
-    start_agent: Any, operator: Operator, tmp_path: Path
+    start_agent: Any, operator: LeaseOperator, tmp_path: Path
 ) -> None:
     operator.status = 503
     run = _start(start_agent, operator, tmp_path)
@@ -177,7 +134,7 @@ def test_the_command_starts_after_the_first_renewal(
 
 
 def test_a_pod_gone_before_its_first_renewal_never_starts_its_command(
-    start_agent: Any, operator: Operator, tmp_path: Path
+    start_agent: Any, operator: LeaseOperator, tmp_path: Path
 ) -> None:
     operator.status = 410
     run = _start(start_agent, operator, tmp_path)

@@ -6,12 +6,11 @@ is NotReady); a connected operator that answers nothing is waited for ``ANSWER_T
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from agent_harness import LeaseOperator
 
 from trainguard.agent import lease
 from trainguard.agent.lease import CONNECT_TIMEOUT, Reply, post_lease
@@ -64,59 +63,28 @@ def test_a_bad_url_says_no_connection() -> None:
     assert (reply.status, reply.connected) == (None, False)
 
 
-class _Operator:
-    def __init__(self, status: int | None) -> None:
-        self.status = status
-        self.seen: list[tuple[str, str]] = []
-        state = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                state.seen.append((self.path, self.headers.get("Authorization", "")))
-                if state.status is None:
-                    time.sleep(1.0)  # connected, and no answer within the answer's wait
-                    return
-                body = b"the operator's words" if state.status >= 300 else b"{}"
-                self.send_response(state.status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/agent-lease?from=test"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.parametrize(
     ("status", "reply"),
     [
         (200, Reply(200, "", connected=True)),
-        (410, Reply(410, "the operator's words", connected=True)),
-        (503, Reply(503, "the operator's words", connected=True)),
+        (410, Reply(410, '{"message": "test"}', connected=True)),
+        (503, Reply(503, '{"message": "test"}', connected=True)),
     ],
 )
 def test_an_answer_is_read_with_its_words(status: int, reply: Reply) -> None:
-    operator = _Operator(status)
+    operator = LeaseOperator(status)
     try:
-        assert post_lease(operator.url, "pod-token") == reply
-        assert operator.seen == [("/v1/agent-lease?from=test", "Bearer pod-token")]
+        assert post_lease(f"{operator.url}?from=test", "pod-token") == reply
+        assert (operator.paths, operator.tokens) == (["/v1/agent-lease?from=test"], {"Bearer pod-token"})
     finally:
-        operator.close()
+        operator.stop()
 
 
 def test_a_connected_operator_that_answers_nothing_is_waited_for_the_answer_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(lease, "ANSWER_TIMEOUT", 0.3)
-    operator = _Operator(None)
+    operator = LeaseOperator(None, hold=1.0)
     try:
         started = time.monotonic()
         reply = post_lease(operator.url, "pod-token")
@@ -124,4 +92,4 @@ def test_a_connected_operator_that_answers_nothing_is_waited_for_the_answer_time
         assert (reply.status, reply.connected) == (None, True)
         assert 0.25 <= took < 1.0, f"{took:.2f} s"
     finally:
-        operator.close()
+        operator.stop()
