@@ -12,13 +12,15 @@ command's whole tree itself (SIGKILL, no grace: a stale incarnation must not wri
   (the operator may have answered it at any moment after): an operator it cannot reach may have replaced it.
 
 Anything else is no answer, and decides nothing by itself: a refused connection, a timeout, 404, 429, 5xx
-(503: the operator is starting and has not read the cluster yet). A renewal that got no connection is sent again at
-once on a new connection (``next_renewal``): the operator's Service sends each connection to one of its replicas
-at random, and a replica on a lost node stays among them until the node is NotReady, its connections unanswered. So an operator restart or a leader change ends
+(503: the operator is starting and has not read the cluster yet). So an operator restart or a leader change ends
 no healthy job as long as it is back within the bound; the operator's one setting (``--fence-seconds``) makes the
 bound generous by default (90 s), and the operator waits that setting before it replaces a pod whose end no
 kubelet confirms (``trainguard.policy.fencing``, which derives ``--fence-after`` from it). The command starts
 only after a first renewal: a pod that the operator has given up on never starts its workers.
+
+A renewal that got no connection is sent again at once, on a new connection (``next_renewal``): the operator's
+Service sends each connection to one of its replicas at random, and a replica on a lost node stays among them,
+its connections unanswered, until the node is NotReady.
 
 Only this machine's monotonic clock is read. Standard library only: it runs in users' images from the bundle.
 """
@@ -133,7 +135,6 @@ class Lease:
         bound: float,
         say: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
-        post: Callable[[str, str], Reply] = post_lease,
     ) -> None:
         self.url = url
         self.token_file = token_file
@@ -141,7 +142,6 @@ class Lease:
         self.every = bound / RENEWALS_PER_BOUND
         self._say = say
         self._clock = clock
-        self._post = post
         self._lock = threading.Condition()
         self._renewed_at: float | None = None
         self._gone: str | None = None
@@ -191,7 +191,7 @@ class Lease:
         except OSError as error:
             reply = Reply(None, f"cannot read the pod's token: {error}", connected=True)
         else:
-            reply = self._post(self.url, token)
+            reply = post_lease(self.url, token)
         answer = answer_of(reply.status)
         if answer is Answer.RENEWED:
             if self._failing:

@@ -125,9 +125,10 @@ def test_fencing_ends_the_tree_from_the_bundle(
     start_agent, python: str, bundle: Path, tmp_path: Path
 ) -> None:
     """The lease (``trainguard.agent.lease``) on Python 3.8 too: renewed, the command runs; gone, it ends."""
-    from test_agent_fencing import BOUND, Operator
+    from agent_harness import LeaseOperator
+    from test_agent_fencing import BOUND
 
-    operator = Operator(200)
+    operator = LeaseOperator(200)
     try:
         token = tmp_path / "token"
         token.write_text("t\n")
