@@ -115,15 +115,16 @@ def test_a_dead_replica_costs_a_renewal_one_connect_timeout(bound: float, renewa
     assert _renewals_before_fenced(bound) == renewals
 
 
-@given(st.lists(st.booleans(), min_size=17, max_size=17))
-def test_any_live_pick_within_the_bound_renews(picks: list[bool]) -> None:
-    """Whichever replica the Service picks for each renewal, the agent is fenced only when every one of the
-    renewals that fit in the bound went to the dead one."""
+@given(st.integers(min_value=0, max_value=40), st.lists(st.booleans(), max_size=20))
+def test_any_live_pick_within_the_bound_renews(dead_first: int, after: list[bool]) -> None:
+    """Whichever replica the Service picks for each renewal, the agent at a 20 s bound is fenced only when each
+    of the 17 renewals that fit in the bound went to the dead one: here the first ``dead_first`` do, then a live
+    one is picked, then anything."""
     bound = 20.0
     every = bound / RENEWALS_PER_BOUND
     at = every
-    for live in picks:
+    for live in [False] * dead_first + [True] + after:
         if fenced(at, 0.0, bound, None) is not None or live:
             break
         at = next_renewal(at, at + CONNECT_TIMEOUT, UNREACHED, every)
-    assert (fenced(at, 0.0, bound, None) is not None) is (not any(picks))
+    assert (fenced(at, 0.0, bound, None) is not None) is (dead_first >= 17)
