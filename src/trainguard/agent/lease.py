@@ -98,12 +98,12 @@ def next_renewal(sent_at: float, done_at: float, reply: Reply, every: float) -> 
     return done_at + every / 3
 
 
-def post_lease(url: str, token: str, connect_timeout: float = CONNECT_TIMEOUT) -> Reply:
+def post_lease(url: str, token: str) -> Reply:
     """One renewal: ``POST url`` with the pod's token, on a connection of its own."""
     try:
         parts = urllib.parse.urlsplit(url)
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        connection = kind(parts.hostname or "", parts.port, timeout=connect_timeout)
+        connection = kind(parts.hostname or "", parts.port, timeout=CONNECT_TIMEOUT)
     except ValueError as error:
         return Reply(None, str(error), connected=False)
     try:

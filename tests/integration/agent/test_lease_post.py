@@ -5,6 +5,7 @@ is NotReady); a connected operator that answers nothing is waited for ``ANSWER_T
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -21,23 +22,22 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def unanswered_address() -> Iterator[str]:
     """A listening socket whose backlog is full: the kernel drops further SYNs, so a connection never completes,
-    as to a pod on a node whose link is down."""
+    as to a pod on a node whose link is down. ``listen(0)`` queues one connection, never accepted here: the
+    filler's, once its handshake is done."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
     port = listener.getsockname()[1]
-    pending = []
-    for _ in range(3):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(("127.0.0.1", port))
-        pending.append(filler)
-    time.sleep(0.1)  # the fillers' handshakes, on loopback
+    filler = socket.socket()
+    filler.setblocking(False)
+    filler.connect_ex(("127.0.0.1", port))
+    _, connected, _ = select.select([], [filler], [], 10.0)  # a loopback handshake, however busy the machine
+    assert connected, "the filler did not connect within 10 s"
+    assert filler.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
     try:
         yield f"http://127.0.0.1:{port}/v1/agent-lease"
     finally:
-        for filler in pending:
-            filler.close()
+        filler.close()
         listener.close()
 
 
