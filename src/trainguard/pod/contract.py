@@ -320,6 +320,10 @@ class LiveKeys:
         """Set by a member's launcher (or the member itself) when its process has ended: no round waits for it."""
         return f"{self.prefix}gone/{member}"
 
+    def finished(self, member: str) -> str:
+        """Set by a member whose run ended (the step it ended at): the rest of its round end theirs, not a fault."""
+        return f"{self.prefix}finished/{member}"
+
     def beat(self, member: str) -> str:
         """A counter the member's watchdog adds to while it lives."""
         return f"{self.prefix}beat/{member}"

@@ -188,6 +188,21 @@ class RoundStore:
                 found.append(member)
         return found
 
+    def still_running(self, n: int, members: tuple[str, ...], staleness: Staleness, now: float) -> list[str]:
+        """The other ``members`` of round ``n`` whose run has not ended: not marked finished, not left (gone, or
+        silent for ``staleness.after``), not arrived in round ``n + 1`` (their collective failed)."""
+        arrivals, _ = self.read_arrivals(self.client, n + 1)
+        moved_on = {arrival.member for arrival in arrivals}
+        left = set(self.silent(self.client, members, staleness, now))
+        return [
+            member
+            for member in members
+            if member != self.member
+            and member not in moved_on
+            and member not in left
+            and not self.client.check([self.keys.finished(member)])
+        ]
+
     def only_newcomers(self, watch: Any, n: int, members: tuple[str, ...]) -> bool:
         """Whether round ``n``'s arrivals so far are all newcomers and no member of this round is marked gone
         (a scale-out or a replacement joining): then nothing is broken, and this round can end at a step's

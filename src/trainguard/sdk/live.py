@@ -46,7 +46,7 @@ from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
 from trainguard.sdk import _livestate, _nccl, _sharded, _spare, _transfer
 from trainguard.sdk._roundgroup import RoundGroup
-from trainguard.sdk._rounds import Formed
+from trainguard.sdk._rounds import Formed, Staleness
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
 from trainguard.sdk._watchdog import Watchdog
 from trainguard.sdk._world import env_int
@@ -230,8 +230,23 @@ class Live:
                 del error
                 self._leave_group()
                 continue
+            self._finish()
             self.close()
             return result
+
+    def _finish(self) -> None:
+        """The run ended: this member marks itself finished, and keeps its group and its beats until every other
+        member of its round has ended its run too (or left the round, or ``timeout`` passed). Members end their
+        last collective at different moments; one that left at once (its connections closed, marked gone)
+        would fail a slower member's last collective, and that member would form a round without it."""
+        with contextlib.suppress(Exception):  # a store that does not answer: nothing to wait for
+            self._client.set(self.keys.finished(self.member), str(self.step))
+            staleness = Staleness(self.stale_after)
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline and self.rounds.still_running(
+                self.round, self.watchdog.members, staleness, time.monotonic()
+            ):
+                time.sleep(self.poll)
 
     def close(self) -> None:
         """Leaves the job: marks this member gone (the others need not wait for it) and ends the group."""

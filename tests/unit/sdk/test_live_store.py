@@ -19,7 +19,7 @@ import pytest
 from trainguard.pod import contract
 from trainguard.pod.contract import LiveKeys
 from trainguard.sdk import _rounds
-from trainguard.sdk._rounds import Arrival, Formed
+from trainguard.sdk._rounds import Arrival, Formed, Staleness
 from trainguard.sdk._roundstore import RoundStore, ended_here
 from trainguard.sdk._storelink import Connection, Link, LiveError
 
@@ -355,3 +355,29 @@ def test_a_stale_incarnation_that_sees_its_replacement_in_the_rounds_stops() -> 
     second = [join(new, 2, 5, 1), join(b, 2, 5, 1)]
     formed = [f() for f in second]
     assert all(f is not None and f.members == (new.member, b.member) for f in formed)
+
+
+# -- the end of a run ----------------------------------------------------------------------------------------
+
+
+def test_a_finished_member_waits_for_the_others_that_still_run() -> None:
+    """A member whose run ended keeps its group until each other member of its round has finished, left it
+    (gone, or silent for the stale time), or arrived in the next round."""
+    server = Server()
+    me = RoundStore(Client(link_to(server)), KEYS, member("a"), 0.01)
+    others = {name: member(name) for name in "bcdef"}
+    everyone = (me.member, *others.values())
+    raw = server.open(1.0)
+    staleness = Staleness(1.5)
+    for m in everyone:
+        raw.add(KEYS.beat(m), 1)
+    assert me.still_running(4, everyone, staleness, 0.0) == list(others.values())
+    raw.set(KEYS.finished(others["b"]), "100")
+    raw.set(KEYS.gone(others["c"]), "1")
+    RoundStore(Client(link_to(server)), KEYS, others["d"], 0.01).arrive(5, 99)
+    for name in "bcdf":  # e beats no more
+        raw.add(KEYS.beat(others[name]), 1)
+    assert me.still_running(4, everyone, staleness, 1.0) == [others["e"], others["f"]]
+    assert me.still_running(4, everyone, staleness, 1.6) == [others["f"]]  # e silent for 1.6 s
+    raw.set(KEYS.finished(others["f"]), "100")
+    assert me.still_running(4, everyone, staleness, 1.7) == []
