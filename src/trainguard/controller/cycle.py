@@ -102,7 +102,9 @@ class Cycle:
             now=now,
             observed=observed,
             before=status,
-            state=(state := status.policy(settled.codec if settled is not None else None)),
+            state=(
+                state := status.policy(settled.codec_of(keys.job_key(job)) if settled is not None else None)
+            ),
             initial_state=state,
             phase=status.phase,
             slots={pod.name: pod for pod in status.pods},

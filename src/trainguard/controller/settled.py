@@ -17,15 +17,21 @@ class SettledSlots:
         #: Jobs remembered at most (those reconciled lately); past it, the table starts again.
         self.max_jobs = max_jobs
         self._jobs: dict[str, dict[str, tuple[PodStatus, ObservedPod]]] = {}
-        #: Reads and writes ``JobStatus.policy_state`` for this controller's reconciles, remembering the
-        #: entries it read and wrote (so an unchanged pod's counters are not parsed or written again). Owned
-        #: here, by one controller, rather than shared by every job of the process.
-        self.codec = StateCodec()
+        #: Job key -> what reads and writes its ``JobStatus.policy_state`` in this controller's reconciles,
+        #: remembering the entries of its latest read and write (so an unchanged pod's counters are not parsed or
+        #: written again). Owned here, by one controller, rather than shared by every job of the process.
+        self._codecs: dict[str, StateCodec] = {}
 
     def of(self, job: str) -> dict[str, tuple[PodStatus, ObservedPod]]:
         if job not in self._jobs and len(self._jobs) >= self.max_jobs:
             self._jobs.clear()
         return self._jobs.setdefault(job, {})
 
+    def codec_of(self, job: str) -> StateCodec:
+        if job not in self._codecs and len(self._codecs) >= self.max_jobs:
+            self._codecs.clear()
+        return self._codecs.setdefault(job, StateCodec())
+
     def clear(self) -> None:
         self._jobs.clear()
+        self._codecs.clear()

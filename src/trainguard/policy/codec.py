@@ -13,7 +13,13 @@ pods and changes the counters of a few per reconcile, so a ``StateCodec`` rememb
 
 Either way the result is what ``to_dict``/``from_dict`` give, value for value; ``StateCodec`` only skips work.
 Entries written are shared between the dicts returned: a caller must treat them as read-only (a status
-does). The memory is bounded: past ``limit`` entries a table starts again empty.
+does).
+
+One codec serves one job (``SettledSlots.codec_of``), and remembers only what its latest read and write used: a
+read keeps the entries it read (and the written entries of their counters), a write the entries it wrote, and
+everything older is let go. Its memory is that of the job's current entries, twice at most, however many
+versions of the status came and went (a table that filled up to a fixed bound held every pod of every version
+it had seen: thousands of entries for a few hundred pods).
 """
 
 from __future__ import annotations
@@ -31,17 +37,13 @@ from trainguard.policy.types import (
     pod_entry_to_dict,
 )
 
-#: Entries remembered per table: room for a few jobs of 16,384 pods and their latest changes.
-DEFAULT_LIMIT = 1 << 16
-
 _FIRST = itemgetter(0)
 _Written = tuple[PodRef, PodCounters, dict[str, Any], dict[str, Any]]
 _Read = tuple[Mapping[str, Any], dict[str, Any], tuple[PodRef, PodCounters]]
 
 
 class StateCodec:
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
-        self.limit = limit
+    def __init__(self) -> None:
         #: id(counters) -> (ref, counters, the entry written, a copy of it)
         self._written: dict[int, _Written] = {}
         #: id(entry) -> (entry, a copy of it, what it reads as)
@@ -54,25 +56,34 @@ class StateCodec:
         return PolicyState.from_dict(data, self._read_pods)
 
     def _write_pods(self, pods: Mapping[PodRef, PodCounters]) -> list[dict[str, Any]]:
-        written = self._written
+        known_before = self._written
+        written: dict[int, _Written] = {}
+        self._written = written
         entries = []
         # Sorted by (role, index) alone (unique in a mapping), so neither a PodRef is hashed to look its
         # counters up nor two compared.
         for _, (ref, counters) in sorted(zip(map(REF_ORDER, pods), pods.items(), strict=True), key=_FIRST):
-            known = written.get(id(counters))
+            known = known_before.get(id(counters))
             if known is not None and known[0] is ref and known[1] is counters and known[2] == known[3]:
+                written[id(counters)] = known
                 entries.append(known[2])
             else:
                 entries.append(self._write(ref, counters))
         return entries
 
     def _read_pods(self, entries: Iterable[Mapping[str, Any]]) -> dict[PodRef, PodCounters]:
-        read = self._read
+        known_before, written_before = self._read, self._written
+        read: dict[int, _Read] = {}
+        self._read, self._written = read, {}
         pods = {}
         for entry in entries:
-            known = read.get(id(entry))
+            known = known_before.get(id(entry))
             if known is not None and known[0] is entry and known[1] == entry:
+                read[id(entry)] = known
                 ref, counters = known[2]
+                was_written = written_before.get(id(counters))
+                if was_written is not None:
+                    self._written[id(counters)] = was_written
             else:
                 ref, counters = self._parse(entry)
             pods[ref] = counters
@@ -80,21 +91,16 @@ class StateCodec:
 
     def _write(self, ref: PodRef, counters: PodCounters) -> dict[str, Any]:
         entry = pod_entry_to_dict(ref, counters)
-        self._remember(self._written)[id(counters)] = (ref, counters, entry, dict(entry))
+        self._written[id(counters)] = (ref, counters, entry, dict(entry))
         return entry
 
     def _parse(self, entry: Mapping[str, Any]) -> tuple[PodRef, PodCounters]:
         parsed = ref, counters = pod_entry_from_dict(entry)
         if isinstance(entry, dict):
-            self._remember(self._read)[id(entry)] = (entry, dict(entry), parsed)
+            self._read[id(entry)] = (entry, dict(entry), parsed)
         # The entry these counters will be written as, known at once; and since what was parsed has the
         # types an entry is read into, that entry reads back as the very same objects (nothing to parse).
         written = pod_entry_to_dict(ref, counters)
-        self._remember(self._written)[id(counters)] = (ref, counters, written, dict(written))
-        self._remember(self._read)[id(written)] = (written, dict(written), parsed)
+        self._written[id(counters)] = (ref, counters, written, dict(written))
+        self._read[id(written)] = (written, dict(written), parsed)
         return parsed
-
-    def _remember(self, table: dict[int, Any]) -> dict[int, Any]:
-        if len(table) >= self.limit:
-            table.clear()
-        return table

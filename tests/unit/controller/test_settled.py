@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.controller.harness import cce_spec, make_job, with_role
-from trainguard.controller import JobPhase, JobStatus, ReconcileResult, SettledSlots, reconcile
+from trainguard.controller import JobPhase, JobStatus, ReconcileResult, SettledSlots, keys, reconcile
 from trainguard.controller import faults as faults_module
 from trainguard.controller.backend import Observed, ObservedNode, ObservedPhase, ObservedPod, TerminatePod
 from trainguard.controller.phases import PodPhase
@@ -222,11 +222,13 @@ def test_each_controller_owns_its_policy_codec() -> None:
     counted = PolicyState(pods={PodRef("trainer", 0): PodCounters(restarts=1)}).to_dict()
     status = status.model_copy(update={"policy_state": counted})
     mine, other = SettledSlots(), SettledSlots()
-    assert mine.codec is not other.codec
+    key = keys.job_key(job)
+    assert mine.codec_of(key) is not other.codec_of(key)
+    assert mine.codec_of(key) is mine.codec_of(key)
     first = reconcile(job, status, observed, 3.0, mine)
-    assert mine.codec._read or mine.codec._written
-    assert not other.codec._read
-    assert not other.codec._written
+    assert mine.codec_of(key)._read or mine.codec_of(key)._written
+    assert not other.codec_of(key)._read
+    assert not other.codec_of(key)._written
     # The same decisions with a codec of its own, another's, or none: the cache only saves work.
     assert reconcile(job, status, observed, 3.0, other).status == first.status
     assert reconcile(job, status, observed, 3.0).status == first.status

@@ -206,6 +206,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainguard.backends.k8s import arenas
+
+    malloc_arenas = arenas.cap()  # before any thread starts
     try:
         from trainguard.backends.k8s import manifests
         from trainguard.backends.k8s.client import Kube
@@ -222,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger(__name__).info("malloc arenas: %s", malloc_arenas)
     if args.requests_in_flight < 0:
         raise CliError(
             f"--requests-in-flight: {args.requests_in_flight} is negative; give the requests the operator may have "
