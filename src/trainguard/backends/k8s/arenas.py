@@ -6,7 +6,7 @@ threads that send a job's pods side by side, the watches, the Events' sender) ea
 each, every one of them keeps its own free memory, and the process's resident memory is their sum. Two arenas
 hold about what one does and let two threads allocate at once (Python's own objects come from its allocator, which
 holds the interpreter's lock anyway): at 100 kwok nodes and 400 pods the operator's peak memory went down by 1-3.5
-MiB and its CPU time by a fifth (docs/operator.md, "Memory").
+MiB and its CPU time by about a sixth (docs/operator.md, "Two rounds at a tenth of full size").
 
 It is what ``MALLOC_ARENA_MAX`` does, set from the process itself (``mallopt``), before its threads start; a
 ``MALLOC_ARENA_MAX`` in the environment is the user's and wins. A C library other than glibc (musl's has no
