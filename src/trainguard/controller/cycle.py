@@ -38,6 +38,7 @@ from trainguard.controller.status import (
     PhaseTransition,
     PodStatus,
 )
+from trainguard.policy.codec import StateCodec
 from trainguard.policy.types import PodRef, PolicyState
 
 _INDEX = attrgetter("index")
@@ -68,6 +69,8 @@ class Cycle:
     initial_state: PolicyState | None = None
     #: The caller's memory of settled slots (``faults.SettledSlots``), if it keeps one.
     settled: SettledSlots | None = None
+    #: What reads and writes this job's policy state: the caller's (``SettledSlots.codec_of``), or a plain one.
+    codec: StateCodec | None = None
     #: The observation indexed by name (pods of a slot, nodes, failed launches), so that lookups do not
     #: scan it.
     _pods_by_name: dict[str, list[ObservedPod]] = field(default_factory=dict)
@@ -97,14 +100,13 @@ class Cycle:
         now: float,
         settled: SettledSlots | None = None,
     ) -> Cycle:
+        codec = settled.codec_of(keys.job_key(job)) if settled is not None else None
         return cls(
             job=job,
             now=now,
             observed=observed,
             before=status,
-            state=(
-                state := status.policy(settled.codec_of(keys.job_key(job)) if settled is not None else None)
-            ),
+            state=(state := status.policy(codec)),
             initial_state=state,
             phase=status.phase,
             slots={pod.name: pod for pod in status.pods},
@@ -113,6 +115,7 @@ class Cycle:
             issued=dict.fromkeys(status.issued_keys),
             event_seq=status.event_seq,
             settled=settled,
+            codec=codec,
         )
 
     # ---- looking things up ------------------------------------------------------------------------

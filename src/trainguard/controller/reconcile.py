@@ -191,10 +191,7 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
             "history": tuple(cycle.history[-MAX_HISTORY:]),
             "policy_state": before.policy_state
             if cycle.state is cycle.initial_state
-            else saved_policy(
-                cycle.state,
-                cycle.settled.codec_of(keys.job_key(cycle.job)) if cycle.settled is not None else None,
-            ),
+            else saved_policy(cycle.state, cycle.codec),
             "event_seq": cycle.event_seq,
         }
     )
