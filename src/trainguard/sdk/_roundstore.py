@@ -203,6 +203,13 @@ class RoundStore:
             and not self.client.check([self.keys.finished(member)])
         ]
 
+    def wait_while_running(self, n: int, members: tuple[str, ...], stale_after: float, within: float) -> None:
+        """Returns once no other member of round ``n`` is ``still_running``, or after ``within`` seconds."""
+        staleness = Staleness(stale_after)
+        deadline = time.monotonic() + within
+        while (now := time.monotonic()) < deadline and self.still_running(n, members, staleness, now):
+            time.sleep(self.poll)
+
     def only_newcomers(self, watch: Any, n: int, members: tuple[str, ...]) -> bool:
         """Whether round ``n``'s arrivals so far are all newcomers and no member of this round is marked gone
         (a scale-out or a replacement joining): then nothing is broken, and this round can end at a step's

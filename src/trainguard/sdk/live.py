@@ -46,7 +46,7 @@ from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
 from trainguard.sdk import _livestate, _nccl, _sharded, _spare, _transfer
 from trainguard.sdk._roundgroup import RoundGroup
-from trainguard.sdk._rounds import Formed, Staleness
+from trainguard.sdk._rounds import Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
 from trainguard.sdk._watchdog import Watchdog
 from trainguard.sdk._world import env_int
@@ -241,12 +241,7 @@ class Live:
         would fail a slower member's last collective, and that member would form a round without it."""
         with contextlib.suppress(Exception):  # a store that does not answer: nothing to wait for
             self._client.set(self.keys.finished(self.member), str(self.step))
-            staleness = Staleness(self.stale_after)
-            deadline = time.monotonic() + self.timeout
-            while time.monotonic() < deadline and self.rounds.still_running(
-                self.round, self.watchdog.members, staleness, time.monotonic()
-            ):
-                time.sleep(self.poll)
+            self.rounds.wait_while_running(self.round, self.watchdog.members, self.stale_after, self.timeout)
 
     def close(self) -> None:
         """Leaves the job: marks this member gone (the others need not wait for it) and ends the group."""

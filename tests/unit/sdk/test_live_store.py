@@ -381,3 +381,18 @@ def test_a_finished_member_waits_for_the_others_that_still_run() -> None:
     assert me.still_running(4, everyone, staleness, 1.6) == [others["f"]]  # e silent for 1.6 s
     raw.set(KEYS.finished(others["f"]), "100")
     assert me.still_running(4, everyone, staleness, 1.7) == []
+
+
+def test_the_wait_at_the_end_ends_when_the_others_finish_or_at_its_bound() -> None:
+    server = Server()
+    me = RoundStore(Client(link_to(server)), KEYS, member("a"), 0.01)
+    other = member("b")
+    raw = server.open(1.0)
+    raw.add(KEYS.beat(other), 1)
+    started = time.monotonic()
+    me.wait_while_running(4, (me.member, other), 30.0, 0.3)  # b beats on, never finishes: the bound ends it
+    assert 0.3 <= time.monotonic() - started < 10
+    raw.set(KEYS.finished(other), "100")
+    started = time.monotonic()
+    me.wait_while_running(4, (me.member, other), 30.0, 20.0)
+    assert time.monotonic() - started < 10  # b finished: at once, far from the 20 s bound
