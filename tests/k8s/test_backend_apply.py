@@ -75,9 +75,14 @@ def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
     return JobBackend(Shared(kube, pods, nodes), AITRAININGJOB, obj)  # type: ignore[arg-type]
 
 
+#: A job whose status was stored before (by a reconcile that launched nothing): its decisions are written before
+#: its pods (a job never stored writes once, after them).
+STORED = JobStatus(revision=1)
+
+
 def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     obj, job = _cce_job()
-    actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    actions = reconcile(job, STORED, Observed(), now=1000.0).actions
     launches = [a for a in actions if isinstance(a, LaunchPod)]
     assert len(launches) == 4
     assert isinstance(actions[0], WriteStatus)
@@ -97,9 +102,25 @@ def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     assert backend.written == actions[-1].status
 
 
-def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
+def test_a_new_jobs_pods_are_created_side_by_side_before_its_one_status_write() -> None:
     obj, job = _cce_job()
     actions = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    assert [i for i, a in enumerate(actions) if isinstance(a, WriteStatus)] == [len(actions) - 1]
+    kube = FakeKube(together=5, beside=("services",))
+    backend = _backend(kube, obj)
+    backend.apply(job, actions)
+
+    assert [c for c in kube.calls if c[0] == "PUT"] == [("PUT", "status")]
+    assert kube.calls[-1] == ("PUT", "status")
+    kinds = [path for _, path in kube.calls[:-1]]
+    assert kinds.count("pods") == 4
+    assert kinds.count("services") == 1
+    assert backend.written == actions[-1].status
+
+
+def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
+    obj, job = _cce_job()
+    actions = reconcile(job, STORED, Observed(), now=1000.0).actions
     kube = FakeKube(together=4, conflict=True)
     backend = _backend(kube, obj)
     assert backend.apply(job, actions).conflict

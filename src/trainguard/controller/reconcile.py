@@ -19,7 +19,7 @@ from trainguard.api import TrainingJob
 from trainguard.controller import keys
 from trainguard.controller.actuate import actuate, unseen_until
 from trainguard.controller.agentless import warn_pods_without_agent
-from trainguard.controller.backend import Action, EmitEvent, Observed, WriteStatus
+from trainguard.controller.backend import Action, EmitEvent, LaunchPod, Observed, WriteStatus
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faultcheck import record_checks, reissue_deadlines, reissue_wake_at
@@ -159,6 +159,14 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
     return min(times, default=None)
 
 
+def _stored_after(before: JobStatus, actions: list[Action]) -> bool:
+    """Whether this cycle's decision may be stored once, after its actions (``_finish``): events alone, or a job
+    never stored before whose actions are only launches and events."""
+    if all(isinstance(action, EmitEvent) for action in actions):
+        return True
+    return before.revision == 0 and all(isinstance(action, (LaunchPod, EmitEvent)) for action in actions)
+
+
 def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     """The next status, and the actions with the status writes around them.
 
@@ -167,7 +175,10 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     in between finds its decisions, and issues again whatever it had not yet recorded as issued. Events
     alone change nothing the controller observes: a batch of only events is stored once, after them (a
     controller that crashes before that write decides the same from the same status and observation, and
-    sends the same events under the same keys, which the backend ignores).
+    sends the same events under the same keys, which the backend ignores). So is a job's first decision when all
+    it does is launch the job's pods (and say so): a controller that crashes before that write begins the job
+    again from nothing, and launches the same pods under the same keys, which the backend finds there
+    (``_stored_after``). That saves a new job a status write and its round trip before its pods.
     """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
@@ -197,7 +208,7 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     )
     actions: list[Action] = []
     stored = before
-    if decided != before and not all(isinstance(action, EmitEvent) for action in cycle.actions):
+    if decided != before and not _stored_after(before, cycle.actions):
         stored = decided.model_copy(update={"revision": before.revision + 1})
         actions.append(WriteStatus(keys.status(cycle.job, stored.revision), stored))
     actions.extend(cycle.actions)

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
-from tests.unit.controller.harness import Harness
-from trainguard.controller import JobPhase, JobStatus, reconcile
+import pytest
+
+from tests.unit.controller.harness import Harness, make_job, worker_job
+from trainguard.api import TrainingJob
+from trainguard.controller import (
+    EmitEvent,
+    JobPhase,
+    JobStatus,
+    LaunchPod,
+    TerminatePod,
+    WriteStatus,
+    reconcile,
+)
 
 LAUNCHER = "test-horovod-elastic-launcher-0"
 
@@ -76,3 +88,38 @@ def test_the_same_observation_reconciled_again_issues_nothing() -> None:
     second = reconcile(h.job, first.status, observed, h.cluster.now)
     assert second.actions == ()
     assert second.status == first.status
+
+
+@pytest.mark.parametrize(
+    "job", [worker_job(3), make_job()], ids=["PyTorch's master and workers", "CCE's job"]
+)
+def test_a_controller_that_crashes_in_a_new_jobs_first_batch_launches_each_pod_once(job: TrainingJob) -> None:
+    """A new job's first decision, when it only launches pods, is stored after them (one status write, no round
+    trip before the pods); a crash after any part of the batch begins the job again from nothing, and each of
+    its pods is launched once, under the same key."""
+    first = reconcile(job, JobStatus(), Harness.start(job, nodes=7).cluster.observe(job), 0.0)
+    writes = [i for i, action in enumerate(first.actions) if isinstance(action, WriteStatus)]
+    assert writes == [len(first.actions) - 1]
+    assert {type(action) for action in first.actions[:-1]} == {LaunchPod, EmitEvent}
+    for cut in range(len(first.actions)):
+        h = Harness.start(job, nodes=7)
+        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
+        h.cluster.apply(h.job, result.actions[:cut])
+        h.status = h.cluster.stored or JobStatus()  # the controller's successor reads what was stored
+        h.cluster.advance(1)
+        h.running()
+        assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
+        launched = Counter((a.pod, a.generation) for a in h.cluster.launches())
+        assert set(launched.values()) == {1}, (cut, launched)
+        assert {pod.name for pod in h.status.pods} == {pod for pod, _ in launched}, cut
+
+
+def test_a_restart_is_stored_before_its_launch() -> None:
+    """Only a job never stored launches before its write: a restart's decision (counted, with its backoff) is
+    stored first."""
+    h = Harness.start()
+    h.running()
+    h.cluster.exit(LAUNCHER, 129)
+    result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
+    assert isinstance(result.actions[0], WriteStatus)
+    assert any(isinstance(action, (LaunchPod, TerminatePod)) for action in result.actions)
