@@ -21,7 +21,7 @@ from trainguard.backends.k8s.client import ApiError
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.shared import Shared
 from trainguard.backends.k8s.verbs import OperatorVerbs
-from trainguard.controller import reconcile
+from trainguard.controller import keys, reconcile
 from trainguard.controller.backend import LaunchPod, Observed, WriteStatus
 from trainguard.controller.status import JobStatus
 
@@ -75,14 +75,18 @@ def _backend(kube: FakeKube, obj: Obj) -> JobBackend:
     return JobBackend(Shared(kube, pods, nodes), AITRAININGJOB, obj)  # type: ignore[arg-type]
 
 
-#: A job whose status was stored before (by a reconcile that launched nothing): its decisions are written before
-#: its pods (a job never stored writes once, after them).
-STORED = JobStatus(revision=1)
+def _decided_first(job: Any) -> list[Any]:
+    """A new job's first batch as a batch whose decisions are written before its pods (a restart's, say): the
+    decisions' write, the launches and events, the write of their keys."""
+    *between, final = reconcile(job, JobStatus(), Observed(), now=1000.0).actions
+    decisions = WriteStatus(keys.status(job, 1), final.status.model_copy(update={"revision": 1}))
+    keys_write = WriteStatus(keys.status(job, 2), final.status.model_copy(update={"revision": 2}))
+    return [decisions, *between, keys_write]
 
 
 def test_pods_are_created_side_by_side_between_the_status_writes() -> None:
     obj, job = _cce_job()
-    actions = reconcile(job, STORED, Observed(), now=1000.0).actions
+    actions = _decided_first(job)
     launches = [a for a in actions if isinstance(a, LaunchPod)]
     assert len(launches) == 4
     assert isinstance(actions[0], WriteStatus)
@@ -120,7 +124,7 @@ def test_a_new_jobs_pods_are_created_side_by_side_before_its_one_status_write() 
 
 def test_a_conflict_on_the_decisions_write_creates_nothing() -> None:
     obj, job = _cce_job()
-    actions = reconcile(job, STORED, Observed(), now=1000.0).actions
+    actions = _decided_first(job)
     kube = FakeKube(together=4, conflict=True)
     backend = _backend(kube, obj)
     assert backend.apply(job, actions).conflict

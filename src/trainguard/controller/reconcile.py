@@ -160,11 +160,15 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
 
 
 def _stored_after(before: JobStatus, actions: list[Action]) -> bool:
-    """Whether this cycle's decision may be stored once, after its actions (``_finish``): events alone, or a job
-    never stored before whose actions are only launches and events."""
+    """Whether this cycle's decision may be stored once, after its actions (``_finish``): events alone, or the
+    first launches of pods the stored status does not have yet (a new job's, a scale-out's), with their events."""
     if all(isinstance(action, EmitEvent) for action in actions):
         return True
-    return before.revision == 0 and all(isinstance(action, (LaunchPod, EmitEvent)) for action in actions)
+    known = {slot.name for slot in before.pods}
+    return all(
+        isinstance(action, EmitEvent) or (isinstance(action, LaunchPod) and action.pod not in known)
+        for action in actions
+    )
 
 
 def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
@@ -175,10 +179,11 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     in between finds its decisions, and issues again whatever it had not yet recorded as issued. Events
     alone change nothing the controller observes: a batch of only events is stored once, after them (a
     controller that crashes before that write decides the same from the same status and observation, and
-    sends the same events under the same keys, which the backend ignores). So is a job's first decision when all
-    it does is launch the job's pods (and say so): a controller that crashes before that write begins the job
-    again from nothing, and launches the same pods under the same keys, which the backend finds there
-    (``_stored_after``). That saves a new job a status write and its round trip before its pods.
+    sends the same events under the same keys, which the backend ignores). So is a decision whose only actions
+    are the first launches of pods the stored status does not have (a new job's, a scale-out's) and their events
+    (``_stored_after``): they follow from the spec and the stored status alone, so a controller that crashes
+    before the write decides them again, and launches the same pods under the same keys, which the backend finds
+    there. That saves a new job and a scale-out a status write and its round trip before their pods.
     """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())

@@ -123,3 +123,28 @@ def test_a_restart_is_stored_before_its_launch() -> None:
     result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
     assert isinstance(result.actions[0], WriteStatus)
     assert any(isinstance(action, (LaunchPod, TerminatePod)) for action in result.actions)
+
+
+def test_a_controller_that_crashes_in_a_scale_outs_batch_launches_the_new_pod_once() -> None:
+    """A scale-out's batch (its new pod's first launch and its events) is stored once, after it; a crash after
+    any part of it takes the same scale request again, and launches the new pod once."""
+    new = "test-horovod-elastic-trainer-3"
+    probe = Harness.start()
+    probe.running()
+    probe.cluster.scale("trainer", 4)
+    batch = reconcile(probe.job, probe.status, probe.cluster.observe(probe.job), probe.cluster.now).actions
+    assert [i for i, action in enumerate(batch) if isinstance(action, WriteStatus)] == [len(batch) - 1]
+    assert [action.pod for action in batch if isinstance(action, LaunchPod)] == [new]
+    for cut in range(len(batch)):
+        h = Harness.start()
+        h.running()
+        before = h.status
+        h.cluster.scale("trainer", 4)
+        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
+        h.cluster.apply(h.job, result.actions[:cut])
+        h.status = h.cluster.stored if h.cluster.stored is not None else before
+        h.cluster.advance(1)
+        h.run_until(lambda h: h.status.phase is JobPhase.RUNNING and new in h.cluster.running())
+        assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
+        assert [(a.pod, a.generation) for a in h.cluster.launches() if a.pod == new] == [(new, 1)], cut
+        assert h.status.desired["trainer"] == 4, cut
