@@ -160,15 +160,23 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
 
 
 def _stored_after(before: JobStatus, actions: list[Action]) -> bool:
-    """Whether this cycle's decision may be stored once, after its actions (``_finish``): events alone, or the
-    first launches of pods the stored status does not have yet (a new job's, a scale-out's), with their events."""
+    """Whether this cycle's decision may be stored once, after its actions (``_finish``): events alone, or
+    launches that the stored status already decides (see ``_decided``), with their events."""
     if all(isinstance(action, EmitEvent) for action in actions):
         return True
-    known = {slot.name for slot in before.pods}
+    generations = {slot.name: slot.generation for slot in before.pods}
     return all(
-        isinstance(action, EmitEvent) or (isinstance(action, LaunchPod) and action.pod not in known)
+        isinstance(action, EmitEvent) or (isinstance(action, LaunchPod) and _decided(action, generations))
         for action in actions
     )
+
+
+def _decided(launch: LaunchPod, generations: dict[str, int]) -> bool:
+    """A launch that follows from the stored status and the spec alone: of a pod the status does not have yet (a
+    new job's, a scale-out's), or of the incarnation the status already holds for its pod (a restart decided and
+    stored before, whose pod is launched once the previous one is gone)."""
+    stored = generations.get(launch.pod)
+    return stored is None or stored == launch.generation
 
 
 def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
@@ -180,10 +188,10 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     alone change nothing the controller observes: a batch of only events is stored once, after them (a
     controller that crashes before that write decides the same from the same status and observation, and
     sends the same events under the same keys, which the backend ignores). So is a decision whose only actions
-    are the first launches of pods the stored status does not have (a new job's, a scale-out's) and their events
-    (``_stored_after``): they follow from the spec and the stored status alone, so a controller that crashes
-    before the write decides them again, and launches the same pods under the same keys, which the backend finds
-    there. That saves a new job and a scale-out a status write and its round trip before their pods.
+    are launches that follow from the spec and the stored status alone, and their events (``_stored_after``):
+    a controller that crashes before the write decides them again, and launches the same pods under the same
+    keys, which the backend finds there. That saves a new job, a scale-out and a restart's launch a status write
+    and its round trip before their pods; a decision that counts a fault or removes a pod is stored first.
     """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())

@@ -148,3 +148,34 @@ def test_a_controller_that_crashes_in_a_scale_outs_batch_launches_the_new_pod_on
         assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
         assert [(a.pod, a.generation) for a in h.cluster.launches() if a.pod == new] == [(new, 1)], cut
         assert h.status.desired["trainer"] == 4, cut
+
+
+def test_a_controller_that_crashes_in_a_restarts_launch_launches_the_next_incarnation_once() -> None:
+    """A restart is stored before its pod is removed; the launch of its next incarnation, once the previous one
+    is gone, is stored after it. A crash after any part of that launch's batch launches the incarnation once,
+    and the restart stays counted once."""
+    failed = "job-worker-1"
+
+    def restarting() -> tuple[Harness, JobStatus]:
+        h = Harness.start(worker_job(3))
+        h.running()
+        h.cluster.exit(failed, 137)
+        decided = h.step()
+        assert isinstance(decided.actions[0], WriteStatus)  # the restart, counted, before the removal
+        h.cluster.progress()
+        return h, h.status
+
+    probe, _ = restarting()
+    batch = reconcile(probe.job, probe.status, probe.cluster.observe(probe.job), probe.cluster.now).actions
+    assert [(a.pod, a.generation) for a in batch if isinstance(a, LaunchPod)] == [(failed, 2)]
+    assert [i for i, action in enumerate(batch) if isinstance(action, WriteStatus)] == [len(batch) - 1]
+    for cut in range(len(batch)):
+        h, before = restarting()
+        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
+        h.cluster.apply(h.job, result.actions[:cut])
+        h.status = h.cluster.stored if h.cluster.stored is not None else before
+        h.cluster.advance(1)
+        h.running()
+        assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
+        assert [a.generation for a in h.cluster.launches() if a.pod == failed] == [1, 2], cut
+        assert h.status.restart_counts["worker"] == 1, cut
