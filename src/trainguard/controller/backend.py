@@ -24,7 +24,9 @@ The rules (``trainguard.controller.apply``):
   controller that crashes in between finds its decisions stored (so it never mistakes a pod it removed for
   one that vanished) and issues again, under the same keys, whatever it had not recorded as issued. A batch
   of events alone is stored once, after them: they change nothing observed, so the same status and
-  observation decide them again under the same keys.
+  observation decide them again under the same keys. So is a batch of launches that the stored status
+  already decides (a new job's pods, a scale-out's, a stored restart's next incarnation) and their events:
+  the same status and spec decide them again, and the backend finds the pods launched.
 - ``apply`` never raises for an action that fails: the failure is recorded under the action's key, in
   ``Observed.errors``, and the controller decides what to do with it next time. A failure marked
   ``transient`` (the backend raised ``NotYet``: the action must wait for something, such as the previous
