@@ -160,10 +160,8 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
 
 
 def _stored_after(before: JobStatus, actions: list[Action]) -> bool:
-    """Whether this cycle's decision may be stored once, after its actions (``_finish``): events alone, or
-    launches that the stored status already decides (see ``_decided``), with their events."""
-    if all(isinstance(action, EmitEvent) for action in actions):
-        return True
+    """Whether this cycle's decision may be stored once, after its actions (``_finish``): its actions are events
+    and launches that the stored status already decides (see ``_decided``), events alone included."""
     generations = {slot.name: slot.generation for slot in before.pods}
     return all(
         isinstance(action, EmitEvent) or (isinstance(action, LaunchPod) and _decided(action, generations))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,27 @@ def test_the_same_observation_reconciled_again_issues_nothing() -> None:
     assert second.status == first.status
 
 
+def _writes(actions: tuple[Any, ...]) -> list[int]:
+    """Where in a batch its status writes stand."""
+    return [i for i, action in enumerate(actions) if isinstance(action, WriteStatus)]
+
+
+def _crash_in_next_batch(h: Harness, cut: int) -> None:
+    """The next reconcile's batch carried out up to ``cut`` actions, then the controller crashes: its successor
+    reads what was stored, and the cluster moves on."""
+    result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
+    h.cluster.apply(h.job, result.actions[:cut])
+    h.status = h.cluster.stored or JobStatus()
+    h.cluster.advance(1)
+
+
+def _no_pod_launched_twice(h: Harness, cut: int) -> Counter[tuple[str, int]]:
+    assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
+    launched = Counter((a.pod, a.generation) for a in h.cluster.launches())
+    assert set(launched.values()) == {1}, (cut, launched)
+    return launched
+
+
 @pytest.mark.parametrize(
     "job", [worker_job(3), make_job()], ids=["PyTorch's master and workers", "CCE's job"]
 )
@@ -98,25 +120,19 @@ def test_a_controller_that_crashes_in_a_new_jobs_first_batch_launches_each_pod_o
     trip before the pods); a crash after any part of the batch begins the job again from nothing, and each of
     its pods is launched once, under the same key."""
     first = reconcile(job, JobStatus(), Harness.start(job, nodes=7).cluster.observe(job), 0.0)
-    writes = [i for i, action in enumerate(first.actions) if isinstance(action, WriteStatus)]
-    assert writes == [len(first.actions) - 1]
+    assert _writes(first.actions) == [len(first.actions) - 1]
     assert {type(action) for action in first.actions[:-1]} == {LaunchPod, EmitEvent}
     for cut in range(len(first.actions)):
         h = Harness.start(job, nodes=7)
-        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
-        h.cluster.apply(h.job, result.actions[:cut])
-        h.status = h.cluster.stored or JobStatus()  # the controller's successor reads what was stored
-        h.cluster.advance(1)
+        _crash_in_next_batch(h, cut)
         h.running()
-        assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
-        launched = Counter((a.pod, a.generation) for a in h.cluster.launches())
-        assert set(launched.values()) == {1}, (cut, launched)
+        launched = _no_pod_launched_twice(h, cut)
         assert {pod.name for pod in h.status.pods} == {pod for pod, _ in launched}, cut
 
 
 def test_a_restart_is_stored_before_its_launch() -> None:
-    """Only a job never stored launches before its write: a restart's decision (counted, with its backoff) is
-    stored first."""
+    """A restart's decision (counted, with its backoff, and the failed pod removed) is stored before its
+    actions: only launches that the stored status already decides are stored after them."""
     h = Harness.start()
     h.running()
     h.cluster.exit(LAUNCHER, 129)
@@ -133,20 +149,16 @@ def test_a_controller_that_crashes_in_a_scale_outs_batch_launches_the_new_pod_on
     probe.running()
     probe.cluster.scale("trainer", 4)
     batch = reconcile(probe.job, probe.status, probe.cluster.observe(probe.job), probe.cluster.now).actions
-    assert [i for i, action in enumerate(batch) if isinstance(action, WriteStatus)] == [len(batch) - 1]
+    assert _writes(batch) == [len(batch) - 1]
     assert [action.pod for action in batch if isinstance(action, LaunchPod)] == [new]
     for cut in range(len(batch)):
         h = Harness.start()
         h.running()
-        before = h.status
         h.cluster.scale("trainer", 4)
-        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
-        h.cluster.apply(h.job, result.actions[:cut])
-        h.status = h.cluster.stored if h.cluster.stored is not None else before
-        h.cluster.advance(1)
+        _crash_in_next_batch(h, cut)
         h.run_until(lambda h: h.status.phase is JobPhase.RUNNING and new in h.cluster.running())
-        assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
         assert [(a.pod, a.generation) for a in h.cluster.launches() if a.pod == new] == [(new, 1)], cut
+        _no_pod_launched_twice(h, cut)
         assert h.status.desired["trainer"] == 4, cut
 
 
@@ -156,26 +168,23 @@ def test_a_controller_that_crashes_in_a_restarts_launch_launches_the_next_incarn
     and the restart stays counted once."""
     failed = "job-worker-1"
 
-    def restarting() -> tuple[Harness, JobStatus]:
+    def restarting() -> Harness:
         h = Harness.start(worker_job(3))
         h.running()
         h.cluster.exit(failed, 137)
         decided = h.step()
         assert isinstance(decided.actions[0], WriteStatus)  # the restart, counted, before the removal
         h.cluster.progress()
-        return h, h.status
+        return h
 
-    probe, _ = restarting()
+    probe = restarting()
     batch = reconcile(probe.job, probe.status, probe.cluster.observe(probe.job), probe.cluster.now).actions
     assert [(a.pod, a.generation) for a in batch if isinstance(a, LaunchPod)] == [(failed, 2)]
-    assert [i for i, action in enumerate(batch) if isinstance(action, WriteStatus)] == [len(batch) - 1]
+    assert _writes(batch) == [len(batch) - 1]
     for cut in range(len(batch)):
-        h, before = restarting()
-        result = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now)
-        h.cluster.apply(h.job, result.actions[:cut])
-        h.status = h.cluster.stored if h.cluster.stored is not None else before
-        h.cluster.advance(1)
+        h = restarting()
+        _crash_in_next_batch(h, cut)
         h.running()
-        assert not [e for e in h.cluster.errors if "already exists" in e.message], cut
+        _no_pod_launched_twice(h, cut)
         assert [a.generation for a in h.cluster.launches() if a.pod == failed] == [1, 2], cut
         assert h.status.restart_counts["worker"] == 1, cut
