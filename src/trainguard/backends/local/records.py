@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -68,9 +69,17 @@ class PodRecord:
     avoid: tuple[str, ...] = ()
     #: Set by chaos: the fault to report for this launch (force-deleted, evicted, an exit code).
     injected: dict[str, Any] = field(default_factory=dict)
-    #: What this launch runs: the controller's ``LaunchSpec.to_dict()``.
-    launch_spec: dict[str, Any] = field(default_factory=dict)
+    #: What this launch runs: the controller's ``LaunchSpec.to_dict()``, as its row holds it (JSON). Read as
+    #: ``launch_spec`` where a launch starts, and nowhere else: a pass reads every pod's row, and decoding
+    #: each one's spec was most of the time a deletion of a large job took (``benchmarks/local_reconcile.py``).
+    launch_spec_json: str = "{}"
     version: int = 0
+
+    @property
+    def launch_spec(self) -> dict[str, Any]:
+        """What this launch runs, decoded (``LaunchSpec.from_dict`` takes it)."""
+        spec = json.loads(self.launch_spec_json)
+        return spec if isinstance(spec, dict) else {}
 
     @property
     def alive(self) -> bool:

@@ -10,6 +10,7 @@ first kills whatever an older incarnation left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -105,7 +106,7 @@ class Runtime:
             launch=generation,
             restarts=restarts,
             avoid=tuple(avoid),
-            launch_spec=spec.to_dict(),
+            launch_spec_json=json.dumps(spec.to_dict()),
         )
         row = (
             self.store.insert_pod(fresh)

@@ -316,7 +316,7 @@ def _pod(row: sqlite3.Row) -> PodRecord:
         stop_deadline=row["stop_deadline"],
         avoid=tuple(_loads(row["avoid"])),
         injected=_loads(row["injected"]),
-        launch_spec=json.loads(row["launch_spec"]),
+        launch_spec_json=row["launch_spec"],
         version=row["version"],
     )
 
@@ -343,5 +343,5 @@ def _pod_values(pod: PodRecord) -> tuple[Any, ...]:
         pod.stop_deadline,
         json.dumps(list(pod.avoid)),
         json.dumps(pod.injected),
-        json.dumps(pod.launch_spec),
+        pod.launch_spec_json,
     )
