@@ -123,23 +123,13 @@ def close(
     return Formed(round_, members, step, source, receivers)
 
 
-#: How long a member with no beat in the store is waited for before it is taken for silent: a store that came
-#: back (its pod re-created) is empty, and the members reconnect to it one by one, each through its own node's
-#: route to the store's new address and at its own client's pace; a member that beats in the store before it
-#: is seconds behind the observer at worst (it gives up after ``_storelink.RECONNECT_WITHIN``).
-UNSEEN_AFTER = 10.0
-
-
 class Staleness:
     """Which members stopped beating: a member whose beat counter has not changed for ``after`` seconds of
     the observer's own clock (no two machines' clocks are compared). A member never seen beating counts from
-    the observer's first look. A member with no beat in the store (none, or the 0 a look created: every beat
-    adds 1) has not reconnected to a store that came back yet: it is stale once its counter stood still for
-    ``unseen_after`` (at least ``after``)."""
+    the observer's first look."""
 
-    def __init__(self, after: float, unseen_after: float = UNSEEN_AFTER) -> None:
+    def __init__(self, after: float) -> None:
         self.after = after
-        self.unseen_after = max(after, unseen_after)
         self._seen: dict[str, tuple[int | None, float]] = {}
 
     def stale(self, member: str, beat: int | None, now: float) -> bool:
@@ -147,7 +137,7 @@ class Staleness:
         if last is None or last[0] != beat:
             self._seen[member] = (beat, now)
             return False
-        return now - last[1] >= (self.after if beat else self.unseen_after)
+        return now - last[1] >= self.after
 
 
 class Lateness:

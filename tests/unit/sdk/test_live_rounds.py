@@ -99,24 +99,8 @@ def test_a_member_is_stale_once_its_beat_stood_still_for_the_whole_window() -> N
     assert not staleness.stale(A, 4, now=11.0)
     assert staleness.stale(A, 4, now=11.5)
     assert not staleness.stale(A, 5, now=12.0)  # it beat again: a new window
-    assert not staleness.stale(B, 3, now=12.0)  # first seen still: counted from the first look too
-    assert staleness.stale(B, 3, now=13.6)
-
-
-@pytest.mark.parametrize("unseen", [None, 0])
-def test_a_member_with_no_beat_in_a_store_that_came_back_has_the_longer_bound(unseen: int | None) -> None:
-    """The store came back empty: the members reconnect one by one, so a member with no beat there yet (none,
-    or the 0 a look created) is stale only once it stood still for the longer bound; its first beat there is
-    a beat as any other."""
-    staleness = Staleness(after=1.5, unseen_after=10.0)
-    assert not staleness.stale(A, 812, now=0.0)
-    assert not staleness.stale(A, unseen, now=1.0)  # the observer reconnected first: A's beats not there yet
-    assert not staleness.stale(A, unseen, now=10.9)
-    assert staleness.stale(A, unseen, now=11.0)  # never came back
-    assert not staleness.stale(B, unseen, now=20.0)
-    assert not staleness.stale(B, 1, now=25.0)  # B reconnected: beating again, the usual bound from here
-    assert staleness.stale(B, 1, now=26.5)
-    assert Staleness(after=30.0, unseen_after=10.0).unseen_after == 30.0  # never shorter than the usual bound
+    assert not staleness.stale(B, None, now=12.0)  # never beat: counted from the first look too
+    assert staleness.stale(B, None, now=13.6)
 
 
 def test_beating_members_are_late_only_a_bound_after_a_previous_member_arrived() -> None:

@@ -293,31 +293,6 @@ def test_a_member_waiting_in_a_round_when_the_store_came_back_arrives_again() ->
     assert other() == formed
 
 
-def test_after_the_store_came_back_a_member_that_reconnects_later_is_not_taken_for_silent() -> None:
-    """The members reconnect to a store that came back one by one: a member whose beats are not there yet is
-    silent only after the longer bound (``_rounds.UNSEEN_AFTER``), not after the usual one."""
-    server = Server()
-    a, b = two_in_round_one(server)
-    members = (a.member, b.member)
-    staleness = Staleness(1.5, unseen_after=10.0)
-    raw = server.open(1.0)
-    for m in members:
-        raw.add(KEYS.beat(m), 40)
-    assert a.silent(a.client, members, staleness, 0.0) == []
-    server.restart()  # empty: b's beats are gone, and b has not reconnected yet
-    a.client.add(KEYS.beat(a.member), 1)  # a's watchdog reconnects and beats
-    assert a.silent(a.client, members, staleness, 1.0) == []
-    assert a.silent(a.client, members, staleness, 5.0) == []  # past the usual 1.5 s: b is not silent
-    server.open(1.0).add(KEYS.beat(b.member), 1)  # b is back, beating
-    assert a.silent(a.client, members, staleness, 6.0) == []
-    assert a.silent(a.client, members, staleness, 7.6) == [b.member]  # then stood still: the usual bound
-    server.restart()
-    a.client.add(KEYS.beat(a.member), 1)
-    assert a.silent(a.client, members, staleness, 8.0) == []
-    assert a.silent(a.client, members, staleness, 17.9) == []
-    assert a.silent(a.client, members, staleness, 18.0) == [b.member]  # b never came back
-
-
 def test_a_newcomer_in_a_round_the_store_forgot_goes_on_to_the_next() -> None:
     server = Server()
     a, b = two_in_round_one(server)
