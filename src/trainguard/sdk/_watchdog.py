@@ -5,7 +5,10 @@ member's round at once when the round is broken (``trainguard.sdk.live`` carries
   launcher or agent saw its process end): a fault, the round is aborted now;
 - a member of the round stopped beating for ``stale_after`` seconds (a pod whose processes are frozen, a node
   that dropped off the network: no connection is reset, and the collectives would wait for their bound): a
-  fault, the round is aborted now, and the next round counts that member absent at once (``silent``);
+  fault, the round is aborted now, and the next round counts that member absent at once (``silent``). Unless
+  the round's members all completed a collective within those seconds (``heard_from_all``: the agreement
+  before each optimizer step): then each of them is alive, and only its beats are late (its connection to
+  the store was cut, say when the store's pod was re-created, and it has not noticed yet);
 - only newcomers arrived (a scale-out, a replacement): nothing is broken; the round ends at the next step's
   boundary (``join_pending``), or ``join_within`` seconds later for a loop that seldom completes a step.
 """
@@ -59,6 +62,8 @@ class Watchdog:
         self.silent: set[str] = set()
         self.stop = threading.Event()
         self._silence = Staleness(stale_after)
+        #: When every member of the round last completed a collective with this one (monotonic); None: not yet.
+        self.together_at: float | None = None
         self._thread = threading.Thread(target=self._run, name="trainguard-live", daemon=True)
 
     def start(self) -> None:
@@ -71,7 +76,21 @@ class Watchdog:
         self.silent.clear()
         self.join_pending.clear()
         self.round = round_
+        self.together_at = None
         self.broken.clear()
+
+    def heard_from_all(self) -> None:
+        """The training thread completed a collective in which every member of the round took part."""
+        self.together_at = time.monotonic()
+
+    def found_silent(self, now: float) -> list[str]:
+        """The round's members silent by their beats (``RoundStore.silent``), none while they all completed a
+        collective with this member within the stale time: a member that takes part in them is alive."""
+        found = self.rounds.silent(self.watch, self.members, self._silence, now)
+        together = self.together_at
+        if found and together is not None and now - together < self.stale_after:
+            return []
+        return found
 
     def _run(self) -> None:
         next_beat = next_look = pending_since = 0.0
@@ -97,7 +116,7 @@ class Watchdog:
                     continue
                 if now >= next_look:
                     next_look = now + BEAT_EVERY
-                    silent = self.rounds.silent(self.watch, self.members, self._silence, now)
+                    silent = self.found_silent(now)
                     if silent:
                         self.silent.update(silent)
                         self.abort(f"{', '.join(silent)} silent for {self.stale_after:g} s")

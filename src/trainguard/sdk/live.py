@@ -431,6 +431,7 @@ class Live:
             raise RuntimeError(f"live: round {self.round} broke before step {self.step} was applied")
         started = time.perf_counter()
         _nccl.agree(self.backend, _livestate.device_of(self.state, self.device))
+        self.watchdog.heard_from_all()
         self.agreement_seconds += time.perf_counter() - started
         self.agreements += 1
 
