@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -210,8 +211,11 @@ def main_live(args: argparse.Namespace) -> None:
         loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler)
         for epoch in range(sampler.epoch, args.epochs):
             sampler.set_epoch(epoch)
+            # As many batches on every rank: the members agree before each optimizer step, a collective that
+            # DDP's join() does not shadow for a rank whose share of the epoch's rest is one batch shorter.
+            steps = sampler.even_batches(per_rank)
             with model_ddp.join():
-                for features, labels in loader:
+                for features, labels in itertools.islice(loader, steps):
                     loss = train_step(model_ddp, optimizer, sampler, features, labels, size, args, epoch)
                     live.advance()
                     trainguard.heartbeat(step=live.step, loss=loss.item())

@@ -15,7 +15,10 @@ The remainder: when ``W`` does not divide what is left, the first ``left % W`` r
 rank's last batch may be one sample larger, or in rare cases (``left // W`` a multiple of the batch size) the
 first ranks get one more batch than the others. Under DDP, wrap the epoch in ``with model.join():`` so that
 those ranks do not wait for the others' gradients, or use ``drop_last=True`` in the DataLoader to skip those few
-samples of the epoch instead.
+samples of the epoch instead. In live mode, neither: the members agree before each optimizer step with a
+collective that ``join()`` does not shadow, so every rank must take the same number of batches. Take
+``even_batches(batch_size)`` of them (``itertools.islice``): the first ranks' one sample more waits for the next
+epoch's permutation.
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ class ElasticSampler:
     def remaining(self) -> int:
         """Samples of the epoch not yet consumed by the job."""
         return self.dataset_len - self.consumed
+
+    def even_batches(self, batch_size: int) -> int:
+        """Batches of ``batch_size`` that every rank can take from the rest of the epoch: as many as the last rank,
+        which has the fewest samples. The others then take at most one sample less than they hold."""
+        if batch_size < 1:
+            raise ValueError(f"ElasticSampler.even_batches({batch_size}): the batch size must be at least 1")
+        fewest = len(range(self.world_size - 1, self.remaining, self.world_size))
+        return -(-fewest // batch_size)
 
     def __len__(self) -> int:
         return len(range(self.rank, self.remaining, self.world_size))

@@ -191,3 +191,40 @@ def test_seek_stands_where_the_agreed_step_is_whatever_was_advanced(epoch: int, 
 def test_seek_outside_the_epoch_is_refused(epoch: int, consumed: int) -> None:
     with pytest.raises(ValueError, match="consumed must be 0-48"):
         ElasticSampler(48, rank=0, world_size=1).seek(epoch, consumed)
+
+
+def test_even_batches_is_what_the_last_rank_holds_the_case_seen_in_live_mode() -> None:
+    """1,437 samples, 14 steps of 66 into the epoch (924 consumed), then a world of 2 with batches of 32: the
+    513 left split 257/256, 9 and 8 batches. Every rank takes 8."""
+    samplers = [ElasticSampler(1437, rank=r, world_size=2) for r in range(2)]
+    for sampler in samplers:
+        sampler.advance(924)
+    assert [-(-len(s) // 32) for s in samplers] == [9, 8]
+    assert [s.even_batches(32) for s in samplers] == [8, 8]
+    with pytest.raises(ValueError, match="at least 1"):
+        samplers[0].even_batches(0)
+
+
+@given(
+    st.integers(min_value=0, max_value=500),
+    st.integers(min_value=1, max_value=8),
+    st.integers(min_value=1, max_value=40),
+    st.data(),
+)
+def test_even_batches_is_the_same_on_every_rank_and_at_most_one_sample_short(
+    n: int, world: int, batch: int, data: st.DataObject
+) -> None:
+    consumed = data.draw(st.integers(min_value=0, max_value=n))
+    samplers = [ElasticSampler(n, rank=r, world_size=world) for r in range(world)]
+    for sampler in samplers:
+        sampler.advance(consumed)
+    counts = {s.even_batches(batch) for s in samplers}
+    assert len(counts) == 1
+    (even,) = counts
+    for sampler in samplers:
+        taken = sum(len(b) for b in islice(_batches(list(sampler), batch), even))
+        assert len(sampler) - 1 <= taken <= len(sampler)
+
+
+def _batches(indices: list[int], batch: int) -> list[list[int]]:
+    return [indices[i : i + batch] for i in range(0, len(indices), batch)]
