@@ -31,6 +31,12 @@ from trainguard.sdk._storelink import Link, LiveError, connect
 
 __all__ = ["LiveError", "RoundStore", "connect", "default_store", "ended_here"]
 
+#: At the end of a run (``wait_while_running``), a member whose beats stopped is left only after this long (or
+#: the run's own stale time, where longer). No collective says any more that it is alive, and a member's beats
+#: can pause on a loaded machine while it completes its last step: leaving it then would fail that step's last
+#: collective, and it would form a round alone. A member that ended is marked gone and is not waited for.
+FINISH_STALE_AFTER = 15.0
+
 
 class RoundStore:
     """One member's client of the rounds' keys (``client``: ``trainguard.sdk._storelink.connect``'s)."""
@@ -204,8 +210,9 @@ class RoundStore:
         ]
 
     def wait_while_running(self, n: int, members: tuple[str, ...], stale_after: float, within: float) -> None:
-        """Returns once no other member of round ``n`` is ``still_running``, or after ``within`` seconds."""
-        staleness = Staleness(stale_after)
+        """Returns once no other member of round ``n`` is ``still_running``, or after ``within`` seconds; a member
+        silent for ``FINISH_STALE_AFTER`` (or ``stale_after``, where longer) has left."""
+        staleness = Staleness(max(stale_after, FINISH_STALE_AFTER))
         deadline = time.monotonic() + within
         while (now := time.monotonic()) < deadline and self.still_running(n, members, staleness, now):
             time.sleep(self.poll)

@@ -18,7 +18,7 @@ import pytest
 
 from trainguard.pod import contract
 from trainguard.pod.contract import LiveKeys
-from trainguard.sdk import _rounds
+from trainguard.sdk import _rounds, _roundstore
 from trainguard.sdk._rounds import Arrival, Formed, Staleness
 from trainguard.sdk._roundstore import RoundStore, ended_here
 from trainguard.sdk._storelink import Connection, Link, LiveError
@@ -396,3 +396,36 @@ def test_the_wait_at_the_end_ends_when_the_others_finish_or_at_its_bound() -> No
     started = time.monotonic()
     me.wait_while_running(4, (me.member, other), 30.0, 20.0)
     assert time.monotonic() - started < 10  # b finished: at once, far from the 20 s bound
+
+
+def test_at_the_end_a_member_whose_beats_pause_is_waited_for_until_it_finishes() -> None:
+    """Beats can pause on a loaded machine while a member completes its last step: past the run's stale time
+    (1.5 s) it is still waited for, and the wait ends once it finishes."""
+    server = Server()
+    me = RoundStore(Client(link_to(server)), KEYS, member("a"), 0.01)
+    other = member("b")
+    raw = server.open(1.0)
+    raw.add(KEYS.beat(other), 1)  # and no beat since
+    waiter = threading.Thread(
+        target=me.wait_while_running, args=(4, (me.member, other), 1.5, 60.0), daemon=True
+    )
+    started = time.monotonic()
+    waiter.start()
+    waiter.join(1.5 * 2)
+    assert waiter.is_alive(), f"the wait ended after {time.monotonic() - started:.1f} s of silence"
+    raw.set(KEYS.finished(other), "100")
+    waiter.join(10.0)
+    assert not waiter.is_alive()
+
+
+def test_at_the_end_a_member_silent_for_the_finish_stale_time_has_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_roundstore, "FINISH_STALE_AFTER", 0.5)
+    server = Server()
+    me = RoundStore(Client(link_to(server)), KEYS, member("a"), 0.01)
+    other = member("b")
+    server.open(1.0).add(KEYS.beat(other), 1)
+    started = time.monotonic()
+    me.wait_while_running(4, (me.member, other), 0.1, 60.0)  # the longer of the two: 0.5 s
+    assert 0.5 <= time.monotonic() - started < 30
