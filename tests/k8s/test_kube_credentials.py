@@ -19,6 +19,7 @@ import yaml
 from tests.k8s.cluster import KubeCluster
 from trainguard.backends.k8s import kubeconfig
 from trainguard.backends.k8s.client import ApiError, Kube, OwnConnection
+from trainguard.backends.k8s.transport import Timeouts
 
 ACCOUNT = "trainguard-credentials-test"
 NAMESPACES = "/api/v1/namespaces/default"
@@ -146,9 +147,10 @@ def test_in_a_pod_the_service_accounts_token_and_ca(cluster: Cluster, tmp_path: 
     assert credentials.source == "the pod's service account"
     connection = OwnConnection(credentials)
     try:
-        url, headers = connection.prepare("GET", NAMESPACES, {}, "application/json")
-        answer = connection.pool.request("GET", url, headers=headers, timeout=30)
-        assert answer.status == 200, answer.data
-        assert json.loads(answer.data)["metadata"]["name"] == "default"
+        answer = connection.send("GET", NAMESPACES, {}, None, "application/json", Timeouts(30, 30))
+        data = answer.read()
+        answer.close()
+        assert answer.status == 200, data
+        assert json.loads(data)["metadata"]["name"] == "default"
     finally:
         connection.close()

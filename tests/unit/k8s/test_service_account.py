@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import ssl
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.unit.k8s.kubeconfigs import SERVER, document, write
 from tests.unit.k8s.pki import Pki, make_pki
+from trainguard._version import __version__
 from trainguard.backends.k8s import kubeconfig
 from trainguard.backends.k8s.client import Kube, OwnConnection
 from trainguard.backends.k8s.kubeconfig import ConfigError, Credentials
+from trainguard.backends.k8s.transport import Timeouts
 
 
 @pytest.fixture(scope="module")
@@ -89,27 +94,58 @@ def test_the_token_file_is_read_again_every_minute(account: tuple[str, str]) -> 
     assert authorization.header() == "Bearer again"
 
 
-def test_requests_name_the_server_path_and_query(tmp_path: Path) -> None:
+def test_requests_name_the_server_path_and_query() -> None:
+    seen: list[tuple[str, str | None, str | None, str | None, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            headers = self.headers
+            seen.append(
+                (
+                    self.path,
+                    headers["Authorization"],
+                    headers["Host"],
+                    headers["Accept"],
+                    headers["User-Agent"],
+                )
+            )
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
     credentials = Credentials(
-        server="http://127.0.0.1:1/prefix", source="test", token=kubeconfig.Material(where="token", data=b"t")
+        server=f"http://127.0.0.1:{port}/prefix",
+        source="test",
+        token=kubeconfig.Material(where="token", data=b"t"),
     )
     connection = OwnConnection(credentials)
     try:
-        url, headers = connection.prepare(
-            "GET",
-            "/api/v1/pods",
-            {"labelSelector": "a=b,c in (x y)", "watch": True, "limit": 5},
-            "application/json",
-        )
+        query = {"labelSelector": "a=b,c in (x y)", "watch": True, "limit": 5}
+        answer = connection.send("GET", "/api/v1/pods", query, None, "application/json", Timeouts(10, 10))
+        assert (answer.status, answer.read()) == (200, b"{}")
+        answer.close()
     finally:
         connection.close()
-    assert (
-        url
-        == "http://127.0.0.1:1/prefix/api/v1/pods?labelSelector=a%3Db%2Cc%20in%20%28x%20y%29&watch=true&limit=5"
-    )
-    assert headers["Authorization"] == "Bearer t"
-    assert headers["Accept"] == "application/json"
-    assert headers["User-Agent"].startswith("trainguard/")
+        httpd.shutdown()
+        httpd.server_close()
+    assert seen == [
+        (
+            "/prefix/api/v1/pods?labelSelector=a%3Db%2Cc%20in%20%28x%20y%29&watch=true&limit=5",
+            "Bearer t",
+            f"127.0.0.1:{port}",
+            "application/json",
+            f"trainguard/{__version__}",
+        )
+    ]
 
 
 def test_without_the_official_client_an_exec_user_is_a_clear_error(

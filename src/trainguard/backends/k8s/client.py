@@ -1,4 +1,5 @@
-"""The one place that talks to the Kubernetes API: plain JSON over one urllib3 connection pool.
+"""The one place that talks to the Kubernetes API: plain JSON over kept-alive HTTP/1.1 connections
+(``trainguard.backends.k8s.transport``).
 
 Objects are plain dicts (what ``kubectl get -o json`` shows), for pods, nodes and custom resources alike: the
 operator reads a handful of fields, and typed models would cost a conversion per watch event at scale. They are
@@ -22,11 +23,11 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import urllib3
 from pydantic_core import from_json, to_json
 
 from trainguard._version import __version__
 from trainguard.backends.k8s import kubeconfig as kubeconfigs
+from trainguard.backends.k8s.transport import Answer, Pool, Timeouts, TransportError
 
 Obj = dict[str, Any]
 
@@ -47,44 +48,55 @@ class ApiError(Exception):
 
 
 class Connection:
-    """Where requests go and with which headers: URLs, credentials and the pool of connections."""
+    """Where requests go, with which credentials, over which connections."""
 
-    pool: urllib3.PoolManager
-
-    def prepare(
-        self, method: str, path: str, query: dict[str, Any], content_type: str
-    ) -> tuple[str, dict[str, str]]:
+    def send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any],
+        body: bytes | None,
+        content_type: str,
+        timeouts: Timeouts,
+    ) -> Answer:
+        """The answer's status, its body not read yet; TransportError where none came."""
         raise NotImplementedError
 
     def close(self) -> None:
-        self.pool.clear()
+        raise NotImplementedError
 
 
 class OwnConnection(Connection):
-    """Credentials that ``kubeconfig`` read, over a pool whose TLS settings are loaded once."""
+    """Credentials that ``kubeconfig`` read, over kept-alive connections whose TLS settings are loaded once
+    (``trainguard.backends.k8s.transport``)."""
 
     def __init__(self, credentials: kubeconfigs.Credentials) -> None:
         self.credentials = credentials
         self.authorization = credentials.authorization()
-        tls: dict[str, Any] = {}
-        if credentials.server.startswith("https://"):
-            context = credentials.tls_context()
-            tls = {"ssl_context": context, "cert_reqs": context.verify_mode}
-            if credentials.server_name:
-                tls["server_hostname"] = credentials.server_name
-        self.pool = urllib3.PoolManager(maxsize=POOL_SIZE, **tls)
+        https = credentials.server.startswith("https://")
+        context = credentials.tls_context() if https else None
+        self.pool = Pool(credentials.server, context, credentials.server_name, POOL_SIZE)
 
-    def prepare(
-        self, method: str, path: str, query: dict[str, Any], content_type: str
-    ) -> tuple[str, dict[str, str]]:
-        url = self.credentials.server + path
-        if query:
-            url += "?" + urlencode([(key, _text(value)) for key, value in query.items()], quote_via=quote)
+    def headers(self, content_type: str) -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
         authorization = self.authorization.header()
         if authorization is not None:
             headers["Authorization"] = authorization
-        return url, headers
+        return headers
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any],
+        body: bytes | None,
+        content_type: str,
+        timeouts: Timeouts,
+    ) -> Answer:
+        return self.pool.request(method, path + _query(query), self.headers(content_type), body, timeouts)
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 class OfficialConnection(Connection):
@@ -112,9 +124,17 @@ class OfficialConnection(Connection):
         self.api = k8s_client.ApiClient(configuration)
         self.pool = self.api.rest_client.pool_manager
 
-    def prepare(
-        self, method: str, path: str, query: dict[str, Any], content_type: str
-    ) -> tuple[str, dict[str, str]]:
+    def send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any],
+        body: bytes | None,
+        content_type: str,
+        timeouts: Timeouts,
+    ) -> Answer:
+        import urllib3
+
         _, url, headers, _, _ = self.api.param_serialize(
             method,
             path,
@@ -122,7 +142,14 @@ class OfficialConnection(Connection):
             header_params={"Accept": "application/json", "Content-Type": content_type},
             auth_settings=["BearerToken"],
         )
-        return url, headers
+        timeout = urllib3.Timeout(connect=timeouts.connect, read=timeouts.read)
+        try:
+            response = self.pool.request(
+                method, url, body=body, headers=headers, timeout=timeout, preload_content=False
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise TransportError(str(error)) from None
+        return _Urllib3Answer(response)
 
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]
@@ -165,19 +192,6 @@ class Kube:
     def close(self) -> None:
         self.connection.close()
 
-    def _send(
-        self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: Any
-    ) -> Any:
-        """The raw urllib3 response (not read yet), with the connection's TLS and credentials."""
-        url, headers = self.connection.prepare(method, path, query, content_type)
-        data = to_json(body) if body is not None else None
-        try:
-            return self.connection.pool.request(
-                method, url, body=data, headers=headers, timeout=timeout, preload_content=False
-            )
-        except urllib3.exceptions.HTTPError as error:
-            raise ApiError(0, f"{method} {path}: {error}") from None
-
     def request(
         self,
         method: str,
@@ -202,16 +216,18 @@ class Kube:
     def _answer(
         self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: float
     ) -> bytes:
-        response = self._send(method, path, query, body, content_type, timeout)
+        data = to_json(body) if body is not None else None
         try:
-            data = bytes(response.read())
-        except urllib3.exceptions.HTTPError as error:  # the answer stopped coming (a read timeout, a reset)
+            answer = self.connection.send(method, path, query, data, content_type, Timeouts(timeout, timeout))
+            try:
+                text = answer.read()
+            finally:
+                answer.close()
+        except TransportError as error:  # no answer, or it stopped coming (a read timeout, a reset)
             raise ApiError(0, f"{method} {path}: {error}") from None
-        finally:
-            response.release_conn()
-        if response.status >= 400:
-            raise ApiError(response.status, _message(data) or f"{method} {path}: HTTP {response.status}")
-        return data
+        if answer.status >= 400:
+            raise ApiError(answer.status, _message(text) or f"{method} {path}: HTTP {answer.status}")
+        return text
 
     def get(self, path: str) -> Obj:
         return self.request("GET", path)
@@ -263,21 +279,50 @@ class Kube:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": timeout_seconds,
         }
-        timeout = urllib3.Timeout(connect=10, read=timeout_seconds + 10)
-        stream = self._send("GET", path, query, None, "application/json", timeout)
-        if stream.status >= 400:
-            data = stream.read()
-            stream.release_conn()
-            raise ApiError(stream.status, _message(data) or f"watch {path}: HTTP {stream.status}")
+        timeouts = Timeouts(connect=10, read=timeout_seconds + 10)
         try:
+            stream = self.connection.send("GET", path, query, None, "application/json", timeouts)
+        except TransportError as error:
+            raise ApiError(0, f"watch {path}: {error}") from None
+        try:
+            if stream.status >= 400:
+                data = stream.read()
+                raise ApiError(stream.status, _message(data) or f"watch {path}: HTTP {stream.status}")
             rest = b""
-            for chunk in stream.stream(amt=65536, decode_content=True):
+            for chunk in stream.chunks():
                 *lines, rest = (rest + chunk).split(b"\n")
                 for line in lines:
                     if line.strip():
                         yield from_json(line)
+        except TransportError as error:
+            raise ApiError(0, f"watch {path}: {error}") from None
         finally:
-            stream.release_conn()
+            stream.close()
+
+
+class _Urllib3Answer(Answer):
+    """urllib3's response to a request the official client's pool sent, read as ``transport.Answer`` is."""
+
+    def __init__(self, response: Any) -> None:
+        self.status = int(response.status)
+        self._response = response
+
+    def chunks(self) -> Iterator[bytes]:
+        import urllib3
+
+        try:
+            yield from self._response.stream(amt=65536, decode_content=True)
+        except urllib3.exceptions.HTTPError as error:
+            raise TransportError(str(error)) from None
+
+    def close(self) -> None:
+        self._response.release_conn()
+
+
+def _query(query: dict[str, Any]) -> str:
+    if not query:
+        return ""
+    return "?" + urlencode([(key, _text(value)) for key, value in query.items()], quote_via=quote)
 
 
 def _text(value: Any) -> str:

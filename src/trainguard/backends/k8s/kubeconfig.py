@@ -26,7 +26,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from urllib3.util.ssl_ import create_urllib3_context
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +108,14 @@ class Credentials:
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS settings of every connection, loaded once; ConfigError for a CA or key pair that is not one."""
+        context = ssl.SSLContext(
+            ssl.PROTOCOL_TLS_CLIENT
+        )  # the server's name checked, its certificate required
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
         if self.insecure:
-            context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
         else:
-            context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
             if self.ca is None:
                 context.load_default_certs()
             else:
