@@ -253,7 +253,10 @@ class Operator:
     def _job_changed(self, kind: JobKind) -> Callable[[Obj, Obj | None], None]:
         def changed(obj: Obj, now: Obj | None) -> None:
             meta = obj["metadata"]
-            self.queue.add((kind.kind, meta["namespace"], meta["name"]))
+            # A job with no status yet has never been reconciled: its pods go out before other reconciles.
+            self.queue.add(
+                (kind.kind, meta["namespace"], meta["name"]), first=now is not None and not obj.get("status")
+            )
 
         return changed
 

@@ -1,6 +1,10 @@
 """A work queue of job keys: a key is processed by one worker at a time, a key added while it is being
 processed is processed again afterwards, and keys can be scheduled for later (a backoff or deadline).
 
+A key added ``first`` (a job never reconciled yet: its pods are still to be created) is taken before the others,
+in the order they came: under a burst of new jobs, their pods go out before the reconciles that the earlier jobs'
+pod changes ask for, and those fold the changes they waited through into one reconcile (and one status write).
+
 A key whose processing fails is retried after its backoff (``backoff``; the engine's figures, the same on every
 driver: ``trainguard.controller.retries``), and starts again from the base once it succeeds (``forget``)."""
 
@@ -21,6 +25,8 @@ class WorkQueue(Generic[K]):
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.monotonic = monotonic
         self._ready: list[K] = []
+        #: Keys added ``first`` and not taken yet: taken before ``_ready``'s.
+        self._first: list[K] = []
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._later: list[tuple[float, int, K]] = []
@@ -29,13 +35,16 @@ class WorkQueue(Generic[K]):
         self._cv = threading.Condition()
         self._retries: Retries[K] = Retries()
 
-    def add(self, key: K) -> None:
+    def add(self, key: K, first: bool = False) -> None:
         with self._cv:
             if key in self._dirty:
+                if first and key in self._ready:
+                    self._ready.remove(key)
+                    self._first.append(key)
                 return
             self._dirty.add(key)
             if key not in self._processing:
-                self._ready.append(key)
+                (self._first if first else self._ready).append(key)
                 self._cv.notify()
 
     def add_after(self, key: K, seconds: float) -> None:
@@ -62,8 +71,8 @@ class WorkQueue(Generic[K]):
         with self._cv:
             while True:
                 self._promote()
-                if self._ready:
-                    key = self._ready.pop(0)
+                if self._first or self._ready:
+                    key = self._first.pop(0) if self._first else self._ready.pop(0)
                     self._dirty.discard(key)
                     self._processing.add(key)
                     return key
@@ -88,7 +97,7 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         with self._cv:
-            return len(self._ready)
+            return len(self._first) + len(self._ready)
 
     def _promote(self) -> None:
         now = self.monotonic()
