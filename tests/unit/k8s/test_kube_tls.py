@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.unit.k8s.pki import SERVER_NAME, Pki, make_pki
-from trainguard.backends.k8s.client import ApiError, Kube, OfficialConnection, OwnConnection
+from trainguard.backends.k8s.client import ApiError, Connection, Kube, OfficialConnection, OwnConnection
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -101,22 +101,41 @@ def kubeconfig(path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> str
     return str(path)
 
 
+def exec_plugin(tmp_path: Path, token: str) -> dict[str, Any]:
+    """A user's ``exec`` entry whose plugin gives ``token``: only the official client reads it."""
+    plugin = tmp_path / "plugin"
+    status = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "kind": "ExecCredential",
+        "status": {"token": token},
+    }
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(status)}'\n")
+    plugin.chmod(0o755)
+    return {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}
+
+
+@pytest.mark.parametrize("through", [OwnConnection, OfficialConnection])
 def test_inline_credentials_reach_the_server_by_its_tls_server_name(
-    server: str, pki: Pki, tmp_path: Path
+    server: str, pki: Pki, tmp_path: Path, through: type[Connection]
 ) -> None:
+    """trainguard's own connection (a token), and the official client's (an exec plugin gives the token): the
+    same requests, errors and watch."""
     cluster = {
         "server": server,
         "certificate-authority-data": b64(pki.ca.cert),
         "tls-server-name": SERVER_NAME,
     }
-    user = {
+    user: dict[str, Any] = {
         "client-certificate-data": b64(pki.client.cert),
         "client-key-data": b64(pki.client.key),
-        "token": "secret",
     }
+    if through is OwnConnection:
+        user["token"] = "secret"
+    else:
+        user["exec"] = exec_plugin(tmp_path, "secret")
     kube = Kube(kubeconfig(tmp_path / "config", cluster, user))
     try:
-        assert isinstance(kube.connection, OwnConnection)
+        assert isinstance(kube.connection, through)
         assert kube.get("/api")["seen"] == {
             "authorization": "Bearer secret",
             "client": "tester",
@@ -142,45 +161,5 @@ def test_without_tls_server_name_the_certificate_does_not_name_the_address(
             kube.get("/api")
         assert raised.value.status == 0
         assert "certificate" in raised.value.message.lower()
-    finally:
-        kube.close()
-
-
-def test_a_kubeconfig_only_the_official_client_reads_goes_through_its_pool(
-    server: str, pki: Pki, tmp_path: Path
-) -> None:
-    """A user with an exec plugin: the official client's loader and urllib3 pool carry the same requests, errors
-    and watch."""
-    plugin = tmp_path / "plugin"
-    credential = {
-        "apiVersion": "client.authentication.k8s.io/v1",
-        "kind": "ExecCredential",
-        "status": {"token": "from-exec"},
-    }
-    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(credential)}'\n")
-    plugin.chmod(0o755)
-    cluster = {
-        "server": server,
-        "certificate-authority-data": b64(pki.ca.cert),
-        "tls-server-name": SERVER_NAME,
-    }
-    user = {
-        "client-certificate-data": b64(pki.client.cert),
-        "client-key-data": b64(pki.client.key),
-        "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)},
-    }
-    kube = Kube(kubeconfig(tmp_path / "config", cluster, user))
-    try:
-        assert isinstance(kube.connection, OfficialConnection)
-        assert kube.get("/api")["seen"] == {
-            "authorization": "Bearer from-exec",
-            "client": "tester",
-            "path": "/api",
-        }
-        with pytest.raises(ApiError) as raised:
-            kube.get("/api/v1/nodes/gone")
-        assert (raised.value.status, raised.value.message) == (404, "/api/v1/nodes/gone not found")
-        events = list(kube.watch("/api/v1/pods", "7", {}))
-        assert [event["object"]["metadata"]["name"] for event in events] == ["p0", "p1", "p2"]
     finally:
         kube.close()
