@@ -4,6 +4,8 @@ goes again, once); answers cut short, a server that never answers, none listenin
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -210,3 +212,23 @@ def test_a_stream_left_before_its_end_does_not_go_back_to_the_pool(
     answer.close()  # the rest of the stream unread: the connection cannot carry another request
     assert call(pool) == (200, b"{}")
     assert server.connections == 2
+
+
+def test_a_kept_connection_is_reused_whatever_the_descriptors_the_process_holds(
+    serve: Callable[[list[bytes | None]], tuple[Server, Pool]],
+) -> None:
+    """An operator may hold more than 1,024 descriptors (agents' report connections): select() refuses those,
+    and a check built on it would open a new connection for every request."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open {hard} descriptors at most")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        server, pool = serve([ok(b"1"), ok(b"2")])
+        assert [call(pool), call(pool)] == [(200, b"1"), (200, b"2")]
+        assert server.connections == 1
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -59,7 +59,9 @@ class _Conn:
     def dropped(self) -> bool:
         """An idle connection with something to read is one the server closed (or broke): never reused."""
         try:
-            return bool(select.select([self.sock], [], [], 0)[0])
+            poller = select.poll()  # not select(): an operator may hold more than 1,024 descriptors
+            poller.register(self.sock, select.POLLIN)
+            return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
 
