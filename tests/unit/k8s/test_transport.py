@@ -4,10 +4,12 @@ goes again, once); answers cut short, a server that never answers, none listenin
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import socket
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -232,3 +234,18 @@ def test_a_kept_connection_is_reused_whatever_the_descriptors_the_process_holds(
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_pool_or_an_answer_dropped_without_close_closes_its_sockets(
+    serve: Callable[[list[bytes | None]], tuple[Server, Pool]],
+) -> None:
+    """A client dropped without ``close`` (a test's, a verb's) leaves no socket open: the suite turns the
+    ResourceWarning of an unclosed one into an error."""
+    server, _ = serve([ok(b"1"), chunked(b"a\n", b"b\n")])
+    pool = Pool(server.url, None, None, 4)
+    assert call(pool) == (200, b"1")  # its connection idle in the pool
+    answer = pool.request("GET", "/watch", {}, None, QUICK)  # taken again, and never closed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        del answer, pool
+        gc.collect()

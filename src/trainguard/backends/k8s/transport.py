@@ -56,6 +56,9 @@ class _Conn:
         except OSError:
             pass
 
+    def __del__(self) -> None:  # an answer dropped unread, a pool dropped unclosed: its socket closed quietly
+        self.close()
+
     def dropped(self) -> bool:
         """An idle connection with something to read is one the server closed (or broke): never reused."""
         try:
@@ -180,6 +183,9 @@ class Pool:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+    def __del__(self) -> None:
+        self.close()
 
     def _take(self, connect_timeout: float) -> tuple[_Conn, bool]:
         while True:
