@@ -108,9 +108,8 @@ class Credentials:
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS settings of every connection, loaded once; ConfigError for a CA or key pair that is not one."""
-        context = ssl.SSLContext(
-            ssl.PROTOCOL_TLS_CLIENT
-        )  # the server's name checked, its certificate required
+        # The server's name checked and its certificate required, unless insecure.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         if self.insecure:
             context.check_hostname = False

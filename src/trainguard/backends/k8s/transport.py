@@ -259,7 +259,7 @@ def _exactly(rfile: io.BufferedReader, size: int) -> bytes:
 
 
 def _words(error: BaseException) -> str:
-    if isinstance(error, (socket.timeout, TimeoutError)):
+    if isinstance(error, TimeoutError):  # socket.timeout is TimeoutError
         return "timed out"
     if isinstance(error, ssl.SSLError):
         return f"TLS: {error}"
