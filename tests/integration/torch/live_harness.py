@@ -64,6 +64,13 @@ class Rank:
         steps = self.steps()
         return steps[-1]["step"] if steps else 0
 
+    def tail(self, lines: int = 25) -> str:
+        """Its last events and the end of its stderr (with ``TRAINGUARD_LIVE_TRACE=1``: its rounds), for a
+        failure's message."""
+        err = self.stderr.read_text(errors="replace").splitlines()[-lines:] if self.stderr.exists() else []
+        events = [json.dumps(e) for e in list(self.events)[-5:]]
+        return "\n".join([f"-- {self.stderr.name} (exit {self.process.poll()})", *events, *err])
+
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
@@ -71,6 +78,11 @@ class Rank:
         self.reader.join(timeout=10)  # it ends at the pipe's end: the process is gone (and any it started)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def tails(ranks: list[Rank]) -> str:
+    """Every rank's ``tail``, for ``wait_for``'s ``explain``."""
+    return "\n" + "\n".join(rank.tail() for rank in ranks)
 
 
 def free_port() -> int:

@@ -10,78 +10,93 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
 
-from live_harness import ROUND, SRC, START, WORKER, Rank, free_port, wait_for
+from live_harness import ROUND, SRC, START, WORKER, Rank, free_port, tails, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def job(tmp_path: Path) -> Iterator[Callable[..., Rank]]:
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+class Job:
+    """The test's store and the ranks it started (``live_worker.py``, 3 to a round), and waiting on a condition
+    whose failure tells every rank's last events and stderr."""
 
-    port = free_port()
-    store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    ranks: list[Rank] = []
+    def __init__(self, tmp_path: Path) -> None:
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
-    def start(seed: int, prefix: tuple[str, ...] = (), **extra: str) -> Rank:
-        env = dict(os.environ, TRAINGUARD_LIVE_STORE=f"127.0.0.1:{port}", TRAINGUARD_LIVE_PREFIX="t/",
-                   LIVE_SEED=str(seed), PYTHONPATH=SRC, **{"WORLD_SIZE": "3", **extra})  # fmt: skip
+        self.tmp_path = tmp_path
+        self.port = free_port()
+        self.store = TCPStore("127.0.0.1", self.port, is_master=True, wait_for_workers=False)
+        self.ranks: list[Rank] = []
+
+    def __call__(self, seed: int, prefix: tuple[str, ...] = (), **extra: str) -> Rank:
+        env = dict(os.environ, TRAINGUARD_LIVE_STORE=f"127.0.0.1:{self.port}", TRAINGUARD_LIVE_PREFIX="t/",
+                   LIVE_SEED=str(seed), PYTHONPATH=SRC, TRAINGUARD_LIVE_TRACE="1",
+                   **{"WORLD_SIZE": "3", **extra})  # fmt: skip
         command = [*prefix, sys.executable, str(WORKER)] if prefix else None
-        ranks.append(Rank(env, tmp_path / f"rank-{seed}.stderr", command))
-        return ranks[-1]
+        self.ranks.append(Rank(env, self.tmp_path / f"rank-{seed}.stderr", command))
+        return self.ranks[-1]
 
-    start.store = store  # type: ignore[attr-defined]
-    start.ranks = ranks  # type: ignore[attr-defined]
-    yield start
-    for rank in ranks:
+    def gone(self, rank: Rank) -> None:
+        """What its launcher does when a rank's process ended: marks its member gone in the store."""
+        self.store.set(f"t/gone/{rank.member}", "1")
+
+    def wait(self, what: str, check: Callable[[], Any], seconds: float) -> Any:
+        return wait_for(what, check, seconds, lambda: tails(self.ranks))
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[Job]:
+    job = Job(tmp_path)
+    yield job
+    for rank in job.ranks:
         rank.stop()
 
 
 def test_the_sender_killed_in_the_middle_of_a_transfer_another_survivor_sends(
-    job: Callable[..., Rank], tmp_path: Path
+    job: Job, tmp_path: Path
 ) -> None:
     hold = {"LIVE_HOLD_DIR": str(tmp_path)}
     a, b, c = job(1, **hold), job(2, **hold), job(3, **hold)
-    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    job.wait("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
     c.process.kill()
-    job.store.set(f"t/gone/{c.member}", "1")  # type: ignore[attr-defined]  # what c's launcher does
-    wait_for("a and b on their own", lambda: all(r.formed()[-1]["world_size"] == 2 for r in (a, b)), ROUND)
+    job.gone(c)
+    job.wait("a and b on their own", lambda: all(r.formed()[-1]["world_size"] == 2 for r in (a, b)), ROUND)
 
     (tmp_path / "arm").touch()  # the next sender stops in the middle of its transfer
     d = job(4, **hold)
-    sender_pid = int(wait_for("a sender", lambda: (tmp_path / "sending").exists() and
+    sender_pid = int(job.wait("a sender", lambda: (tmp_path / "sending").exists() and
                               (tmp_path / "sending").read_text(), START))  # fmt: skip
     sender, other = (a, b) if sender_pid == a.process.pid else (b, a)
     os.kill(sender_pid, signal.SIGKILL)
-    job.store.set(f"t/gone/{sender.member}", "1")  # type: ignore[attr-defined]
+    job.gone(sender)
 
-    got = wait_for("d's state", lambda: next((f for f in d.formed() if f["origin"] == "peer"), None), ROUND)
+    got = job.wait("d's state", lambda: next((f for f in d.formed() if f["origin"] == "peer"), None), ROUND)
     assert got["source"] == other.member  # the transfer restarted from the other survivor, and says so
     assert got["world_size"] == 2
     # The other survivor's state stayed in memory: its own, or its peer's one step ahead (a kill in the middle of
     # an all-reduce can reach one of them only); never the disk or a fresh start.
     assert {f["origin"] for f in other.formed()[1:]} <= {"live", "peer"}, other.formed()
     assert other.process.poll() is None  # the survivor kept its process through both
-    check = wait_for("a step of both after", lambda: _common_step(other, d, after=got["step"] + 2), ROUND)
+    check = job.wait("a step of both after", lambda: _common_step(other, d, after=got["step"] + 2), ROUND)
     assert check[0] == check[1]  # the same parameters: d trains from other's state
 
 
-def test_two_ranks_killed_at_once_the_last_goes_on_alone(job: Callable[..., Rank]) -> None:
+def test_two_ranks_killed_at_once_the_last_goes_on_alone(job: Job) -> None:
     a, b, c = job(1), job(2), job(3)
-    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    job.wait("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
     reached = a.steps()[-1]["step"]
     for rank in (b, c):
         rank.process.kill()
-        job.store.set(f"t/gone/{rank.member}", "1")  # type: ignore[attr-defined]
-    alone = wait_for("a alone", lambda: next((f for f in a.formed() if f["world_size"] == 1), None), ROUND)
+        job.gone(rank)
+    alone = job.wait("a alone", lambda: next((f for f in a.formed() if f["world_size"] == 1), None), ROUND)
     assert alone["origin"] == "live"
     assert alone["step"] >= reached  # no step lost
-    wait_for("a's steps alone", lambda: any(s["world"] == 1 for s in a.steps()), ROUND)
+    job.wait("a's steps alone", lambda: any(s["world"] == 1 for s in a.steps()), ROUND)
     assert a.process.poll() is None
 
 
@@ -94,10 +109,10 @@ def _common_step(x: Rank, y: Rank, after: int) -> tuple[float, float] | None:
 
 
 def test_a_newcomer_warms_up_before_it_arrives_and_its_warm_up_changes_no_state(
-    job: Callable[..., Rank],
+    job: Job,
 ) -> None:
     a, b, c = (job(seed, LIVE_WARMUP="forward") for seed in (1, 2, 3))
-    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    job.wait("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
     for rank in (a, b, c):  # the job's start: every member as cold as the others, nothing to warm up for
         assert not [e for e in rank.events if e["event"] == "warmup"]
         assert rank.formed()[0]["warmup_seconds"] is None
@@ -106,21 +121,21 @@ def test_a_newcomer_warms_up_before_it_arrives_and_its_warm_up_changes_no_state(
     leaving = c
     for seed, mode in enumerate(("forward", "step", "fail"), start=4):
         leaving.process.kill()
-        job.store.set(f"t/gone/{leaving.member}", "1")  # type: ignore[attr-defined]  # its launcher's mark
+        job.gone(leaving)
         new = job(seed, LIVE_WARMUP=mode)
-        got = wait_for(f"the {mode} newcomer's state", lambda n=new: next(iter(n.formed()), None), START)
+        got = job.wait(f"the {mode} newcomer's state", lambda n=new: next(iter(n.formed()), None), START)
         warmed = [e for e in new.events if e["event"] == "warmup"]
         assert [e["t"] < got["t"] for e in warmed] == [True]  # once, before it arrived
         assert got["origin"] == "peer"
         # Both survivors are in its first round as a rule; on a loaded machine one whose beats stalled for
         # stale_after (or that came later than a collective's bound) is left out, and comes back in the next.
-        wait_for(
+        job.wait(
             f"the {mode} newcomer in a round of 3",
             lambda n=new: any(f["world_size"] == 3 for f in n.formed()),
             ROUND,
         )
         step = got["step"]
-        check = wait_for(
+        check = job.wait(
             f"a step of a and the {mode} newcomer", lambda n=new, s=step: _common_step(a, n, s), ROUND
         )
         assert check[0] == check[1]  # its warm-up's backward (or refused step) left nothing of its own
@@ -135,7 +150,7 @@ def test_a_newcomer_warms_up_before_it_arrives_and_its_warm_up_changes_no_state(
 
 
 def test_a_fault_between_the_all_reduce_and_the_step_leaves_every_rank_with_the_same_parameters(
-    job: Callable[..., Rank], tmp_path: Path
+    job: Job, tmp_path: Path
 ) -> None:
     """Each rank in turn fails after its step's all-reduce and before its optimizer applies the step. The
     members agree before any applies a step (``trainguard.sdk._nccl.agree``): none applies that one, the next
@@ -144,18 +159,18 @@ def test_a_fault_between_the_all_reduce_and_the_step_leaves_every_rank_with_the_
     faults = tmp_path / "faults"
     faults.mkdir()
     ranks = [job(seed, LIVE_FAULT_DIR=str(faults)) for seed in (1, 2, 3)]
-    wait_for("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in ranks), START)
+    job.wait("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in ranks), START)
     for victim in range(3):
         rounds = {id(r): len(r.formed()) for r in ranks}
         (faults / f"rank-{victim}").touch()
-        failed = wait_for(
+        failed = job.wait(
             f"rank {victim}'s fault",
             lambda v=victim: next(
                 (e for r in ranks for e in r.events if e["event"] == "fault" and e["rank"] == v), None
             ),
             ROUND,
         )
-        wait_for(
+        job.wait(
             f"a round after rank {victim}'s fault",
             lambda seen=rounds: all(
                 len(r.formed()) > seen[id(r)] and r.formed()[-1]["world_size"] == 3 for r in ranks
@@ -170,6 +185,6 @@ def test_a_fault_between_the_all_reduce_and_the_step_leaves_every_rank_with_the_
             common = set.intersection(*(set(steps) for steps in by_rank))
             return [steps[min(common)] for steps in by_rank] if common else None
 
-        seen = wait_for(f"a common step after rank {victim}'s fault", hashes, ROUND)
+        seen = job.wait(f"a common step after rank {victim}'s fault", hashes, ROUND)
         assert len(set(seen)) == 1, seen
         assert all(r.process.poll() is None for r in ranks)  # nobody restarted: the same processes
