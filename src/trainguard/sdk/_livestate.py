@@ -72,20 +72,26 @@ def warm_up(
 
     hooks = [optimizer.register_step_pre_hook(refuse) for optimizer in optimizers(state)]
     started = time.monotonic()
+    failure: str | None = None
     try:
         with alone():
-            warmup()
-    except Exception as error:  # a warm-up's fault must not end the worker
-        print(
-            f"trainguard live: the warm-up failed ({cause(error)}); joining without it",
-            file=sys.stderr,
-            flush=True,
-        )
-        return None
+            try:
+                warmup()
+            except Exception as error:  # a warm-up's fault must not end the worker
+                failure = cause(error)
+            # Here, still inside its group, the fault's traceback is let go, and with it what the warm-up made
+            # (a DDP of the model, its reducer): none of it outlives the group it was made in.
     finally:
         for hook in hooks:
             hook.remove()
         zero_grads(state)
+    if failure is not None:
+        print(
+            f"trainguard live: the warm-up failed ({failure}); joining without it",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
     return round(time.monotonic() - started, 3)
 
 
