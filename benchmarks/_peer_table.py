@@ -160,18 +160,18 @@ def _settings_table(recorded: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> 
     return lines
 
 
-def marked_tables(doc: str) -> list[tuple[list[str], list[str]]]:
-    """The tables a document marks: (the files named, the lines between the marks). ValueError where a mark
-    is not closed."""
+def marked_tables(doc: str, begin: str = BEGIN) -> list[tuple[list[str], list[str]]]:
+    """The tables a document marks with ``begin`` (this module's, or ``_submit_trace.BEGIN``): (the files named,
+    the lines between the marks). ValueError where a mark is not closed."""
     found: list[tuple[list[str], list[str]]] = []
     lines = doc.splitlines()
     for number, line in enumerate(lines):
-        if not line.startswith(BEGIN):
+        if not line.startswith(begin):
             continue
-        files = line.removeprefix(BEGIN).removesuffix("-->").split()
+        files = line.removeprefix(begin).removesuffix("-->").split()
         try:
             end = lines.index(END, number + 1)
         except ValueError:
-            raise ValueError(f"line {number + 1}: {BEGIN.strip()} without {END} after it") from None
+            raise ValueError(f"line {number + 1}: {begin.strip()} without {END} after it") from None
         found.append((files, lines[number + 1 : end]))
     return found

@@ -4,9 +4,10 @@ between the runs.
 
     python benchmarks/k8s_peers.py [--quick] [--nodes 1000] [--jobs 500] [--pods 8] [--runs 5]
                                    [--toleration 300] [--window S] [--only trainguard,kubeflow,volcano]
-                                   [--first-run N] [--from-entry K]
+                                   [--first-run N] [--from-entry K] [--submit-trace]
     python benchmarks/k8s_peers.py --summarize benchmarks/results/k8s_peers-1000n-*.json
     python benchmarks/k8s_peers.py --table benchmarks/results/k8s_peers-quick-*.json   # docs/operator.md's table
+    python benchmarks/k8s_peers.py --trace-table KEPT...   # its table of the submits traced (--submit-trace)
 
 For each operator, with the cluster's nodes fresh and no job on it:
 1. submit J jobs of P pods -> every job has its P pods Running (trainguard and Kubeflow: PyTorchJobs, half
@@ -112,6 +113,7 @@ from _peers import (
     volcano_scaled,
 )
 from _results import ENV_UNDER_TEST, keep, machine
+from _submit_trace import SubmitTrace, trace_table
 
 from trainguard.api.crd import aitrainingjob_crd, native_crd, pytorchjob_crd
 from trainguard.backends.k8s.cache import Cache
@@ -642,7 +644,9 @@ class Size:
         return max(120.0, 2.0 * self.jobs * self.pods / 5)
 
 
-def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
+def run_one(kube: Kube, operator: Operator, size: Size, logs: Path, trace: SubmitTrace | None = None) -> Obj:
+    """One operator's run; with ``trace``, its submit is traced (``_submit_trace``) into the figures'
+    ``submit_trace``."""
     name = operator.name
     say(f"{name}: fresh nodes, its CRDs")
     serial = next(_RUN_SERIAL)
@@ -652,7 +656,7 @@ def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
     fresh_nodes(kube, nodes, per_node)
     install_crds(kube, operator.crds)
     figures: Obj = {"crd_first_write_s": first_write(kube, operator)}
-    cache = Cache(kube, PODS, lambda new, old: None)
+    cache = Cache(kube, PODS, trace.seen if trace is not None else lambda new, old: None)
     cache.start()
     jobs = job_names(size.jobs)
     expected = dict.fromkeys(jobs, size.pods)
@@ -671,6 +675,8 @@ def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
         with running(kube, operator, logs):
             # 1. submit
             say(f"{name}: submitting {size.jobs} jobs of {size.pods} pods")
+            if trace is not None:
+                trace.start()
             submitted = time.monotonic()
             in_parallel(
                 lambda i: create(
@@ -681,6 +687,8 @@ def run_one(kube: Kube, operator: Operator, size: Size, logs: Path) -> Obj:
             if wait_for("all Running", lambda: short() == 0, 1800, progress) is None:
                 raise SystemExit(f"{name}: the jobs never all ran")
             figures["all_running_s"] = round(time.monotonic() - submitted, 1)
+            if trace is not None:
+                figures["submit_trace"] = trace.finish()
 
             # 2. a retryable exit code
             by_name = {p.name: p for p in pods()}
@@ -909,6 +917,17 @@ def print_table(files: list[str]) -> int:
     return 0
 
 
+def print_trace_table(files: list[str]) -> int:
+    """``--trace-table``: docs/operator.md's table of the submits traced in these kept raw files."""
+    try:
+        kept = [(name, json.loads(Path(name).read_text())) for name in files]
+        print("\n".join(trace_table(kept)))
+    except (OSError, ValueError) as error:
+        print(f"k8s_peers --trace-table: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def stopped(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
@@ -975,6 +994,18 @@ def main() -> int:
         metavar="KEPT",
         help="run nothing: print the table of docs/operator.md for the rounds in these kept raw files",
     )
+    parser.add_argument(
+        "--submit-trace",
+        action="store_true",
+        help="trace each submit (benchmarks/_submit_trace.py: when pods were created, bound and Running, each "
+        "process's CPU, the API server's writes, a pod's stored size) into the raw JSON's submit_traces",
+    )
+    parser.add_argument(
+        "--trace-table",
+        nargs="+",
+        metavar="KEPT",
+        help="run nothing: print the table of docs/operator.md for the submits traced in these kept raw files",
+    )
     parser.add_argument("--results", default=None, help="where to keep the raw JSON (benchmarks/results)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up")
     args = parser.parse_args()
@@ -982,6 +1013,8 @@ def main() -> int:
         return summarize_kept(args.summarize)
     if args.table:
         return print_table(args.table)
+    if args.trace_table:
+        return print_trace_table(args.trace_table)
     only = [name for name in args.only.split(",") if name]
     if unknown := set(only) - set(PEERS):
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
@@ -1072,7 +1105,11 @@ def main() -> int:
             for entry in here:
                 peer, mode = entry.split("/")
                 entry_started = time.monotonic()
-                record["figures"].setdefault(peer, {})[mode] = run_one(kube, makers[peer](mode), size, logs)
+                trace = SubmitTrace(lambda: kube.text("/metrics")) if args.submit_trace else None
+                figures = run_one(kube, makers[peer](mode), size, logs, trace)
+                if "submit_trace" in figures:
+                    record.setdefault("submit_traces", {})[entry] = figures.pop("submit_trace")
+                record["figures"].setdefault(peer, {})[mode] = figures
                 record["entry_wall_s"][entry] = round(time.monotonic() - entry_started, 1)
                 if peer == "trainguard":
                     # Its settings are the same in both modes: one run stands under both.

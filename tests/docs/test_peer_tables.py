@@ -1,6 +1,6 @@
 """docs/operator.md's tables of ``benchmarks/k8s_peers.py``'s rounds are what the raw files they name give: each
-marked table is made again from its files (``benchmarks/_peer_table.py``) and must be the same, figure for
-figure; every raw file the page names exists."""
+marked table is made again from its files (``benchmarks/_peer_table.py``; the traced submits':
+``benchmarks/_submit_trace.py``) and must be the same, figure for figure; every raw file the page names exists."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from benchmarks._peer_table import BEGIN, END, cell, marked_tables, table_of
+from benchmarks._submit_trace import BEGIN as TRACE_BEGIN
+from benchmarks._submit_trace import trace_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "operator.md"
@@ -20,6 +22,7 @@ _RAW = re.compile(r"benchmarks/results/(k8s_peers-[\w-]+\.json)")
 
 def test_the_page_marks_its_peer_tables() -> None:
     assert len(marked_tables(PAGE.read_text())) >= 3
+    assert len(marked_tables(PAGE.read_text(), TRACE_BEGIN)) >= 1
 
 
 @pytest.mark.parametrize(
@@ -30,6 +33,18 @@ def test_the_page_marks_its_peer_tables() -> None:
 def test_each_marked_table_is_its_raw_files(files: list[str], shown: list[str]) -> None:
     kept = [(name, json.loads((ROOT / name).read_text())) for name in files]
     assert shown == table_of(kept), f"regenerate: python benchmarks/k8s_peers.py --table {' '.join(files)}"
+
+
+@pytest.mark.parametrize(
+    ("files", "shown"),
+    [pytest.param(files, shown, id=" ".join(Path(f).name for f in files)) for files, shown in
+     marked_tables(PAGE.read_text(), TRACE_BEGIN)],
+)  # fmt: skip
+def test_each_marked_trace_table_is_its_raw_files(files: list[str], shown: list[str]) -> None:
+    kept = [(name, json.loads((ROOT / name).read_text())) for name in files]
+    assert shown == trace_table(kept), (
+        f"regenerate: python benchmarks/k8s_peers.py --trace-table {' '.join(files)}"
+    )
 
 
 def test_every_raw_file_the_page_names_exists() -> None:
