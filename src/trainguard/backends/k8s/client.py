@@ -300,12 +300,15 @@ class Kube:
             stream.close()
 
 
-class _Urllib3Answer(Answer):
-    """urllib3's response to a request the official client's pool sent, read as ``transport.Answer`` is."""
+class _Urllib3Answer:
+    """urllib3's response to a request the official client's pool sent, read as ``transport.Answer`` says."""
 
     def __init__(self, response: Any) -> None:
         self.status = int(response.status)
         self._response = response
+
+    def read(self) -> bytes:
+        return b"".join(self.chunks())
 
     def chunks(self) -> Iterator[bytes]:
         import urllib3

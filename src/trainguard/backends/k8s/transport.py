@@ -21,7 +21,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 #: Bytes read at once from a connection, and the most a status or header line may hold.
@@ -69,9 +69,23 @@ class _Conn:
             return True
 
 
-class Answer:
-    """An answer's status and body. ``read`` takes the whole body; ``chunks`` yields it as it comes (a watch).
-    ``close`` hands the connection back when the body was read to its end, and closes it otherwise."""
+class Answer(Protocol):
+    """An answer's status and body, however it came: ``read`` takes the whole body; ``chunks`` yields it as it
+    comes (a watch); ``close`` lets the connection go (``PooledAnswer``; the official client's answers in
+    ``client.py``)."""
+
+    status: int
+
+    def read(self) -> bytes: ...
+
+    def chunks(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class PooledAnswer:
+    """An answer on one of the ``Pool``'s connections. ``close`` hands the connection back when the body was read
+    to its end, and closes it otherwise."""
 
     def __init__(
         self, pool: Pool, conn: _Conn, status: int, length: int | None, chunked: bool, keep: bool
@@ -148,8 +162,8 @@ class Pool:
 
     def request(
         self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeouts: Timeouts
-    ) -> Answer:
-        """Sends the request and reads its status and headers; the body is the ``Answer``'s to read."""
+    ) -> PooledAnswer:
+        """Sends the request and reads its status and headers; the body is the ``PooledAnswer``'s to read."""
         lines = [f"{method} {self.prefix}{target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body is not None or method in ("POST", "PUT", "PATCH"):
@@ -211,7 +225,7 @@ class Pool:
             raise TransportError(_words(error)) from None
         return _Conn(sock)
 
-    def _answer(self, conn: _Conn, method: str) -> Answer:
+    def _answer(self, conn: _Conn, method: str) -> PooledAnswer:
         rfile = conn.rfile
         status_line = rfile.readline(BUFFER)
         if not status_line:
@@ -242,7 +256,7 @@ class Pool:
             raise TransportError(f"an answer with more than {MAX_HEADERS} headers")
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             length, chunked = 0, False
-        return Answer(self, conn, status, None if chunked else length, chunked, keep)
+        return PooledAnswer(self, conn, status, None if chunked else length, chunked, keep)
 
 
 def _chunk_size(line: bytes) -> int:
