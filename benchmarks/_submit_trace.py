@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 Obj = dict[str, Any]
-#: Processes whose CPU is kept (the rest of the machine's is summed as "other"): the cluster's and the operators'.
+#: Processes whose CPU is kept (the rest of the machine's is summed as "other"): the cluster's and the operators',
+#: by their command names as the kernel keeps them (``comm``: at most 15 characters).
 PROCESSES = (
     "kube-apiserver",
     "etcd",
@@ -28,7 +29,7 @@ PROCESSES = (
     "kube-controller",
     "trainguard",
     "training-operat",
-    "vc-controller-ma",
+    "vc-controller-m",
     "vc-scheduler",
 )
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -146,7 +147,7 @@ class SubmitTrace:
 
 BEGIN = "<!-- k8s_peers --trace-table "
 #: The operator's own process, by its command name, per peer.
-OPERATOR_PROCESS = {"trainguard": "trainguard", "kubeflow": "training-operat", "volcano": "vc-controller-ma"}
+OPERATOR_PROCESS = {"trainguard": "trainguard", "kubeflow": "training-operat", "volcano": "vc-controller-m"}
 HEADINGS = {
     "trainguard/as_shipped": "trainguard",
     "kubeflow/as_shipped": "Kubeflow as shipped",
@@ -167,7 +168,9 @@ def _at(*keys: str) -> Any:
 
 
 def _operator_cpu(trace: Obj, entry: str) -> Any:
-    return (trace.get("cpu_s") or {}).get(OPERATOR_PROCESS[entry.split("/")[0]], 0.0)
+    """The operator's own process's CPU; None where it was not kept (Volcano's, in traces taken before its
+    command name was listed as the kernel cuts it, 15 characters)."""
+    return (trace.get("cpu_s") or {}).get(OPERATOR_PROCESS[entry.split("/")[0]])
 
 
 def _status_writes(trace: Obj, entry: str) -> Any:
