@@ -81,6 +81,8 @@ def warm_up(
                 failure = cause(error)
             # Here, still inside its group, the fault's traceback is let go, and with it what the warm-up made
             # (a DDP of the model, its reducer): none of it outlives the group it was made in.
+    except Exception as error:  # nor may its group's start or end
+        failure = failure or cause(error)
     finally:
         for hook in hooks:
             hook.remove()

@@ -65,3 +65,16 @@ def test_a_warm_up_that_runs_through_takes_its_seconds() -> None:
     assert seconds is not None
     assert seconds >= 0
     assert all(p.grad is None or not p.grad.any() for p in state["model"].parameters())
+
+
+def test_a_warm_up_whose_own_group_cannot_start_is_told_and_costs_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refused(*args: Any, **named: Any) -> None:
+        raise RuntimeError("gloo: no interface")
+
+    monkeypatch.setattr(dist, "init_process_group", refused)
+    ran: list[bool] = []
+    assert _livestate.warm_up(_state(), lambda: ran.append(True), str) is None
+    assert ran == []
+    assert "the warm-up failed (gloo: no interface)" in capsys.readouterr().err
