@@ -111,8 +111,8 @@ class SubmitTrace:
             times.setdefault("bound", now)
         if (pod.get("status") or {}).get("phase") == "Running" and "running" not in times:
             times["running"] = now
-            managed = pod["metadata"].get("managedFields") or []
-            self.sizes.append((_size(pod) - _size(managed), _size(managed)))
+            managed = _size(pod["metadata"].get("managedFields") or [])
+            self.sizes.append((_size(pod) - managed, managed))
 
     def finish(self) -> Obj:
         cpu_now, writes_now = process_cpu(), api_writes(self.metrics())

@@ -906,24 +906,14 @@ def summarize_kept(files: list[str]) -> int:
     return 0
 
 
-def print_table(files: list[str]) -> int:
-    """``--table``: docs/operator.md's table of the rounds in these kept raw files (markdown, on stdout)."""
+def print_table(files: list[str], make: Callable[[list[tuple[str, Obj]]], list[str]], flag: str) -> int:
+    """``--table`` (``table_of``) and ``--trace-table`` (``trace_table``): docs/operator.md's table made by
+    ``make`` from these kept raw files (markdown, on stdout)."""
     try:
         kept = [(name, json.loads(Path(name).read_text())) for name in files]
-        print("\n".join(table_of(kept)))
+        print("\n".join(make(kept)))
     except (OSError, ValueError) as error:  # json's errors are ValueErrors
-        print(f"k8s_peers --table: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def print_trace_table(files: list[str]) -> int:
-    """``--trace-table``: docs/operator.md's table of the submits traced in these kept raw files."""
-    try:
-        kept = [(name, json.loads(Path(name).read_text())) for name in files]
-        print("\n".join(trace_table(kept)))
-    except (OSError, ValueError) as error:
-        print(f"k8s_peers --trace-table: {error}", file=sys.stderr)
+        print(f"k8s_peers {flag}: {error}", file=sys.stderr)
         return 2
     return 0
 
@@ -1012,9 +1002,9 @@ def main() -> int:
     if args.summarize:
         return summarize_kept(args.summarize)
     if args.table:
-        return print_table(args.table)
+        return print_table(args.table, table_of, "--table")
     if args.trace_table:
-        return print_trace_table(args.trace_table)
+        return print_table(args.trace_table, trace_table, "--trace-table")
     only = [name for name in args.only.split(",") if name]
     if unknown := set(only) - set(PEERS):
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}")

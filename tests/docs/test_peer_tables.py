@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from benchmarks._peer_table import BEGIN, END, cell, marked_tables, table_of
@@ -25,26 +27,20 @@ def test_the_page_marks_its_peer_tables() -> None:
     assert len(marked_tables(PAGE.read_text(), TRACE_BEGIN)) >= 1
 
 
-@pytest.mark.parametrize(
-    ("files", "shown"),
-    [pytest.param(files, shown, id=" ".join(Path(f).name for f in files)) for files, shown in
-     marked_tables(PAGE.read_text())],
-)  # fmt: skip
-def test_each_marked_table_is_its_raw_files(files: list[str], shown: list[str]) -> None:
-    kept = [(name, json.loads((ROOT / name).read_text())) for name in files]
-    assert shown == table_of(kept), f"regenerate: python benchmarks/k8s_peers.py --table {' '.join(files)}"
+#: Each kind of marked table: its mark, what makes it, and the flag of k8s_peers.py that prints it.
+KINDS = [(BEGIN, table_of, "--table"), (TRACE_BEGIN, trace_table, "--trace-table")]
 
 
 @pytest.mark.parametrize(
-    ("files", "shown"),
-    [pytest.param(files, shown, id=" ".join(Path(f).name for f in files)) for files, shown in
-     marked_tables(PAGE.read_text(), TRACE_BEGIN)],
+    ("files", "shown", "make", "flag"),
+    [pytest.param(files, shown, make, flag, id=" ".join(Path(f).name for f in files))
+     for begin, make, flag in KINDS for files, shown in marked_tables(PAGE.read_text(), begin)],
 )  # fmt: skip
-def test_each_marked_trace_table_is_its_raw_files(files: list[str], shown: list[str]) -> None:
+def test_each_marked_table_is_its_raw_files(
+    files: list[str], shown: list[str], make: Callable[[list[tuple[str, Any]]], list[str]], flag: str
+) -> None:
     kept = [(name, json.loads((ROOT / name).read_text())) for name in files]
-    assert shown == trace_table(kept), (
-        f"regenerate: python benchmarks/k8s_peers.py --trace-table {' '.join(files)}"
-    )
+    assert shown == make(kept), f"regenerate: python benchmarks/k8s_peers.py {flag} {' '.join(files)}"
 
 
 def test_every_raw_file_the_page_names_exists() -> None:

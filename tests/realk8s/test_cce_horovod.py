@@ -146,8 +146,7 @@ def _released(cluster: RealCluster, pod: str) -> None:
     assert LAUNCHER in releases[-1]["pods"], releases[-1]
 
 
-#: The launcher's lines that tell how a recovery goes (horovodrun's driver, Horovod's resets and steps).
-#: The launcher's lines a failure shows: horovodrun's driver recording each worker's state (a worker records READY
+#: The launcher's lines that tell how a recovery goes, which a failure shows: horovodrun's driver recording each worker's state (a worker records READY
 #: when it asks the rendezvous for its rank, ``_get_rank_and_size``), resets, progress, the agent, errors.
 _TELLING = re.compile(
     r"record state|recorded|_get_rank_and_size|blacklist|reset|Iter #|Workers after|trainguard agent|rror|xception"
