@@ -2,10 +2,11 @@
 //
 // The operator's image holds an installation: ROOT/bin/trainguard-entry (this program, static, so it runs in
 // any image) and ROOT/lib (the agent's pure-Python modules, standard library only). The operator gives each
-// pod an emptyDir at /trainguard and two init containers: the first, in the operator's image, copies the
-// installation into it ("install"); the second, in the user's image, looks for a python3 there ("probe").
-// The container's command then runs through "run", which starts the agent with the image's python, or, where
-// the image has none, the command as written.
+// pod an emptyDir at /trainguard and one init container, in the operator's image, that copies the
+// installation into it ("install"). The container's command then runs through "run", which looks for a
+// python3 in the image (the probe) and starts the agent with it, or, where the image has none, says so (on
+// stderr, in the container's termination message and to the operator's report endpoint) and runs the command
+// as written.
 //
 //	trainguard-entry install DEST             copy this installation (bin/, lib/) into DEST
 //	trainguard-entry probe                    find python3 >= 3.8 in this image; record it (ROOT/probe.json and
@@ -16,12 +17,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,20 +174,30 @@ func probeCommand(root string) int {
 	if err := os.WriteFile(probeFile(root), data, 0o644); err != nil {
 		return fail(1, "cannot record the probe: %v", err)
 	}
-	if found.Usable {
-		if _, err := exec.LookPath("python"); err != nil {
-			_ = os.MkdirAll(pythonDir(root), 0o755)
-			_ = os.Symlink(found.Python, filepath.Join(pythonDir(root), "python"))
-		}
+	linkPython(root, found)
+	tellMessage(data)
+	fmt.Println(string(data))
+	return 0
+}
+
+// linkPython gives an image that has only python3 a "python" (pythonDir), where ROOT can be written.
+func linkPython(root string, found Probe) {
+	if !found.Usable {
+		return
 	}
+	if _, err := exec.LookPath("python"); err != nil {
+		_ = os.MkdirAll(pythonDir(root), 0o755)
+		_ = os.Symlink(found.Python, filepath.Join(pythonDir(root), "python"))
+	}
+}
+
+// tellMessage writes data as the container's termination message, where the operator reads it.
+func tellMessage(data []byte) {
 	message := os.Getenv("TRAINGUARD_MESSAGE_FILE")
 	if message == "" {
 		message = "/dev/termination-log"
 	}
-	// Kubernetes shows it as the init container's termination message, where the operator reads it.
 	_ = os.WriteFile(message, data, 0o644)
-	fmt.Println(string(data))
-	return 0
 }
 
 // probe looks for python3, then python, on PATH, and asks it its version.
@@ -239,7 +252,8 @@ func atLeast(version string, major, minor int) bool {
 	return have > major || (have == major && haveMinor >= minor)
 }
 
-// recorded is the init container's probe, or a probe now where there was none.
+// recorded is the probe recorded in ROOT, or a probe now, recorded where ROOT can be written (the first run in
+// a pod probes; the agent's restarts of the command in place do not start this program again).
 func recorded(root string) Probe {
 	data, err := os.ReadFile(probeFile(root))
 	if err == nil {
@@ -248,7 +262,11 @@ func recorded(root string) Probe {
 			return found
 		}
 	}
-	return probe()
+	found := probe()
+	if data, err := json.Marshal(found); err == nil && os.WriteFile(probeFile(root), data, 0o644) == nil {
+		linkPython(root, found)
+	}
+	return found
 }
 
 // environment is this process's, with the agent's modules on PYTHONPATH and, last on PATH, a "python"
@@ -293,6 +311,9 @@ func run(root string, args []string) int {
 	if !found.Usable {
 		fmt.Fprintf(os.Stderr, "trainguard-entry: %s: running the command as written, without trainguard's agent "+
 			"(no hang detection, no restart in place)\n", found.Reason)
+		data, _ := json.Marshal(found)
+		tellMessage(data)
+		tellOperator(options, found.Reason)
 		return execute(command, os.Environ())
 	}
 	argv := append([]string{found.Python, "-m", "trainguard.agent"}, options...)
@@ -345,4 +366,61 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	return "", exec.ErrNotFound
+}
+
+// optionValue is the value of the agent's option name ("--name VALUE" or "--name=VALUE"), "" when absent.
+func optionValue(options []string, name string) string {
+	for i, option := range options {
+		if option == name && i+1 < len(options) {
+			return options[i+1]
+		}
+		if strings.HasPrefix(option, name+"=") {
+			return strings.TrimPrefix(option, name+"=")
+		}
+	}
+	return ""
+}
+
+// How long the operator is given to take the word that the agent is missing: the command waits for it.
+const tellTries, tellTimeout, tellPause = 2, 2 * time.Second, time.Second
+
+// tellOperator POSTs, as the agent would, a summary saying why the agent cannot run in this pod to the
+// operator's report endpoint (the agent's --report-url, with the token in its --report-token file), so that
+// the operator warns while the command runs; nothing where the options name no endpoint.
+func tellOperator(options []string, reason string) {
+	url, tokenFile := optionValue(options, "--report-url"), optionValue(options, "--report-token")
+	if url == "" || tokenFile == "" {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"report": map[string]any{"agentMissing": reason}})
+	client := &http.Client{Timeout: tellTimeout}
+	var last error
+	for try := 0; try < tellTries; try++ {
+		if try > 0 {
+			time.Sleep(tellPause)
+		}
+		token, err := os.ReadFile(tokenFile)
+		if err != nil {
+			last = err
+			continue
+		}
+		request, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			last = err
+			break
+		}
+		request.Header.Set("Content-Type", "application/json")
+		request.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+		answer, err := client.Do(request)
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = answer.Body.Close()
+		if answer.StatusCode/100 == 2 {
+			return
+		}
+		last = fmt.Errorf("answered %s", answer.Status)
+	}
+	fmt.Fprintf(os.Stderr, "trainguard-entry: cannot tell the operator at %s that the agent is missing: %v\n", url, last)
 }

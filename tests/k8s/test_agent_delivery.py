@@ -1,6 +1,6 @@
 """The agent is delivered into pods, not expected in their images: an emptyDir at /trainguard, an init
-container from the operator's image that copies the agent in, a second one in the pod's own image that looks
-for python3 there, the command run through ``trainguard-entry``; and the probe's answer read back.
+container from the operator's image that copies the agent in, the command run through ``trainguard-entry``
+(which looks for python3 in the image itself); and the entry's word that the agent is missing read back.
 
 Pure manifest and observation checks; what the entry program does is tested on it (tests/integration/entry),
 and in real containers on real nodes by tests/realk8s."""
@@ -32,21 +32,18 @@ def _pod(role: str) -> dict[str, Any]:
 def test_the_agent_is_copied_in_before_the_pods_own_init_containers() -> None:
     spec = _pod("launcher")["spec"]
     names = [c["name"] for c in spec["initContainers"]]
-    # CCE's job barrier still runs, after ours: it is the last thing the launcher waits for.
-    assert names == [manifests.INSTALL_CONTAINER, manifests.PROBE_CONTAINER, "job-barrier"]
-    install, probe = spec["initContainers"][:2]
+    # CCE's job barrier still runs, after ours: it is the last thing the launcher waits for. No container of
+    # ours runs in the pod's own image but its own: the entry probes for python3 there when it starts.
+    assert names == [manifests.INSTALL_CONTAINER, "job-barrier"]
+    install = spec["initContainers"][0]
     assert install["image"] == SETTINGS.agent_image
     assert install["command"] == ["/opt/trainguard/bin/trainguard-entry", "install", "/trainguard"]
     main = spec["containers"][0]
-    assert probe["image"] == main["image"]  # the probe looks into the pod's own image
-    assert probe["command"] == [manifests.ENTRY, "probe"]
     (volume,) = [v for v in spec["volumes"] if v["name"] == manifests.AGENT_VOLUME]
     assert volume["emptyDir"] == {}
-    for container in (install, probe):
-        assert {"name": manifests.AGENT_VOLUME, "mountPath": "/trainguard"} in container["volumeMounts"]
-    assert {"name": manifests.AGENT_VOLUME, "mountPath": "/trainguard", "readOnly": True} in main[
-        "volumeMounts"
-    ]
+    assert {"name": manifests.AGENT_VOLUME, "mountPath": "/trainguard"} in install["volumeMounts"]
+    # The entry records its probe there, and links a "python" for an image that has only python3.
+    assert {"name": manifests.AGENT_VOLUME, "mountPath": "/trainguard"} in main["volumeMounts"]
 
 
 def test_the_command_runs_through_the_entry_with_the_agent_options_then_the_command() -> None:
@@ -60,47 +57,62 @@ def test_the_command_runs_through_the_entry_with_the_agent_options_then_the_comm
     )
 
 
-def test_the_probe_runs_as_the_container_would() -> None:
-    job = load_jobs(CCE_JOB, [])[0].job
-    container = job.role("trainer").template["spec"]["containers"][0]
-    container["securityContext"] = {"runAsUser": 1000}
-    container["env"] = [{"name": "PATH", "value": "/opt/conda/bin:/usr/bin"}, {"name": "X", "value": "1"}]
-    pod = manifests.pod(
-        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), SETTINGS
-    )
-    probe = pod["spec"]["initContainers"][1]
-    assert probe["securityContext"] == {"runAsUser": 1000}
-    assert probe["imagePullPolicy"] == container["imagePullPolicy"]
-    assert probe["env"] == [{"name": "PATH", "value": "/opt/conda/bin:/usr/bin"}]
-
-
-def _probed(message: str | None, name: str = manifests.PROBE_CONTAINER) -> dict[str, Any]:
+def _probed(
+    message: str | None, name: str = manifests.PROBE_CONTAINER, summary: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A pod whose container ``name`` (an init container of an older operator's pods, or the training container
+    ``main``) ended with ``message`` (None: it runs), its agent's summary ``summary`` in its annotation."""
     state = {"terminated": {"exitCode": 0, "message": message}} if message is not None else {"running": {}}
+    statuses = {
+        "containerStatuses" if name == "main" else "initContainerStatuses": [{"name": name, "state": state}]
+    }
+    annotations = {manifests.ANNOTATION_AGENT_REPORT: json.dumps(summary)} if summary is not None else {}
     return {
-        "metadata": {"name": "j-trainer-0", "labels": {
+        "metadata": {"name": "j-trainer-0", "annotations": annotations, "labels": {
             "trainguard.io/role": "trainer", "trainguard.io/index": "0", "trainguard.io/generation": "1",
         }},
         "spec": {"nodeName": "node-1"},
-        "status": {"phase": "Running", "initContainerStatuses": [{"name": name, "state": state}]},
+        "status": {"phase": "Running", **statuses},
     }  # fmt: skip
 
 
 NO_PYTHON = {"python": "", "version": "", "usable": False, "reason": "the image has no python3 (PATH=/bin)"}
+USABLE = {"python": "/usr/bin/python3", "version": "3.11.2", "usable": True}
 
 
 @pytest.mark.parametrize(
     ("message", "name", "missing"),
     [
+        # The training container ended, the entry's probe still its termination message.
+        (json.dumps(NO_PYTHON), "main", "the image has no python3 (PATH=/bin)"),
+        (json.dumps({**NO_PYTHON, "reason": ""}), "main", "the image has no python3 the agent can run with"),
+        (json.dumps({"event": "exited", "exit_code": 1}), "main", None),  # the agent's own final report
+        ("Error: something", "main", None),  # the command's own message
+        (None, "main", None),  # still running
+        # A pod an older operator made: its probe init container said it.
         (json.dumps(NO_PYTHON), manifests.PROBE_CONTAINER, "the image has no python3 (PATH=/bin)"),
-        (json.dumps({**NO_PYTHON, "reason": ""}), manifests.PROBE_CONTAINER, "the image has no python3 the agent can run with"),
-        (json.dumps({"python": "/usr/bin/python3", "version": "3.11.2", "usable": True}), manifests.PROBE_CONTAINER, None),
+        (json.dumps(USABLE), manifests.PROBE_CONTAINER, None),
         (None, manifests.PROBE_CONTAINER, None),  # still probing
         ("not json", manifests.PROBE_CONTAINER, None),
         ("{broken", manifests.PROBE_CONTAINER, None),
         (json.dumps(NO_PYTHON), "job-barrier", None),  # someone else's init container
     ],
 )  # fmt: skip
-def test_the_probes_answer_is_read_from_its_termination_message(
+def test_the_probes_answer_is_read_from_a_termination_message(
     message: str | None, name: str, missing: str | None
 ) -> None:
     assert observed_pod(_probed(message, name)).agent_missing == missing
+
+
+@pytest.mark.parametrize(
+    ("summary", "missing"),
+    [
+        ({"agentMissing": "the image has no python3 (PATH=/bin)"}, "the image has no python3 (PATH=/bin)"),
+        ({"agentMissing": ""}, None),
+        ({"attempt": 1, "hangs": 0}, None),  # the agent's own summary: it runs
+    ],
+)
+def test_the_entrys_word_to_the_operator_is_read_while_the_container_runs(
+    summary: dict[str, Any], missing: str | None
+) -> None:
+    assert observed_pod(_probed(None, "main", summary)).agent_missing == missing

@@ -49,6 +49,7 @@ SUMMARY = {
     "ranks": [{"rank": 0, "steps": 20, "busySeconds": 0.1, "stepSeconds": 0.2}],
     "suspectedHang": {"signal": "io", "idleSeconds": 1800.5},
     "spares": {"ready": 1, "wanted": 2},
+    "agentMissing": None,
 }  # fmt: skip
 
 
@@ -146,6 +147,18 @@ def test_a_pod_bound_token_gets_the_summary_into_its_own_pods_annotation(endpoin
         0,
         [137],
     )
+
+
+def test_the_entrys_word_that_the_agent_is_missing_reaches_the_controller(endpoint: Endpoint) -> None:
+    """What ``trainguard-entry run`` POSTs in the agent's place where the image has no python3."""
+    why = "the image has no python3 (PATH=/bin); trainguard's agent needs Python 3.8 or later"
+    assert endpoint.post(endpoint.token(OURS), {"report": {"agentMissing": why}}) == 204
+
+    def seen() -> str | None:
+        pod = endpoint.pods.get(NAMESPACE, OURS)
+        return None if pod is None else observed_pod(pod).agent_missing
+
+    wait_until(lambda: seen() == why, "the entry's word in the operator's cache", 10)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from trainguard.controller.reports import LiveRound, WorkerRestart
 from trainguard.controller.status import LiveOrigin
 from trainguard.policy.fencing import Fencing
 
-from .launches import launch
+from .launches import env_of, launch, pod_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 CCE_JOB = EXAMPLES / "cce-horovod-elastic.yaml"
@@ -43,8 +43,17 @@ def test_without_hang_handling_the_agent_gets_the_pods_grace_period(tmp_path: Pa
         "/trainguard/bin/trainguard-entry",
         "run",
     ]  # the agent, delivered: the image needs only python3
-    # The trainer's terminationGracePeriodSeconds; the release file a Horovod job's pods watch.
-    assert command[2:agent_end] == ["--grace", "300", "--release-file", manifests.RELEASE_FILE]
+    # The trainer's terminationGracePeriodSeconds; the release file a Horovod job's pods watch; then the
+    # variables the agent sets for the command (trainguard's own, kept out of the pod's env).
+    options = [option for option in command[2:agent_end] if not option.startswith("--env=")]
+    assert options == ["--grace", "300", "--release-file", manifests.RELEASE_FILE]
+    carried = [option.split("=")[1] for option in command[2:agent_end] if option.startswith("--env=")]
+    assert carried == [
+        "TRAINGUARD_GENERATION",
+        "TRAINGUARD_RDZV_ENDPOINT",
+        "TRAINGUARD_FAULT_CHECK",
+        "TRAINGUARD_SNAPSHOT_DIR",
+    ]
     assert command[agent_end + 1 :] == ["/bin/bash", "-c", "/usr/sbin/sshd && sleep infinity"]
 
 
@@ -189,22 +198,14 @@ def test_with_a_report_url_every_replica_reports_with_a_token_for_the_operator_o
     options = container["command"][2 : container["command"].index("--")]
     assert options[options.index("--report-url") + 1] == url
     assert options[options.index("--report-token") + 1] == manifests.REPORT_TOKEN_FILE
-    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "trainguard-report-token"]
-    assert volume["projected"]["sources"] == [
-        {"serviceAccountToken": {"audience": "trainguard", "expirationSeconds": 3600, "path": "token"}}
-    ]
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
-    assert mounts["trainguard-report-token"] == {
-        "name": "trainguard-report-token",
-        "mountPath": manifests.REPORT_TOKEN_DIR,
-        "readOnly": True,
-    }
+    token = pod_file(pod, manifests.REPORT_TOKEN_FILE)
+    assert token == {"audience": "trainguard", "expirationSeconds": 3600, "path": "token"}
     # Without one, nothing of it.
     plain = manifests.pod(
         AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), manifests.PodSettings()
     )
     assert "--report-url" not in plain["spec"]["containers"][0]["command"]
-    assert all(v["name"] != "trainguard-report-token" for v in plain["spec"]["volumes"])
+    assert pod_file(plain, manifests.REPORT_TOKEN_FILE) is None
 
 
 @pytest.mark.parametrize(
@@ -244,7 +245,8 @@ def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own(
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "trainguard-snapshots"]
     assert volume["emptyDir"] == {"medium": "Memory"}
     assert {"name": "trainguard-snapshots", "mountPath": manifests.SNAPSHOT_DIR} in container["volumeMounts"]
-    assert {"name": "TRAINGUARD_SNAPSHOT_DIR", "value": manifests.SNAPSHOT_DIR} in container["env"]
+    assert env_of(pod)["TRAINGUARD_SNAPSHOT_DIR"] == manifests.SNAPSHOT_DIR
+    assert all(item["name"] != "TRAINGUARD_SNAPSHOT_DIR" for item in container["env"])  # the agent sets it
     # A container that names its own directory keeps it, and gets no volume of ours.
     own = job.to_dict()
     trainer = own["spec"]["replicaSpecs"]["trainer"]["template"]["spec"]["containers"][0]
@@ -259,6 +261,7 @@ def test_every_replica_gets_shared_memory_for_snapshots_unless_it_names_its_own(
     assert all(v["name"] != "trainguard-snapshots" for v in pod["spec"]["volumes"])
     env = pod["spec"]["containers"][0]["env"]
     assert [e["value"] for e in env if e["name"] == "TRAINGUARD_SNAPSHOT_DIR"] == ["/dev/shm/x"]
+    assert env_of(pod)["TRAINGUARD_SNAPSHOT_DIR"] == "/dev/shm/x"
 
 
 def _lease_pod(uid: str = "u1", ours: bool = True, node: str = "n1") -> dict[str, object]:

@@ -197,6 +197,27 @@ PODS: dict[str, Obj] = {
             ],
         }
     ),
+    "no python3, told by the entry": _pod(
+        meta={
+            "annotations": {
+                manifests.ANNOTATION_AGENT_REPORT: json.dumps({"agentMissing": "no python3 in the image"})
+            }
+        }
+    ),
+    "no python3, in the training container's message": _pod(
+        status={
+            **_pod()["status"],
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "state": _terminated(
+                        0, "Completed", '{"usable": false, "reason": "no python3 in the image"}'
+                    ),
+                }
+            ],
+        }
+    ),
     "no python3": _pod(
         status={
             **_pod()["status"],

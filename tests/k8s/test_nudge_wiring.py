@@ -4,7 +4,7 @@ annotations on a real one; tests/unit/controller/test_nudges.py the decision).""
 
 from __future__ import annotations
 
-from tests.k8s.launches import launch
+from tests.k8s.launches import launch, pod_file
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_object
 from trainguard.backends.k8s import manifests
@@ -46,13 +46,11 @@ def test_torchrun_pods_read_their_nudge_annotation_through_a_downward_api_file()
     command = container["command"]
     assert command[command.index("--nudge-file") + 1] == manifests.NUDGE_FILE
     assert command.index("--nudge-file") < command.index("--")
-    (volume,) = [v for v in pod["spec"]["volumes"] if "downwardAPI" in v]
-    (item,) = volume["downwardAPI"]["items"]
+    item = pod_file(pod, manifests.NUDGE_FILE)
+    assert item is not None
     assert item["fieldRef"]["fieldPath"] == f"metadata.annotations['{manifests.ANNOTATION_NUDGE}']"
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
-    assert f"{mount['mountPath']}/{item['path']}" == manifests.NUDGE_FILE
 
     plain = launch(TORCH, "sidecar", 0, {"worker": 3, "sidecar": 1})
     sidecar = manifests.pod(NATIVE, TORCH, plain, manifests.PodSettings())
-    assert not [v for v in sidecar["spec"]["volumes"] if "downwardAPI" in v]
+    assert pod_file(sidecar, manifests.NUDGE_FILE) is None
     assert "--nudge-file" not in sidecar["spec"]["containers"][0]["command"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.k8s.launches import cce_job, launch
+from tests.k8s.launches import cce_job, launch, pod_file
 from trainguard.agent.release import parse_release
 from trainguard.backends.k8s import manifests
 from trainguard.backends.k8s.backend import JobBackend
@@ -26,36 +26,28 @@ def _pod(role: str, settings: manifests.PodSettings, **spec: Any) -> Obj:
     return manifests.pod(AITRAININGJOB, job, launch(job, role, 0, SIZES), settings)
 
 
-def _release_wiring(pod: Obj) -> tuple[list[str], list[Obj]]:
+def _release_wiring(pod: Obj) -> tuple[list[str], Obj | None]:
     command = pod["spec"]["containers"][0]["command"]
     options = (
         command[command.index("--release-file") : command.index("--release-file") + 2]
         if ("--release-file" in command)
         else []
     )
-    volumes = [v for v in pod["spec"].get("volumes") or [] if v["name"] == "trainguard-release"]
-    return options, volumes
+    return options, pod_file(pod, manifests.RELEASE_FILE)
 
 
 def test_every_pod_of_a_horovod_job_watches_its_release_annotation() -> None:
     for role in ("launcher", "trainer"):
         pod = _pod(role, manifests.PodSettings())
-        options, volumes = _release_wiring(pod)
+        options, item = _release_wiring(pod)
         assert options == ["--release-file", manifests.RELEASE_FILE]
-        (volume,) = volumes
-        (item,) = volume["downwardAPI"]["items"]
+        assert item is not None
         assert item["fieldRef"]["fieldPath"] == f"metadata.annotations['{manifests.ANNOTATION_RELEASE}']"
-        mounts = [
-            m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "trainguard-release"
-        ]
-        assert mounts == [
-            {"name": "trainguard-release", "mountPath": manifests.RELEASE_DIR, "readOnly": True}
-        ]
 
 
 def test_turned_off_or_not_horovod_no_pod_has_it() -> None:
-    assert _release_wiring(_pod("trainer", manifests.PodSettings(release_survivors=False))) == ([], [])
-    assert _release_wiring(_pod("trainer", manifests.PodSettings(), frameworkType="pytorch")) == ([], [])
+    assert _release_wiring(_pod("trainer", manifests.PodSettings(release_survivors=False))) == ([], None)
+    assert _release_wiring(_pod("trainer", manifests.PodSettings(), frameworkType="pytorch")) == ([], None)
 
 
 class _Kube:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 
 from trainguard.agent.config import AgentConfig
 
@@ -88,11 +90,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fencing: end the command's whole tree when no renewal at --lease-url succeeded for SECONDS, or "
         "at once when the operator says the pod is gone; the command starts after the first renewal",
     )
+    parser.add_argument(
+        "--env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="set NAME for the command and the agent, unless the environment has it already (the runtime's "
+        "variables for trainguard's own parts: the pod's own variables win, as in its env); repeatable",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command to run")
 
 
 def config_from_args(args: argparse.Namespace) -> AgentConfig:
-    """Raises ValueError with a message for the user."""
+    """Raises ValueError with a message for the user. The ``--env`` variables join this process's environment
+    (under what it has already): the agent's settings fall back to them, and the command inherits them."""
+    for name, value in carried(args.env).items():
+        os.environ.setdefault(name, value)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -113,3 +126,19 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         lease_url=args.lease_url,
         fence_after=args.fence_after,
     )
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def carried(pairs: list[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` options as a mapping (the last of a name wins); ValueError naming the bad one."""
+    carried: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not _NAME.match(name):
+            raise ValueError(
+                f"--env {pair!r}: expected NAME=VALUE, NAME a variable's name (letters, digits, _)"
+            )
+        carried[name] = value
+    return carried

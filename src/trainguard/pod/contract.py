@@ -101,6 +101,19 @@ ENV_FAULT_CHECK = "TRAINGUARD_FAULT_CHECK"
 #: (``trainguard chaos hardware-fault``); the agent finds its node in ``ENV_NODE_NAME``.
 ENV_FAULT_INJECT = "TRAINGUARD_FAULT_INJECT"
 
+#: The prefix of trainguard's own variables: only its own parts read them (the agent, the launchers, the SDK).
+OWN_PREFIX = "TRAINGUARD_"
+
+
+def carried_by_agent(name: str) -> bool:
+    """Whether the operator gives variable ``name`` of a launch to the pod's agent (``--env NAME=VALUE``), which
+    sets it for the command it starts, instead of putting it into the container's ``env``: trainguard's own
+    variables, and torchrun's switch that only its launcher under the agent reads. The pod stays as small as
+    the API server and the nodes can handle quickly; what users' scripts read (``TRAININGJOB_*``, ``MASTER_*``,
+    ``RANK``, ``PET_*``) stays in ``env``, where ``kubectl describe`` and a shell in the container see it."""
+    return name.startswith(OWN_PREFIX) or name == TORCH_DISABLE_SHARE_RDZV_TCP_STORE
+
+
 # ---- the agent: what it tells the command -----------------------------------------------------------------
 
 #: Where the SDK's ``heartbeat()`` writes, and which start of the command this is (1, 2, ...).

@@ -27,6 +27,8 @@ The summary is a JSON object:
   ``failedCheck``, the latest whose verdict was hardware or environment (``CheckResult.as_dict``).
 - ``ranks``: each rank's own work per step, as the agent last measured it (``rank``, ``steps``,
   ``busySeconds``, ``stepSeconds``: the step's wall time; ``trainguard.agent.rankwork``), for finding stragglers.
+- ``agentMissing``: why trainguard's agent cannot run in the pod's image (no python3 it can use), in words;
+  None where it runs. Sent in the agent's place by ``trainguard-entry``, which then runs the command as written.
 - Kept for the local runtime, never sent (the operator has them from the pod itself, and progress would be
   a POST a second): ``startedAt`` (the first start, wall clock), ``pid`` (the command's latest process),
   ``lastProgressAt``, and once the agent ended (``exited``): ``exitCode``, ``signal`` (its number) and
@@ -66,6 +68,7 @@ WIRE = (
     "ranks",
     "suspectedHang",
     "spares",
+    "agentMissing",
 )
 #: At most this many worker restarts (and live rounds) are taken from a summary sent to the operator.
 _TAKEN = 32
@@ -145,6 +148,7 @@ class Summary:
     ranks: tuple[RankEntry, ...] = ()
     suspected_hang: SuspectedHang | None = None
     spares: Spares | None = None
+    agent_missing: str | None = None
     #: Kept for the local runtime only (absent from what the operator receives).
     started_at: float | None = None
     pid: int | None = None
@@ -199,6 +203,7 @@ def read(summary: Mapping[str, Any]) -> Summary:
         ),
         suspected_hang=_suspected(summary.get("suspectedHang")),
         spares=_spares(summary.get("spares")),
+        agent_missing=_missing(summary.get("agentMissing")),
         started_at=summary.get("startedAt"),
         pid=summary.get("pid"),
         last_progress_at=summary.get("lastProgressAt"),
@@ -226,6 +231,7 @@ def new() -> dict[str, Any]:
         "ranks": [],
         "suspectedHang": None,
         "spares": None,
+        "agentMissing": None,
         "startedAt": None,
         "pid": None,
         "lastProgressAt": None,
@@ -373,7 +379,19 @@ def parse(value: object) -> dict[str, Any] | None:
     )
     spares = _spares(value.get("spares"))
     parsed["spares"] = None if spares is None else {"ready": spares.ready, "wanted": spares.wanted}
+    parsed["agentMissing"] = _missing(value.get("agentMissing"))
     return parsed
+
+
+#: The longest ``agentMissing`` taken (the entry's reasons are one sentence).
+_MISSING_CHARS = 500
+
+
+def _missing(value: object) -> str | None:
+    """``agentMissing`` as a pod sent it: a non-empty sentence, cut to ``_MISSING_CHARS``; None otherwise."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()[:_MISSING_CHARS]
 
 
 def _spares(value: object) -> Spares | None:

@@ -1,6 +1,7 @@
 """``trainguard-entry`` (entry/), the static program that delivers the agent into a stock image: ``install``
 copies the installation into the pod's volume, ``probe`` looks for python3 and says what it found, ``run``
-starts the agent with it (or the command as written where there is none), ``python`` runs a module of ours.
+probes (once per pod) and starts the agent with it, or, where there is none, tells the operator why and runs
+the command as written; ``python`` runs a module of ours.
 
 Real processes: the program built by scripts/build-entry, the agent's bundle written by
 ``python -m trainguard.bundle``, and a PATH of our making standing in for the image's."""
@@ -11,7 +12,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -181,3 +184,109 @@ def test_python_runs_our_modules_with_the_images_python(entry: Entry, pod: Path,
     done = entry("python", "-c", "import trainguard.agent as a; print(a.__file__)", path=path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(pod / "lib" / "trainguard" / "agent" / "__init__.py")
+
+
+def test_run_probes_by_itself_records_it_and_gives_python3_a_python(
+    entry: Entry, pod: Path, tmp_path: Path
+) -> None:
+    """No init container probes first: the entry's run does, records it in the pod's volume for the next
+    start, and an image with only python3 runs a command that says ``python``."""
+    path = _path_with(tmp_path, python3=sys.executable)
+    assert not (pod / "probe.json").exists()
+    command = "python -c 'import sys; print(sys.version_info[0])'"
+    done = entry("run", "--grace", "5", "--", "sh", "-c", command, path=path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+    assert json.loads((pod / "probe.json").read_text())["usable"] is True
+    assert (pod / "python" / "python").resolve() == Path(sys.executable).resolve()
+
+
+def test_run_gives_the_command_the_agents_env_options_under_its_own(
+    entry: Entry, pod: Path, tmp_path: Path
+) -> None:
+    path = _path_with(tmp_path, python3=sys.executable)
+    command = 'echo "gen=$TRAINGUARD_GENERATION home=$HOME"'
+    done = entry(
+        "run",
+        "--env=TRAINGUARD_GENERATION=4",
+        f"--env=HOME=/not-{tmp_path}",
+        "--",
+        "sh",
+        "-c",
+        command,
+        path=path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"gen=4 home={tmp_path}"  # HOME is the container's own: it wins
+
+
+class _Operator:
+    """The operator's agent-report endpoint, as far as the entry sees it: takes POSTs, answers ``status``."""
+
+    def __init__(self, status: int) -> None:
+        self.posts: list[tuple[str, dict[str, object]]] = []
+        operator = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                operator.posts.append((self.headers["Authorization"], json.loads(body)))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/agent-report"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def operator() -> Iterator[Callable[[int], _Operator]]:
+    started: list[_Operator] = []
+
+    def start(status: int) -> _Operator:
+        started.append(_Operator(status))
+        return started[-1]
+
+    yield start
+    for each in started:
+        each.server.shutdown()
+        each.server.server_close()
+
+
+def test_run_without_python3_tells_the_operator_and_the_termination_message_why(
+    entry: Entry, tmp_path: Path, operator: Callable[[int], _Operator]
+) -> None:
+    endpoint = operator(204)
+    token = tmp_path / "token"
+    token.write_text("the-pods-token\n")
+    options = ["--report-url", endpoint.url, f"--report-token={token}"]
+    done = entry("run", *options, "--", "sh", "-c", "echo as-written", path=_path_with(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "as-written\n"
+    ((authorization, body),) = endpoint.posts
+    assert authorization == "Bearer the-pods-token"
+    assert set(body) == {"report"}
+    missing = body["report"]["agentMissing"]  # type: ignore[index]
+    assert "the image has no python3" in missing
+    message = json.loads((tmp_path / "termination-log").read_text())
+    assert message["usable"] is False
+    assert message["reason"] == missing
+
+
+def test_an_operator_that_refuses_the_word_delays_the_command_by_seconds_only(
+    entry: Entry, tmp_path: Path, operator: Callable[[int], _Operator]
+) -> None:
+    endpoint = operator(503)
+    token = tmp_path / "token"
+    token.write_text("t")
+    options = ["--report-url", endpoint.url, "--report-token", str(token)]
+    done = entry("run", *options, "--", "sh", "-c", "echo as-written", path=_path_with(tmp_path))
+    assert done.returncode == 0
+    assert done.stdout == "as-written\n"
+    assert len(endpoint.posts) == 2  # tried twice, then the command runs
+    assert "cannot tell the operator" in done.stderr
+    assert "503 Service Unavailable" in done.stderr

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 import pytest
 
+from trainguard.agent import options
 from trainguard.agent.config import AgentConfig, parse_signals
 from trainguard.pod.hangsignal import HangSignal
 
@@ -78,3 +81,48 @@ def test_signals_are_case_insensitive() -> None:
 )
 def test_report_only_from_the_option_or_the_environment(option, env, expected) -> None:
     assert AgentConfig.resolve(["true"], report_only=option, env=env).report_only is expected
+
+
+@pytest.mark.parametrize(
+    ("pairs", "carried"),
+    [
+        ([], {}),
+        (["A=1"], {"A": "1"}),
+        (["A=x=y", "B="], {"A": "x=y", "B": ""}),  # the value is everything after the first =
+        (["A=1", "A=2"], {"A": "2"}),  # the last of a name wins
+        (['TRAINGUARD_FAULT_CHECK={"gpus": 0}'], {"TRAINGUARD_FAULT_CHECK": '{"gpus": 0}'}),
+    ],
+)
+def test_env_options_are_names_and_values(pairs: list[str], carried: dict[str, str]) -> None:
+    assert options.carried(pairs) == carried
+
+
+@pytest.mark.parametrize("pair", ["A", "=1", "1A=2", "A B=1", "-A=1"])
+def test_a_bad_env_option_is_refused_by_name(pair: str) -> None:
+    with pytest.raises(ValueError, match=f"--env {pair!r}: expected NAME=VALUE"):
+        options.carried([pair])
+
+
+def test_env_options_join_the_environment_under_what_it_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod's own variables win (as in its env); the rest configure the agent and reach the command."""
+    monkeypatch.setenv("TRAINGUARD_SNAPSHOT_DIR", "/own")
+    for name in ("TRAINGUARD_HANG_TIMEOUT", "TRAINGUARD_GENERATION"):
+        monkeypatch.setenv(name, "")  # recorded, so that what the agent sets is undone after the test
+        monkeypatch.delenv(name)
+    parser = argparse.ArgumentParser()
+    options.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--env=TRAINGUARD_SNAPSHOT_DIR=/ours",
+            "--env=TRAINGUARD_GENERATION=3",
+            "--env=TRAINGUARD_HANG_TIMEOUT=90",
+            "--",
+            "python",
+            "train.py",
+        ]
+    )
+    config = options.config_from_args(args)
+    assert os.environ["TRAINGUARD_SNAPSHOT_DIR"] == "/own"
+    assert os.environ["TRAINGUARD_GENERATION"] == "3"
+    assert config.hang_timeout == 90.0
+    assert config.command == ("python", "train.py")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fake_cluster import FakeCluster
+from tests.k8s.launches import env_of
 from trainguard.api import TrainingJob, pod_name
 from trainguard.api.load import load_jobs
 from trainguard.backends.k8s import manifests, services
@@ -80,9 +81,9 @@ def _local_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
 
 
 def _kubernetes_env(job: TrainingJob, launch: LaunchPod) -> dict[str, str]:
-    container = manifests.pod(NATIVE, job, launch, manifests.PodSettings())["spec"]["containers"][0]
-    # The last of equal names wins; the node's name comes from the downward API (no value to compare).
-    return {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    # The last of equal names wins; the node's name comes from the downward API (no value to compare); the
+    # agent adds trainguard's own variables, given on its command line.
+    return env_of(manifests.pod(NATIVE, job, launch, manifests.PodSettings()))
 
 
 CASES = [

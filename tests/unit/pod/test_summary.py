@@ -155,7 +155,30 @@ def test_the_operator_takes_what_the_agent_sends_field_by_field() -> None:
     assert summaries.parse(None) is None
 
 
-#: What a summary holds of fault tolerance checks and ranks' work before the agent reported any.
+@pytest.mark.parametrize(
+    ("sent", "taken"),
+    [
+        ("the image has no python3 (PATH=/bin)", "the image has no python3 (PATH=/bin)"),
+        ("  padded  ", "padded"),
+        ("x" * 600, "x" * 500),
+        ("", None),
+        ("   ", None),
+        (None, None),
+        (3, None),
+        (["no python3"], None),
+    ],
+)
+def test_the_entrys_word_that_the_agent_is_missing_is_taken_as_one_bounded_sentence(
+    sent: object, taken: str | None
+) -> None:
+    parsed = summaries.parse({"agentMissing": sent})
+    assert parsed is not None
+    assert parsed["agentMissing"] == taken
+    assert summaries.read(parsed).agent_missing == taken
+
+
+#: What a summary holds of fault tolerance checks and ranks' work before the agent reported any (and of the
+#: entry's word that there is no agent).
 NO_CHECKS = {
     "checks": 0,
     "lastCheck": None,
@@ -163,6 +186,7 @@ NO_CHECKS = {
     "ranks": [],
     "suspectedHang": None,
     "spares": None,
+    "agentMissing": None,
 }
 
 

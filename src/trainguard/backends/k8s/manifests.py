@@ -42,22 +42,23 @@ ANNOTATION_AGENT_REPORT = "trainguard.io/agent-report"
 #: Shared memory of the pod for ``trainguard.Snapshots`` (an emptyDir in memory): it outlives the training
 #: process and its restarts inside the pod, not the pod; the peer's copy covers a pod or node lost.
 SNAPSHOT_DIR = "/trainguard-snapshots"
-#: A service-account token for the operator's audience, which the agent shows when it reports.
-REPORT_TOKEN_DIR = "/var/run/secrets/trainguard.io"
-REPORT_TOKEN_FILE = f"{REPORT_TOKEN_DIR}/token"
+#: The files the operator gives a pod's agent, in one projected volume at ``POD_FILES_DIR``: a service-account
+#: token for the operator's audience, which the agent shows when it reports (``REPORT_TOKEN_FILE``); the nudge
+#: and the release (``NUDGE_FILE``, ``RELEASE_FILE``), each one of the pod's annotations, empty while it is absent.
+POD_FILES_VOLUME = "trainguard-pod"
+POD_FILES_DIR = "/etc/trainguard/pod"
+REPORT_TOKEN_FILE = f"{POD_FILES_DIR}/token"
 REPORT_AUDIENCE = "trainguard"
 #: The agents' lease renewals (fencing, ``trainguard.backends.k8s.agentreports``), served next to the reports:
 #: the report URL with its last segment replaced.
 LEASE_PATH = "/v1/agent-lease"
 #: ``<token> <unix time>`` of a failed peer (the controller's ``NudgeSurvivors``), projected into ``NUDGE_FILE``.
 ANNOTATION_NUDGE = "trainguard.io/nudge"
-NUDGE_DIR = "/etc/trainguard/nudge"
-NUDGE_FILE = f"{NUDGE_DIR}/token"
+NUDGE_FILE = f"{POD_FILES_DIR}/nudge"
 #: ``<token> <address>[,<address>...]`` of a lost peer (the controller's ``ReleaseSurvivors``), projected into
 #: ``RELEASE_FILE`` for the agent of each pod of a Horovod job.
 ANNOTATION_RELEASE = "trainguard.io/release"
-RELEASE_DIR = "/etc/trainguard/release"
-RELEASE_FILE = f"{RELEASE_DIR}/token"
+RELEASE_FILE = f"{POD_FILES_DIR}/release"
 #: Where the operator's image keeps what pods need (``deploy/Dockerfile``): ``bin/trainguard-entry`` and
 #: ``lib/`` (the agent's modules, standard library only).
 IMAGE_AGENT_ROOT = "/opt/trainguard"
@@ -66,8 +67,9 @@ AGENT_ROOT = "/trainguard"
 AGENT_VOLUME = "trainguard-agent"
 #: The static program the pod's commands run through (``entry/``): it needs nothing of the image.
 ENTRY = f"{AGENT_ROOT}/bin/trainguard-entry"
-#: Init containers: the first copies the agent in (the operator's image), the second looks for python3 in the
-#: pod's own image and says what it found in its termination message (``trainguard-entry probe``).
+#: The init container that copies the agent in (from the operator's image). The image's python3 is looked for by
+#: ``trainguard-entry run`` itself, in the container; a pod made by an older operator had a second init container,
+#: ``PROBE_CONTAINER``, for that, whose termination message the operator still reads.
 INSTALL_CONTAINER = "trainguard-install"
 PROBE_CONTAINER = "trainguard-probe"
 #: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the operator's own (the Helm chart's default).
@@ -120,9 +122,9 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     environment before the container's own), Kubernetes restarts off (trainguard decides restarts), spread
     away from the nodes the launch avoids.
 
-    The agent is delivered, not expected in the image: init containers copy it in and look for python3 there,
-    and the command runs through ``trainguard-entry run``, which starts the agent with the image's python, or
-    the command as written where the image has none (the probe's message says so, and the operator warns)."""
+    The agent is delivered, not expected in the image: an init container copies it in, and the command runs
+    through ``trainguard-entry run``, which looks for python3 in the image and starts the agent with it, or the
+    command as written where the image has none (it tells the operator why, which warns)."""
     spec_of_role = job.role(launch.role)
     template = copy.deepcopy(spec_of_role.template)
     meta = template.get("metadata") or {}
@@ -153,12 +155,16 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     containers = spec.get("containers") or [{"name": "main"}]
     spec["containers"] = containers
     first = containers[0]
-    ours: list[Obj] = [{"name": name, "value": value} for name, value in launch.spec.env]
+    argv = list(launch.spec.argv)
+    # Under the agent, trainguard's own variables go on its command line and it sets them for the command.
+    carried = [(name, value) for name, value in launch.spec.env if argv and contract.carried_by_agent(name)]
+    ours: list[Obj] = [
+        {"name": name, "value": value} for name, value in launch.spec.env if (name, value) not in carried
+    ]
     # The node the API server bound the pod to, as the agent's checks name it (and the SDK's buddy).
     ours.append({"name": contract.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     # Kubernetes takes the last of equal names: the container's own variables win, as on the local runtime.
     first["env"] = [*ours, *(first.get("env") or [])]
-    argv = list(launch.spec.argv)
     # The agent of a pod in the rendezvous hears of its peers' failures (the controller's nudges).
     nudge = ["--nudge-file", NUDGE_FILE] if launch.spec.in_rendezvous else []
     # The agent of a pod of a Horovod job closes its processes' connections to a lost peer (releases).
@@ -174,19 +180,21 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
         ["--lease-url", lease_url(settings.report_url)] if fencing is not None and settings.report_url else []
     )
     if argv:
+        carried += _mount_snapshots(spec, first)
         # The agent writes its final report (exit, or gave-up with reason Hang) to the termination message.
-        options = [*agent_options(job, launch.role, fencing), *nudge, *release, *report, *lease]
+        options = [
+            *agent_options(job, launch.role, fencing),
+            *nudge,
+            *release,
+            *report,
+            *lease,
+            *(f"--env={name}={value}" for name, value in carried),
+        ]
         first["command"] = [ENTRY, "run", *options, "--", *argv]
         first.setdefault("terminationMessagePath", "/dev/termination-log")
         first.pop("args", None)
-        deliver_agent(spec, first, settings, probe=True)
-        if nudge:
-            _mount_annotation(spec, first, "trainguard-nudge", ANNOTATION_NUDGE, NUDGE_DIR)
-        if release:
-            _mount_annotation(spec, first, "trainguard-release", ANNOTATION_RELEASE, RELEASE_DIR)
-        if report:
-            _mount_report_token(spec, first)
-        _mount_snapshots(spec, first)
+        deliver_agent(spec, first, settings)
+        _mount_pod_files(spec, first, token=bool(report), nudge=bool(nudge), release=bool(release))
         if settings.fault_injection:
             _mount_fault_injection(spec, first)
     if job.spec.framework_type is FrameworkType.HOROVOD:
@@ -223,70 +231,70 @@ def _barrier_image(spec: Obj, image: str) -> None:
             container["command"] = list(BARRIER_COMMAND)
 
 
-def deliver_agent(spec: Obj, container: Obj, settings: PodSettings, probe: bool) -> None:
+def deliver_agent(spec: Obj, container: Obj, settings: PodSettings) -> None:
     """An emptyDir at ``AGENT_ROOT`` for ``container``, filled by an init container from the operator's image
-    before the pod's own init containers run; with ``probe``, a second one in the container's image records
-    whether it has a python3 the agent can use."""
+    before the pod's own init containers run. The container may write there: ``trainguard-entry run`` records
+    what it found of the image's python, and gives an image that has only ``python3`` a ``python``."""
     mount = {"name": AGENT_VOLUME, "mountPath": AGENT_ROOT}
     spec["volumes"] = [*(spec.get("volumes") or []), {"name": AGENT_VOLUME, "emptyDir": {}}]
-    ours: list[Obj] = [
-        {
-            "name": INSTALL_CONTAINER,
-            "image": settings.agent_image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": [f"{IMAGE_AGENT_ROOT}/bin/trainguard-entry", "install", AGENT_ROOT],
-            "volumeMounts": [mount],
-            "resources": _INIT_RESOURCES,
-        }
+    install: Obj = {
+        "name": INSTALL_CONTAINER,
+        "image": settings.agent_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [f"{IMAGE_AGENT_ROOT}/bin/trainguard-entry", "install", AGENT_ROOT],
+        "volumeMounts": [mount],
+        "resources": _INIT_RESOURCES,
+    }
+    spec["initContainers"] = [install, *(spec.get("initContainers") or [])]
+    container["volumeMounts"] = [*(container.get("volumeMounts") or []), dict(mount)]
+
+
+def _mount_pod_files(spec: Obj, container: Obj, token: bool, nudge: bool, release: bool) -> None:
+    """The agent's files, in one projected volume at ``POD_FILES_DIR`` (none where it needs none of them).
+
+    ``token``: a token of the pod's service account for the operator's audience only (the kubelet renews it):
+    the operator learns from it which pod reports; it grants nothing on the API server. ``nudge``, ``release``:
+    the pod's annotation of each as a file for the agent (empty while the annotation is absent), which the
+    kubelet rewrites when it syncs the pod after the operator's patch (seconds), at the latest on its periodic
+    sync (about a minute)."""
+    items = [
+        {"path": path.rsplit("/", 1)[1], "fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}
+        for wanted, path, annotation in (
+            (nudge, NUDGE_FILE, ANNOTATION_NUDGE),
+            (release, RELEASE_FILE, ANNOTATION_RELEASE),
+        )
+        if wanted
     ]
-    if probe:
-        checker: Obj = {
-            "name": PROBE_CONTAINER,
-            "image": container.get("image", ""),
-            "command": [ENTRY, "probe"],
-            "volumeMounts": [mount],
-            "resources": _INIT_RESOURCES,
-        }
-        # The same image as the container sees it: its pull policy, user, and a PATH of its own if it sets one.
-        for key in ("imagePullPolicy", "securityContext", "workingDir"):
-            if key in container:
-                checker[key] = copy.deepcopy(container[key])
-        path = [item for item in container.get("env") or [] if item.get("name") == "PATH"]
-        if path:
-            checker["env"] = copy.deepcopy(path[-1:])
-        ours.append(checker)
-    spec["initContainers"] = [*ours, *(spec.get("initContainers") or [])]
-    container["volumeMounts"] = [*(container.get("volumeMounts") or []), {**mount, "readOnly": True}]
-
-
-def _mount_annotation(spec: Obj, container: Obj, volume: str, annotation: str, directory: str) -> None:
-    """One of the pod's annotations (a nudge, a release) as the file ``<directory>/token`` for the agent (empty
-    while the annotation is absent); kubelet rewrites it when it syncs the pod after the operator's patch
-    (seconds), at the latest on its periodic sync (about a minute)."""
-    item = {"path": "token", "fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}
-    spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "downwardAPI": {"items": [item]}}]
+    sources: list[Obj] = []
+    if token:
+        audience = {"audience": REPORT_AUDIENCE, "expirationSeconds": 3600, "path": "token"}
+        sources.append({"serviceAccountToken": audience})
+    if items:
+        sources.append({"downwardAPI": {"items": items}})
+    if not sources:
+        return
+    volume = {"name": POD_FILES_VOLUME, "projected": {"sources": sources}}
+    spec["volumes"] = [*(spec.get("volumes") or []), volume]
     container["volumeMounts"] = [
         *(container.get("volumeMounts") or []),
-        {"name": volume, "mountPath": directory, "readOnly": True},
+        {"name": POD_FILES_VOLUME, "mountPath": POD_FILES_DIR, "readOnly": True},
     ]
 
 
-def _mount_snapshots(spec: Obj, container: Obj) -> None:
-    """A memory-backed emptyDir for the snapshots of ``trainguard.Snapshots``, named by
-    ``TRAINGUARD_SNAPSHOT_DIR`` (unless the container names a directory of its own). Empty, it costs nothing;
-    what the script keeps there counts towards the container's memory, as any memory it uses."""
+def _mount_snapshots(spec: Obj, container: Obj) -> list[tuple[str, str]]:
+    """A memory-backed emptyDir for the snapshots of ``trainguard.Snapshots``, and the variable that names it
+    (``TRAINGUARD_SNAPSHOT_DIR``, for the agent to set), unless the container names a directory of its own.
+    Empty, it costs nothing; what the script keeps there counts towards the container's memory, as any memory
+    it uses."""
     if any(item.get("name") == contract.ENV_SNAPSHOT_DIR for item in container.get("env") or []):
-        return
+        return []
     volume = "trainguard-snapshots"
     spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "emptyDir": {"medium": "Memory"}}]
     container["volumeMounts"] = [
         *(container.get("volumeMounts") or []),
         {"name": volume, "mountPath": SNAPSHOT_DIR},
     ]
-    container["env"] = [
-        *(container.get("env") or []),
-        {"name": contract.ENV_SNAPSHOT_DIR, "value": SNAPSHOT_DIR},
-    ]
+    return [(contract.ENV_SNAPSHOT_DIR, SNAPSHOT_DIR)]
 
 
 def _mount_fault_injection(spec: Obj, container: Obj) -> None:
@@ -308,20 +316,6 @@ def _mount_fault_injection(spec: Obj, container: Obj) -> None:
 def lease_url(report_url: str) -> str:
     """Where the agents renew their leases: beside the report endpoint, whatever prefix its URL has."""
     return urljoin(report_url, LEASE_PATH.rsplit("/", 1)[1])
-
-
-def _mount_report_token(spec: Obj, container: Obj) -> None:
-    """A token of the pod's service account for the operator's audience only (the kubelet renews it): the
-    operator learns from it which pod reports. It grants nothing on the API server."""
-    volume = "trainguard-report-token"
-    source = {
-        "serviceAccountToken": {"audience": REPORT_AUDIENCE, "expirationSeconds": 3600, "path": "token"}
-    }
-    spec["volumes"] = [*(spec.get("volumes") or []), {"name": volume, "projected": {"sources": [source]}}]
-    container["volumeMounts"] = [
-        *(container.get("volumeMounts") or []),
-        {"name": volume, "mountPath": REPORT_TOKEN_DIR, "readOnly": True},
-    ]
 
 
 def _avoid(spec: Obj, nodes: tuple[str, ...]) -> None:

@@ -55,7 +55,9 @@ def observed_pod(pod: Obj) -> ObservedPod:
         phase = ObservedPhase.SUCCEEDED  # the training container succeeded (a side container may not have)
     reason = _reason(status, terminated)
     started = parse_time(running.get("startedAt")) if running else None
-    agent = _agent(meta.get("annotations") or {})
+    annotations = meta.get("annotations") or {}
+    summary = summaries.parse(_json_message(annotations.get(ANNOTATION_AGENT_REPORT)))
+    agent = _agent(annotations, summary)
     return ObservedPod(
         name=meta["name"],
         role=labels[LABEL_ROLE],
@@ -68,7 +70,7 @@ def observed_pod(pod: Obj) -> ObservedPod:
         started_at=started,
         terminating=bool(meta.get("deletionTimestamp")),
         agent=agent,
-        agent_missing=_agent_missing(status),
+        agent_missing=_agent_missing(status, terminated, summary),
         address=status.get("podIP") or None,
         ready=pod_ready(status),
     )
@@ -81,28 +83,33 @@ def pod_ready(status: Obj) -> bool:
     return ready is None or ready.get("status") == "True"
 
 
-def _agent(annotations: dict[str, str]) -> AgentReport | None:
-    """What the agent said (its summary, as the operator took it), with the restarts in place the controller
-    has answered (``AgentReport.from_summary``). Before any summary, the answered restarts are all there is."""
+def _agent(annotations: dict[str, str], summary: dict[str, Any] | None) -> AgentReport | None:
+    """What the agent said (its ``summary``, as the operator took it), with the restarts in place the
+    controller has answered (``AgentReport.from_summary``). Before any summary, the answered restarts are all
+    there is."""
     text = annotations.get(ANNOTATION_IN_PLACE)
     answered = int(text) if text and text.isdigit() else 0
-    summary = summaries.parse(_json_message(annotations.get(ANNOTATION_AGENT_REPORT)))
     if summary is None:
         return AgentReport(in_place_restarts=answered) if answered else None
     return AgentReport.from_summary(summary, answered)
 
 
-def _agent_missing(status: Obj) -> str | None:
-    """Why the agent cannot run in this pod's image, as its probe init container said it (its termination
-    message is ``trainguard-entry probe``'s JSON); None while the probe has not ended, or found a python3."""
+def _agent_missing(status: Obj, terminated: Obj | None, summary: dict[str, Any] | None) -> str | None:
+    """Why the agent cannot run in this pod's image (no python3 it can use), or None: as ``trainguard-entry``
+    told the operator when the container started (``agentMissing`` of the pod's summary); else as the entry
+    left it in the training container's termination message (its probe's JSON), once the container ended
+    without a message of its own; else, in a pod an older operator made, as its probe init container's
+    termination message said it."""
+    if summary is not None and summary.get("agentMissing"):
+        return str(summary["agentMissing"])
+    messages = [(terminated or {}).get("message")]
     for container in status.get("initContainerStatuses") or []:
-        if container.get("name") != PROBE_CONTAINER:
-            continue
-        terminated = (container.get("state") or {}).get("terminated") or {}
-        probe = _json_message(terminated.get("message"))
-        if probe is None or probe.get("usable") is not False:
-            return None
-        return str(probe.get("reason") or "the image has no python3 the agent can run with")
+        if container.get("name") == PROBE_CONTAINER:
+            messages.append(((container.get("state") or {}).get("terminated") or {}).get("message"))
+    for message in messages:
+        probe = _json_message(message)
+        if probe is not None and probe.get("usable") is False:
+            return str(probe.get("reason") or "the image has no python3 the agent can run with")
     return None
 
 

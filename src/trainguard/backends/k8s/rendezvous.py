@@ -103,7 +103,7 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Ob
             }
         },
     }
-    deliver_agent(spec, container, settings, probe=False)
+    deliver_agent(spec, container, settings)
     if settings.scheduler:
         spec["schedulerName"] = settings.scheduler
     labels = {LABEL_ROLE: RENDEZVOUS, LABEL_COMPONENT: RENDEZVOUS}
