@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from pydantic_core import from_json, to_json
@@ -47,8 +47,9 @@ class ApiError(Exception):
         self.message = message
 
 
-class Connection:
-    """Where requests go, with which credentials, over which connections."""
+class Connection(Protocol):
+    """Where requests go, with which credentials, over which connections (``OwnConnection``,
+    ``OfficialConnection``)."""
 
     def send(
         self,
@@ -60,13 +61,12 @@ class Connection:
         timeouts: Timeouts,
     ) -> Answer:
         """The answer's status, its body not read yet; TransportError where none came."""
-        raise NotImplementedError
+        ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    def close(self) -> None: ...
 
 
-class OwnConnection(Connection):
+class OwnConnection:
     """Credentials that ``kubeconfig`` read, over kept-alive connections whose TLS settings are loaded once
     (``trainguard.backends.k8s.transport``)."""
 
@@ -99,7 +99,7 @@ class OwnConnection(Connection):
         self.pool.close()
 
 
-class OfficialConnection(Connection):
+class OfficialConnection:
     """A configuration only the official client reads (an exec plugin, an auth provider, several files, a
     proxy): its loaders, URLs and pool, as before this module read kubeconfigs itself."""
 
