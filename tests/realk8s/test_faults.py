@@ -340,7 +340,8 @@ def test_a_job_on_the_stock_image_survives_every_fault_in_turn(trainer: RealClus
         )
         assert seen_at - stopped_at <= HANG_TIMEOUT + 2 + 1  # + the exec's own second
         _goes_on(trainer, "SIGSTOP of a rank's training process", stopped_at)
-        assert _uid(trainer, victim) == uid  # the same pod: restarted in place, not relaunched
+        # The same pod: restarted in place, not relaunched (else: why, from the job's history and the pods).
+        assert _uid(trainer, victim) == uid, _explain(trainer, JOB)
         # Recorded (the agent reported it), not counted.
         hang = wait_for(
             "the hang in the history",
