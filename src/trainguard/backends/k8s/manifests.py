@@ -157,10 +157,13 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
     first = containers[0]
     argv = list(launch.spec.argv)
     # Under the agent, trainguard's own variables go on its command line and it sets them for the command.
-    carried = [(name, value) for name, value in launch.spec.env if argv and contract.carried_by_agent(name)]
-    ours: list[Obj] = [
-        {"name": name, "value": value} for name, value in launch.spec.env if (name, value) not in carried
-    ]
+    carried: list[tuple[str, str]] = []
+    ours: list[Obj] = []
+    for name, value in launch.spec.env:
+        if argv and contract.carried_by_agent(name):
+            carried.append((name, value))
+        else:
+            ours.append({"name": name, "value": value})
     # The node the API server bound the pod to, as the agent's checks name it (and the SDK's buddy).
     ours.append({"name": contract.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     # Kubernetes takes the last of equal names: the container's own variables win, as on the local runtime.
