@@ -155,3 +155,33 @@ class Lateness:
         if self._since is None and any(a.member in previous for a in arrivals):
             self._since = now
         return self._since is not None and now - self._since > self.bound
+
+
+#: Rounds of the same members that fail in a row, with no step completed between, before a member gives up.
+MAX_FAILED_FORMATIONS = 3
+
+
+@dataclass
+class Failures:
+    """When a member gives up: after ``MAX_FAILED_FORMATIONS`` rounds in a row failed with no step completed
+    **and the same members**. A round whose members differ from the failed one's (a member lost, a newcomer, one
+    started again by its launcher) is the fault being handled, not the same fault again: the count starts over.
+    So a newcomer that dies before its first step, again and again (its launcher's restarts bound that), or
+    that is slow to connect on a busy machine while others come and go, never makes the healthy members give up;
+    a round of the same members that fails thrice (a script or a network that cannot work) does."""
+
+    in_a_row: int = 0
+    members: tuple[str, ...] | None = None
+
+    def formed(self, members: tuple[str, ...]) -> None:
+        if members != self.members:
+            self.in_a_row = 0
+            self.members = members
+
+    def stepped(self) -> None:
+        self.in_a_row = 0
+
+    def failed(self) -> bool:
+        """Counts a failed round of the members last formed; True when the member should give up."""
+        self.in_a_row += 1
+        return self.in_a_row >= MAX_FAILED_FORMATIONS

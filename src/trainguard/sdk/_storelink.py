@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 class LiveError(RuntimeError):
     """Live mode cannot go on: the store is unreachable, a round did not form in time, or the training
-    function failed ``MAX_FAILED_FORMATIONS`` times in a row."""
+    function failed in ``trainguard.sdk._rounds.MAX_FAILED_FORMATIONS`` rounds of the same members in a row."""
 
 
 class Link:

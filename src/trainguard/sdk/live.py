@@ -46,13 +46,11 @@ from trainguard.pod.contract import LiveKeys
 from trainguard.pod.workerevents import Formation
 from trainguard.sdk import _livestate, _nccl, _sharded, _spare, _transfer
 from trainguard.sdk._roundgroup import RoundGroup
-from trainguard.sdk._rounds import Formed
+from trainguard.sdk._rounds import Failures, Formed
 from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
 from trainguard.sdk._watchdog import Watchdog
 from trainguard.sdk._world import env_int
 
-#: A member that fails this many formations in a row, with no step completed between, gives up (raises).
-MAX_FAILED_FORMATIONS = 3
 #: A member whose beats (``trainguard.sdk._watchdog``) stop for this long is taken for silent (its processes
 #: frozen, its node gone): its round is left at once and the next forms without it. It can come back: it
 #: arrives in a later round. Beats come from a thread of their own, so a long step never stops them.
@@ -143,7 +141,8 @@ class Live:
         self.rounds = RoundStore(self._client, self.keys, self.member, self.poll)
         #: The step the state is at: ``step``, or one more once the optimizer applied the step in progress.
         self._state_step = -1
-        self._failed_in_a_row = 0
+        #: Rounds failed in a row (``Failures``: it gives up after a few of the same members).
+        self._failures = Failures()
         #: The round's groups, and the previous rounds' until a step of this one is done.
         self.group = RoundGroup(self._client, self.keys, backend, self.timeout)
         #: Every member agrees before an optimizer applies a step (``_agree``): seconds spent, and how often.
@@ -181,7 +180,7 @@ class Live:
             self.sharded.commit(self.state, self.step + 1)
         self.step += 1
         self._state_step = self.step
-        self._failed_in_a_row = 0
+        self._failures.stepped()
         self.group.free()
         if self.watchdog.join_pending.is_set():
             raise _JoinAtBoundary(f"a newcomer waits in round {self.round + 1}")
@@ -219,11 +218,11 @@ class Live:
                 self._trace(f"round {self.round} failed: {_cause(error)}")
                 self._abort(_cause(error))
                 self.group.bury(error)
-                self._failed_in_a_row += 1
-                if self._failed_in_a_row >= MAX_FAILED_FORMATIONS:
+                if self._failures.failed():
                     raise LiveError(
-                        f"live mode: {self._failed_in_a_row} rounds in a row failed with no step completed; "
-                        f"the last error: {error}"
+                        f"live mode: {self._failures.in_a_row} rounds in a row of the same members "
+                        f"({', '.join(self._failures.members or ())}) failed with no step completed; the last "
+                        f"error: {error}"
                     ) from error
                 started = time.monotonic()
                 cause = _cause(error)
@@ -308,6 +307,7 @@ class Live:
             formed.rank_of(self.member),
             len(formed.members),
         )
+        self._failures.formed(formed.members)
         self._make_group(formed)
         self._trace(f"round {formed.round}: group made, rank {self.rank} of {self.world_size}")
         moved = time.monotonic()

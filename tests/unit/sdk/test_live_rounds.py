@@ -7,7 +7,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness, awaited, close
+from trainguard.sdk._rounds import (
+    MAX_FAILED_FORMATIONS,
+    Arrival,
+    Failures,
+    Formed,
+    Lateness,
+    Staleness,
+    awaited,
+    close,
+)
 
 A, B, C, D = "a:1", "b:2", "c:3", "d:4"
 
@@ -117,3 +126,53 @@ def test_beating_members_are_late_only_a_bound_after_a_previous_member_arrived()
     survivor = Lateness(bound=5.0)
     assert not survivor.late((A, B), [Arrival(B, 7)], now=100.0)
     assert survivor.late((A, B), [Arrival(B, 7)], now=105.5)
+
+
+C2 = "c:5"  # c started again by its launcher: another member
+
+
+@pytest.mark.parametrize(
+    ("events", "gives_up_at"),
+    [
+        # The same three members fail thrice: a script or network that cannot work.
+        ([("formed", (A, B, C)), "failed", ("formed", (A, B, C)), "failed", ("formed", (A, B, C)), "failed"], 6),
+        # Failures while forming (before a round closes) count against the members last formed.
+        ([("formed", (A, B, C)), "failed", "failed", "failed"], 4),
+        # A newcomer that dies before its first step, again and again: each round has other members.
+        ([("formed", (A, B, C)), "failed", ("formed", (A, B)), "failed", ("formed", (A, B, C2)), "failed",
+          ("formed", (A, B)), "failed", ("formed", (A, B, C)), "failed"], None),
+        # A step completed between: the count starts over.
+        ([("formed", (A, B)), "failed", ("formed", (A, B)), "failed", "stepped", ("formed", (A, B)), "failed",
+          ("formed", (A, B)), "failed"], None),
+        # The members change, then stay the same: three of those in a row.
+        ([("formed", (A, B, C)), "failed", ("formed", (A, B)), "failed", ("formed", (A, B)), "failed",
+          ("formed", (A, B)), "failed"], 8),
+    ],
+)  # fmt: skip
+def test_a_member_gives_up_only_after_rounds_of_the_same_members_fail_in_a_row(
+    events: list[object], gives_up_at: int | None
+) -> None:
+    failures = Failures()
+    given_up = None
+    for at, event in enumerate(events, 1):
+        if event == "failed":
+            if failures.failed() and given_up is None:
+                given_up = at
+        elif event == "stepped":
+            failures.stepped()
+        else:
+            assert isinstance(event, tuple)
+            failures.formed(event[1])
+    assert given_up == gives_up_at
+
+
+@given(st.lists(st.sampled_from([(A, B), (A, B, C), (A, C2)]), min_size=1, max_size=12))
+def test_rounds_whose_members_always_change_never_give_up(memberships: list[tuple[str, ...]]) -> None:
+    failures = Failures()
+    previous = None
+    for members in memberships:
+        if members == previous:
+            continue
+        failures.formed(members)
+        assert not failures.failed() or MAX_FAILED_FORMATIONS <= 1
+        previous = members
