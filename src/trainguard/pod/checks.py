@@ -126,7 +126,16 @@ class Ring:
         return self.host.replace("{index}", str(index)), self.port_of(index)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "pods": self.pods, "step": self.step, "size": self.size}
+        """The ring as JSON, without the fields at their defaults (``from_dict`` reads them back)."""
+        whole = {
+            "host": self.host,
+            "port": self.port,
+            "pods": self.pods,
+            "step": self.step,
+            "size": self.size,
+        }
+        default = Ring(self.host)
+        return {key: value for key, value in whole.items() if key == "host" or value != getattr(default, key)}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Ring:
@@ -166,20 +175,24 @@ class Settings:
         return float(self.thresholds.get(item, ITEMS[item].default))
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "period": self.period,
-                "timeout": self.timeout,
-                "thresholds": dict(self.thresholds),
-                "disabled": list(self.disabled),
-                "disk": dict(self.disk),
-                "gpus": self.gpus,
-                "rendezvous": self.rendezvous,
-                "stragglers": self.stragglers,
-                "ring": self.ring.as_dict() if self.ring is not None else None,
-            },
-            sort_keys=True,
-        )
+        """The settings as compact JSON, without the fields at their defaults (every pod's agent gets them on its
+        command line: the pod stays small); ``from_json`` reads them back whole."""
+        default = Settings()._as_dict()
+        kept = {key: value for key, value in self._as_dict().items() if value != default[key]}
+        return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+
+    def _as_dict(self) -> dict[str, Any]:
+        return {
+            "period": self.period,
+            "timeout": self.timeout,
+            "thresholds": dict(self.thresholds),
+            "disabled": list(self.disabled),
+            "disk": dict(self.disk),
+            "gpus": self.gpus,
+            "rendezvous": self.rendezvous,
+            "stragglers": self.stragglers,
+            "ring": self.ring.as_dict() if self.ring is not None else None,
+        }
 
     @classmethod
     def from_json(cls, text: str) -> Settings:

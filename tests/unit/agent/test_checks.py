@@ -4,6 +4,7 @@ injected faults, and this machine's own readings (free space, a write, a real co
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -11,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainguard.agent.checks import readings
 from trainguard.agent.checks.readings import Gpus, Machine, Recorded, injected_items
 from trainguard.agent.checks.ring import Listener, Unreachable, send
 from trainguard.agent.checks.run import INJECTED, run_check, words
 from trainguard.pod import contract
-from trainguard.pod.checks import ENVIRONMENT, HARDWARE, OK, SKIPPED, Ring, Settings
+from trainguard.pod.checks import ENVIRONMENT, HARDWARE, ITEMS, OK, SKIPPED, Ring, Settings
 
 HEALTHY = Gpus(count=8, ecc=(0,) * 8, retired=(0,) * 8, lost=(False,) * 8, throttled=(False,) * 8)
 
@@ -226,3 +229,41 @@ def test_a_rendezvous_name_that_does_not_resolve_is_tried_for_the_whole_patience
     with pytest.raises(socket.gaierror):
         Machine().connect_seconds("no-such-name.invalid:29400")
     assert time.monotonic() - started >= 1.2
+
+
+_RINGS = st.builds(
+    Ring,
+    host=st.sampled_from(["job-worker-{index}.job", "127.0.0.1"]),
+    port=st.integers(1, 65535),
+    pods=st.integers(1, 64),
+    step=st.integers(0, 4),
+    size=st.integers(1, 1 << 30),
+)
+
+
+@given(
+    st.builds(
+        Settings,
+        period=st.sampled_from([0.0, 60.0, 300.0, 12.5]),
+        timeout=st.sampled_from([60.0, 5.0]),
+        thresholds=st.dictionaries(
+            st.sampled_from(sorted(ITEMS)), st.floats(0, 1e6, allow_nan=False), max_size=3
+        ),
+        disabled=st.lists(st.sampled_from(sorted(ITEMS)), max_size=3, unique=True).map(tuple),
+        disk=st.dictionaries(st.sampled_from(["/data", "/tmp"]), st.integers(0, 1 << 40), max_size=2),
+        gpus=st.integers(0, 8),
+        rendezvous=st.sampled_from([None, "job-rdzv.ns.svc:29400"]),
+        stragglers=st.booleans(),
+        ring=st.none() | _RINGS,
+    )
+)
+def test_the_settings_read_back_whole_from_json_that_leaves_out_their_defaults(settings: Settings) -> None:
+    text = settings.to_json()
+    assert Settings.from_json(text) == settings
+    assert " " not in text.replace("{index}", "")  # compact: it goes on every pod's command line
+    assert set(json.loads(text)) <= set(Settings()._as_dict())
+
+
+def test_settings_at_their_defaults_are_an_empty_object() -> None:
+    assert Settings().to_json() == "{}"
+    assert Settings(ring=Ring("h")).to_json() == '{"ring":{"host":"h"}}'
