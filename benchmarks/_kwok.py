@@ -8,7 +8,12 @@ The benchmarks import it as ``_kwok`` (their own directory is on the path), the 
 from __future__ import annotations
 
 import json
+import re
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+_SCRIPTS_K8S = Path(__file__).resolve().parents[1] / "scripts" / "k8s"
 
 #: Extended resources that the trainers of CCE's AITrainingJob example request.
 CCE_TRAINER_GPU = {
@@ -52,7 +57,30 @@ def check_failed_patch(summary: dict[str, Any], final: dict[str, Any], exit_code
     return patch
 
 
-def kwok_node(name: str, pods: int = 1, group: str = "trainguard-test") -> dict[str, Any]:
+@lru_cache(maxsize=1)
+def real_node_info() -> dict[str, str]:
+    """What the test cluster's real nodes say of their kubelet and runtime (``status.nodeInfo``), read from the
+    modules their builds pin (``scripts/k8s/go.mod``, ``scripts/k8s/containerd/go.mod``): kwok nodes that stand in
+    for them say the same (kwok keeps a node's own ``nodeInfo``), so that what an operator reads of its nodes is
+    what it reads on real ones."""
+    kubernetes = re.search(r"k8s\.io/kubernetes (v[0-9.]+)", (_SCRIPTS_K8S / "go.mod").read_text())
+    containerd = re.search(
+        r"github\.com/containerd/containerd/v2 v([0-9.]+)",
+        (_SCRIPTS_K8S / "containerd" / "go.mod").read_text(),
+    )
+    if kubernetes is None or containerd is None:
+        raise RuntimeError(f"{_SCRIPTS_K8S}: no k8s.io/kubernetes or containerd/v2 version pinned in go.mod")
+    return {
+        "kubeletVersion": kubernetes.group(1),
+        "containerRuntimeVersion": f"containerd://{containerd.group(1)}",
+    }
+
+
+def kwok_node(
+    name: str, pods: int = 1, group: str = "trainguard-test", like_real: bool = False
+) -> dict[str, Any]:
+    """A kwok node taking ``pods`` pods; ``like_real``: its status says the kubelet and runtime of the test
+    cluster's real nodes (``real_node_info``), else kwok's own (``kwok-<version>``)."""
     capacity = {"cpu": "32", "memory": "256Gi", "pods": str(pods), **CCE_TRAINER_GPU}
     return {
         "apiVersion": "v1",
@@ -64,7 +92,11 @@ def kwok_node(name: str, pods: int = 1, group: str = "trainguard-test") -> dict[
             "labels": {"kubernetes.io/hostname": name, "type": "kwok", "trainguard.io/test-nodes": group},
         },
         "spec": {},
-        "status": {"capacity": capacity, "allocatable": capacity},
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            **({"nodeInfo": real_node_info()} if like_real else {}),
+        },
     }
 
 

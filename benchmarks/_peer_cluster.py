@@ -111,7 +111,12 @@ def fresh_nodes(kube: Kube, names: list[str], pods_per_node: int) -> None:
     # deleted node of the same name is not taken over before it expires (the first run of each round had fresh
     # names, the others waited ~45 s for their pods to run). New nodes have new names as well (see run_one).
     in_parallel(lambda n: delete(kube, f"{NODE_LEASES}/{n['metadata']['name']}"), listed)
-    in_parallel(lambda n: create(kube, "/api/v1/nodes", kwok_node(n, pods_per_node, group=GROUP)), names)
+    # They say what the test cluster's real nodes say of their kubelet and runtime: an operator that reads it (as
+    # trainguard's does, to mount its agent as an image volume) reads what it would on those nodes.
+    in_parallel(
+        lambda n: create(kube, "/api/v1/nodes", kwok_node(n, pods_per_node, group=GROUP, like_real=True)),
+        names,
+    )
 
     def ready() -> bool:
         items = kube.list("/api/v1/nodes", labelSelector=f"trainguard.io/test-nodes={GROUP}")["items"]

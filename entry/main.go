@@ -2,14 +2,15 @@
 //
 // The operator's image holds an installation: ROOT/bin/trainguard-entry (this program, static, so it runs in
 // any image) and ROOT/lib (the agent's pure-Python modules, standard library only). The operator gives each
-// pod an emptyDir at /trainguard and one init container, in the operator's image, that copies the
-// installation into it ("install"). The container's command then runs through "run", which looks for a
+// pod the installation at /trainguard: the operator's image mounted there read-only (an image volume), or an
+// emptyDir that one init container, in the operator's image, fills ("install"). The container's command then runs through "run", which looks for a
 // python3 in the image (the probe) and starts the agent with it, or, where the image has none, says so (on
 // stderr, in the container's termination message and to the operator's report endpoint) and runs the command
 // as written.
 //
 //	trainguard-entry install DEST             copy this installation (bin/, lib/) into DEST
-//	trainguard-entry probe                    find python3 >= 3.8 in this image; record it (ROOT/probe.json and
+//	trainguard-entry probe                    find python3 >= 3.8 in this image; record it (probe.json, in ROOT
+//	                                          where it can be written, else in TMPDIR/trainguard; and
 //	                                          the container's termination message); exit 0 either way
 //	trainguard-entry run [AGENT OPTIONS] -- CMD...
 //	                                          run CMD under the agent, or as written where there is no python3
@@ -163,31 +164,49 @@ func copyFile(source, target string, mode fs.FileMode) error {
 	return out.Close()
 }
 
-func probeFile(root string) string { return filepath.Join(root, "probe.json") }
+// stateDir is where this program keeps what it found of the image: ROOT where it can be written (an emptyDir
+// the init container filled), else a directory of its own in the container's temporary directory (ROOT is an
+// image volume, read-only), else "" (nothing is kept: each start probes again).
+func stateDir(root string) string {
+	if syscall.Access(root, 2 /* W_OK */) == nil {
+		return root
+	}
+	dir := filepath.Join(os.TempDir(), "trainguard")
+	if os.MkdirAll(dir, 0o755) == nil && syscall.Access(dir, 2) == nil {
+		return dir
+	}
+	return ""
+}
+
+func probeFile(state string) string { return filepath.Join(state, "probe.json") }
 
 // A directory put last on PATH holding "python", for images that have only python3.
-func pythonDir(root string) string { return filepath.Join(root, "python") }
+func pythonDir(state string) string { return filepath.Join(state, "python") }
 
 func probeCommand(root string) int {
 	found := probe()
 	data, _ := json.Marshal(found)
-	if err := os.WriteFile(probeFile(root), data, 0o644); err != nil {
+	state := stateDir(root)
+	if state == "" {
+		return fail(1, "cannot record the probe: neither %s nor %s can be written", root, os.TempDir())
+	}
+	if err := os.WriteFile(probeFile(state), data, 0o644); err != nil {
 		return fail(1, "cannot record the probe: %v", err)
 	}
-	linkPython(root, found)
+	linkPython(state, found)
 	tellMessage(data)
 	fmt.Println(string(data))
 	return 0
 }
 
-// linkPython gives an image that has only python3 a "python" (pythonDir), where ROOT can be written.
-func linkPython(root string, found Probe) {
+// linkPython gives an image that has only python3 a "python" (pythonDir of the state directory).
+func linkPython(state string, found Probe) {
 	if !found.Usable {
 		return
 	}
 	if _, err := exec.LookPath("python"); err != nil {
-		_ = os.MkdirAll(pythonDir(root), 0o755)
-		_ = os.Symlink(found.Python, filepath.Join(pythonDir(root), "python"))
+		_ = os.MkdirAll(pythonDir(state), 0o755)
+		_ = os.Symlink(found.Python, filepath.Join(pythonDir(state), "python"))
 	}
 }
 
@@ -252,26 +271,28 @@ func atLeast(version string, major, minor int) bool {
 	return have > major || (have == major && haveMinor >= minor)
 }
 
-// recorded is the probe recorded in ROOT, or a probe now, recorded where ROOT can be written (the first run in
-// a pod probes; the agent's restarts of the command in place do not start this program again).
-func recorded(root string) Probe {
-	data, err := os.ReadFile(probeFile(root))
-	if err == nil {
-		var found Probe
-		if json.Unmarshal(data, &found) == nil {
-			return found
+// recorded is the probe recorded in the state directory, or a probe now, recorded there where there is one
+// (the first run in a pod probes; the agent's restarts of the command in place do not start this program
+// again).
+func recorded(state string) Probe {
+	if state != "" {
+		if data, err := os.ReadFile(probeFile(state)); err == nil {
+			var found Probe
+			if json.Unmarshal(data, &found) == nil {
+				return found
+			}
 		}
 	}
 	found := probe()
-	if data, err := json.Marshal(found); err == nil && os.WriteFile(probeFile(root), data, 0o644) == nil {
-		linkPython(root, found)
+	if data, err := json.Marshal(found); err == nil && state != "" && os.WriteFile(probeFile(state), data, 0o644) == nil {
+		linkPython(state, found)
 	}
 	return found
 }
 
-// environment is this process's, with the agent's modules on PYTHONPATH and, last on PATH, a "python"
-// where the image has only python3.
-func environment(root string) []string {
+// environment is this process's, with the agent's modules (ROOT/lib) on PYTHONPATH and, last on PATH, a
+// "python" where the image has only python3.
+func environment(root, state string) []string {
 	env := []string{}
 	path, pythonPath := os.Getenv("PATH"), os.Getenv("PYTHONPATH")
 	for _, item := range os.Environ() {
@@ -283,11 +304,11 @@ func environment(root string) []string {
 	if pythonPath != "" {
 		lib += string(os.PathListSeparator) + pythonPath
 	}
-	if info, err := os.Stat(pythonDir(root)); err == nil && info.IsDir() {
+	if info, err := os.Stat(pythonDir(state)); state != "" && err == nil && info.IsDir() {
 		if path != "" {
 			path += string(os.PathListSeparator)
 		}
-		path += pythonDir(root)
+		path += pythonDir(state)
 	}
 	if path != "" {
 		env = append(env, "PATH="+path)
@@ -307,7 +328,8 @@ func run(root string, args []string) int {
 		return fail(2, "run needs -- and a command after it\n%s", usage)
 	}
 	options, command := args[:split], args[split+1:]
-	found := recorded(root)
+	state := stateDir(root)
+	found := recorded(state)
 	if !found.Usable {
 		fmt.Fprintf(os.Stderr, "trainguard-entry: %s: running the command as written, without trainguard's agent "+
 			"(no hang detection, no restart in place)\n", found.Reason)
@@ -319,15 +341,16 @@ func run(root string, args []string) int {
 	argv := append([]string{found.Python, "-m", "trainguard.agent"}, options...)
 	argv = append(argv, "--")
 	argv = append(argv, command...)
-	return execute(argv, environment(root))
+	return execute(argv, environment(root, state))
 }
 
 func python(root string, args []string) int {
-	found := recorded(root)
+	state := stateDir(root)
+	found := recorded(state)
 	if !found.Usable {
 		return fail(127, "%s", found.Reason)
 	}
-	return execute(append([]string{found.Python}, args...), environment(root))
+	return execute(append([]string{found.Python}, args...), environment(root, state))
 }
 
 // execute replaces this process with argv, as a shell's exec does: 127 when it is not found, 126 when it

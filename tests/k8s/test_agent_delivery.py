@@ -7,16 +7,21 @@ and in real containers on real nodes by tests/realk8s."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tests.k8s.cluster import KubeCluster
 from trainguard.api.load import load_jobs
-from trainguard.backends.k8s import manifests
+from trainguard.backends.k8s import delivery, manifests
 from trainguard.backends.k8s.kinds import AITRAININGJOB
 from trainguard.backends.k8s.observe import observed_pod
+from trainguard.backends.k8s.shared import Shared
 
 from .launches import launch
 
@@ -34,22 +39,22 @@ def test_the_agent_is_copied_in_before_the_pods_own_init_containers() -> None:
     names = [c["name"] for c in spec["initContainers"]]
     # CCE's job barrier still runs, after ours: it is the last thing the launcher waits for. No container of
     # ours runs in the pod's own image but its own: the entry probes for python3 there when it starts.
-    assert names == [manifests.INSTALL_CONTAINER, "job-barrier"]
+    assert names == [delivery.INSTALL_CONTAINER, "job-barrier"]
     install = spec["initContainers"][0]
     assert install["image"] == SETTINGS.agent_image
     assert install["command"] == ["/opt/trainguard/bin/trainguard-entry", "install", "/trainguard"]
     main = spec["containers"][0]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == manifests.AGENT_VOLUME]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == delivery.AGENT_VOLUME]
     assert volume["emptyDir"] == {}
-    assert {"name": manifests.AGENT_VOLUME, "mountPath": "/trainguard"} in install["volumeMounts"]
+    assert {"name": delivery.AGENT_VOLUME, "mountPath": "/trainguard"} in install["volumeMounts"]
     # The entry records its probe there, and links a "python" for an image that has only python3.
-    assert {"name": manifests.AGENT_VOLUME, "mountPath": "/trainguard"} in main["volumeMounts"]
+    assert {"name": delivery.AGENT_VOLUME, "mountPath": "/trainguard"} in main["volumeMounts"]
 
 
 def test_the_command_runs_through_the_entry_with_the_agent_options_then_the_command() -> None:
     main = _pod("trainer")["spec"]["containers"][0]
     command = main["command"]
-    assert command[:2] == [manifests.ENTRY, "run"]
+    assert command[:2] == [delivery.ENTRY, "run"]
     assert command[command.index("--") + 1 :] == ["/bin/bash", "-c", "/usr/sbin/sshd && sleep infinity"]
     assert "args" not in main
     assert not any(
@@ -58,7 +63,7 @@ def test_the_command_runs_through_the_entry_with_the_agent_options_then_the_comm
 
 
 def _probed(
-    message: str | None, name: str = manifests.PROBE_CONTAINER, summary: dict[str, Any] | None = None
+    message: str | None, name: str = delivery.PROBE_CONTAINER, summary: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """A pod whose container ``name`` (an init container of an older operator's pods, or the training container
     ``main``) ended with ``message`` (None: it runs), its agent's summary ``summary`` in its annotation."""
@@ -90,11 +95,11 @@ USABLE = {"python": "/usr/bin/python3", "version": "3.11.2", "usable": True}
         ("Error: something", "main", None),  # the command's own message
         (None, "main", None),  # still running
         # A pod an older operator made: its probe init container said it.
-        (json.dumps(NO_PYTHON), manifests.PROBE_CONTAINER, "the image has no python3 (PATH=/bin)"),
-        (json.dumps(USABLE), manifests.PROBE_CONTAINER, None),
-        (None, manifests.PROBE_CONTAINER, None),  # still probing
-        ("not json", manifests.PROBE_CONTAINER, None),
-        ("{broken", manifests.PROBE_CONTAINER, None),
+        (json.dumps(NO_PYTHON), delivery.PROBE_CONTAINER, "the image has no python3 (PATH=/bin)"),
+        (json.dumps(USABLE), delivery.PROBE_CONTAINER, None),
+        (None, delivery.PROBE_CONTAINER, None),  # still probing
+        ("not json", delivery.PROBE_CONTAINER, None),
+        ("{broken", delivery.PROBE_CONTAINER, None),
         (json.dumps(NO_PYTHON), "job-barrier", None),  # someone else's init container
     ],
 )  # fmt: skip
@@ -116,3 +121,119 @@ def test_the_entrys_word_to_the_operator_is_read_while_the_container_runs(
     summary: dict[str, Any], missing: str | None
 ) -> None:
     assert observed_pod(_probed(None, "main", summary)).agent_missing == missing
+
+
+def test_as_an_image_volume_the_agent_is_the_operators_image_mounted_read_only_and_no_container_of_ours_runs() -> (
+    None
+):
+    settings = dataclasses.replace(SETTINGS, agent_delivery=delivery.AgentDelivery.IMAGE_VOLUME)
+    job = load_jobs(CCE_JOB, [])[0].job
+    spec = manifests.pod(
+        AITRAININGJOB, job, launch(job, "launcher", 0, {"launcher": 1, "trainer": 3}), settings
+    )["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["job-barrier"]  # CCE's own, and nothing of ours
+    (volume,) = [v for v in spec["volumes"] if v["name"] == delivery.AGENT_VOLUME]
+    assert volume == {
+        "name": delivery.AGENT_VOLUME,
+        "image": {"reference": SETTINGS.agent_image, "pullPolicy": "IfNotPresent"},
+    }
+    main = spec["containers"][0]
+    assert {"name": delivery.AGENT_VOLUME, "mountPath": "/trainguard", "readOnly": True} in main[
+        "volumeMounts"
+    ]
+    # The image whole at /trainguard (containerd 2.1 takes no subPath): the entry lies under its /opt/trainguard.
+    assert main["command"][:2] == ["/trainguard/opt/trainguard/bin/trainguard-entry", "run"]
+
+
+@pytest.mark.parametrize(
+    ("kubelet", "runtime", "mounts"),
+    [
+        ("v1.36.5", "containerd://2.1.4", True),
+        ("v1.35.0", "containerd://2.1.0", True),
+        ("v1.35.2-gke.1", "cri-o://1.31.3", True),
+        ("v1.40.0", "containerd://3.0.0", True),
+        ("v1.34.9", "containerd://2.1.4", False),  # image volumes off by default before 1.35
+        ("v1.36.5", "containerd://2.0.6", False),  # containerd mounts them from 2.1
+        ("v1.36.5", "containerd://1.7.27", False),
+        ("v1.36.5", "cri-o://1.30.0", False),
+        ("v1.36.5", "docker://28.1.1", False),  # a runtime not known to
+        ("fake", "containerd://2.1.4", False),  # kwok's default version
+        ("", "", False),  # a node whose status says nothing yet
+        ("v1.36.5", "containerd://", False),
+    ],
+)
+def test_a_node_mounts_image_volumes_where_its_kubelet_and_runtime_are_new_enough(
+    kubelet: str, runtime: str, mounts: bool
+) -> None:
+    assert delivery.supports_image_volume(kubelet, runtime) is mounts
+
+
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_no_node_status_breaks_the_reading(kubelet: str, runtime: str) -> None:
+    assert delivery.supports_image_volume(kubelet, runtime) in (True, False)
+
+
+def _node(name: str, kubelet: str, runtime: str = "containerd://2.1.4") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"kubeletVersion": kubelet, "containerRuntimeVersion": runtime},
+        },
+    }
+
+
+def test_auto_takes_the_image_volume_only_while_every_node_known_mounts_them() -> None:
+    auto = dataclasses.replace(SETTINGS, agent_delivery=delivery.AgentDelivery.AUTO)
+    shared = Shared(None, None, None, settings=auto)  # type: ignore[arg-type]
+    how = lambda: shared.pod_settings().agent_delivery  # noqa: E731
+    assert how() is delivery.AgentDelivery.INIT_CONTAINER  # no node known yet
+    new, old = _node("n1", "v1.36.5"), _node("n2", "v1.34.2")
+    shared.node_changed(new, new)
+    assert how() is delivery.AgentDelivery.IMAGE_VOLUME
+    shared.node_changed(old, old)
+    assert how() is delivery.AgentDelivery.INIT_CONTAINER
+    upgraded = _node("n2", "v1.35.1")
+    shared.node_changed(upgraded, upgraded)
+    assert how() is delivery.AgentDelivery.IMAGE_VOLUME
+    shared.node_changed(old, old)
+    shared.node_changed(old, None)  # the old node leaves
+    assert how() is delivery.AgentDelivery.IMAGE_VOLUME
+    assert shared.pod_settings().agent_image == SETTINGS.agent_image
+
+
+@pytest.mark.parametrize(
+    "pinned", [delivery.AgentDelivery.IMAGE_VOLUME, delivery.AgentDelivery.INIT_CONTAINER]
+)
+def test_a_delivery_the_operator_was_given_is_kept_whatever_the_nodes(pinned: delivery.AgentDelivery) -> None:
+    shared = Shared(None, None, None, settings=dataclasses.replace(SETTINGS, agent_delivery=pinned))  # type: ignore[arg-type]
+    for node in (_node("n1", "v1.36.5"), _node("n2", "fake")):
+        shared.node_changed(node, node)
+    assert shared.pod_settings().agent_delivery is pinned
+
+
+@pytest.mark.k8s
+@pytest.mark.parametrize("how", [delivery.AgentDelivery.IMAGE_VOLUME, delivery.AgentDelivery.INIT_CONTAINER])
+def test_the_api_server_takes_each_delivery_as_it_is(
+    kube_cluster: KubeCluster, how: delivery.AgentDelivery
+) -> None:
+    """Kubernetes 1.36's API server keeps the pod as sent (an image volume is not dropped as a disabled field)."""
+    settings = dataclasses.replace(SETTINGS, agent_delivery=how)
+    job = load_jobs(CCE_JOB, [])[0].job
+    body = manifests.pod(
+        AITRAININGJOB, job, launch(job, "trainer", 0, {"launcher": 1, "trainer": 3}), settings
+    )
+    body["metadata"].pop("ownerReferences", None)
+    body["metadata"]["namespace"] = "default"
+    stored = json.loads(
+        kube_cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(body))
+    )
+    (volume,) = [v for v in stored["spec"]["volumes"] if v["name"] == delivery.AGENT_VOLUME]
+    (sent,) = [v for v in body["spec"]["volumes"] if v["name"] == delivery.AGENT_VOLUME]
+    assert volume == sent
+    ours = [
+        c["name"]
+        for c in stored["spec"].get("initContainers") or []
+        if c["name"] == delivery.INSTALL_CONTAINER
+    ]
+    assert ours == ([] if how is delivery.AgentDelivery.IMAGE_VOLUME else [delivery.INSTALL_CONTAINER])

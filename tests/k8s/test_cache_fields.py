@@ -18,7 +18,7 @@ import yaml
 from tests.k8s.cluster import KubeCluster
 from tests.k8s.launches import launch
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import discovery, manifests, metadata
+from trainguard.backends.k8s import delivery, discovery, manifests, metadata
 from trainguard.backends.k8s.cache import LIST_PAGE, Cache, key_of
 from trainguard.backends.k8s.client import ApiError, Kube
 from trainguard.backends.k8s.fields import JOB_FIELDS, NODE_FIELDS, POD_FIELDS, project
@@ -101,7 +101,7 @@ def _pod(meta: Obj | None = None, spec: Obj | None = None, status: Obj | None = 
         ],
         "initContainerStatuses": [
             {
-                "name": manifests.PROBE_CONTAINER,
+                "name": delivery.PROBE_CONTAINER,
                 "image": "op",
                 "imageID": "",
                 "ready": True,
@@ -223,7 +223,7 @@ PODS: dict[str, Obj] = {
             **_pod()["status"],
             "initContainerStatuses": [
                 {
-                    "name": manifests.PROBE_CONTAINER,
+                    "name": delivery.PROBE_CONTAINER,
                     "state": _terminated(
                         0, "Completed", '{"usable": false, "reason": "no python3 in the image"}'
                     ),
@@ -318,7 +318,7 @@ def test_a_projection_leaves_the_object_as_it_was_and_shares_nothing_with_it() -
     assert whole == before
 
 
-def _node(ready: str, taints: list[Obj] | None = None) -> Obj:
+def _node(ready: str, taints: list[Obj] | None = None, kubelet: str = "fake") -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -335,7 +335,11 @@ def _node(ready: str, taints: list[Obj] | None = None) -> Obj:
                 {"type": "MemoryPressure", "status": "False"},
                 {"type": "Ready", "status": ready, "reason": "KubeletReady"},
             ],
-            "nodeInfo": {"kubeletVersion": "fake"},
+            "nodeInfo": {
+                "kubeletVersion": kubelet,
+                "containerRuntimeVersion": "containerd://2.1.4",
+                "osImage": "x",
+            },
         },
     }
 
@@ -346,6 +350,7 @@ NODES = {
     "unknown": _node("Unknown"),
     "unreachable taint": _node("True", [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]),
     "other taint": _node("True", [{"key": "gpu", "effect": "NoSchedule"}]),
+    "mounts image volumes": _node("True", kubelet="v1.36.5"),
     "no status": {"metadata": {"name": "bare"}},
 }
 
@@ -355,7 +360,9 @@ def test_a_projected_node_reads_as_ready_as_the_whole_and_keeps_nothing_else(nod
     whole = NODES[node]
     kept = project(whole, NODE_FIELDS)
     assert (node_ready(kept), key_of(kept)) == (node_ready(whole), key_of(whole))
+    assert delivery.node_mounts_image_volumes(kept) == delivery.node_mounts_image_volumes(whole)
     assert "allocatable" not in kept.get("status", {})
+    assert "osImage" not in kept.get("status", {}).get("nodeInfo", {})
     assert "managedFields" not in kept["metadata"]
 
 

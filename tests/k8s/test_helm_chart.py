@@ -36,6 +36,7 @@ def test_the_operator_hands_its_own_image_to_the_pods_and_serves_metrics_through
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "ghcr.io/trainguard/operator:0.1.0"
     assert f"--agent-image={container['image']}" in container["args"]
+    assert "--agent-delivery=auto" in container["args"]
     assert deployment["spec"]["replicas"] == 2
     service = objects[("Service", "trainguard-operator-metrics")]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -74,6 +75,16 @@ def test_fencing_is_one_value_given_to_the_operator(values: tuple[str, ...], fla
         "containers"
     ]
     assert [arg for arg in container["args"] if arg.startswith("--fence-seconds")] == [flag]
+
+
+@pytest.mark.parametrize("how", ["image-volume", "init-container"])
+def test_the_agents_delivery_is_one_value_given_to_the_operator(how: str) -> None:
+    (container,) = _render(f"agentDelivery={how}")[("Deployment", "trainguard-operator")]["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert [arg for arg in container["args"] if arg.startswith("--agent-delivery")] == [
+        f"--agent-delivery={how}"
+    ]
 
 
 def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:

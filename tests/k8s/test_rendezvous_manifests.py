@@ -12,7 +12,7 @@ import pytest
 from tests.k8s.launches import launch
 from trainguard.api import TrainingJob
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import manifests, metadata, rendezvous, services
+from trainguard.backends.k8s import delivery, manifests, metadata, rendezvous, services
 from trainguard.backends.k8s.kinds import NATIVE, PYTORCHJOB, JobKind
 from trainguard.backends.k8s.observe import is_ours
 from trainguard.controller.launchspec import check_runnable
@@ -200,7 +200,7 @@ def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replic
     assert container["imagePullPolicy"] == "IfNotPresent"
     # The store module is delivered like the agent: the image's python3 runs it, the image needs only torch.
     assert container["command"] == [
-        manifests.ENTRY,
+        delivery.ENTRY,
         "python",
         "-m",
         "trainguard.pod.rendezvous_store",
@@ -208,7 +208,7 @@ def test_the_store_pod_runs_the_store_module_in_the_roles_image_and_is_no_replic
         "29400",
     ]
     (install,) = spec["initContainers"]
-    assert install["image"] == manifests.DEFAULT_AGENT_IMAGE
+    assert install["image"] == delivery.DEFAULT_AGENT_IMAGE
     assert "limits" not in container["resources"]  # no GPUs
     assert spec["nodeSelector"] == {"pool": "gpu"}
     assert spec["imagePullSecrets"] == [{"name": "registry"}]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.k8s.operator_harness import TRAINGUARD
 from tests.realk8s.real import CHART, NAMESPACE, RealCluster, helm, wait_for
-from trainguard.backends.k8s import isolation, manifests
+from trainguard.backends.k8s import delivery, isolation, manifests
 from trainguard.pod import contract
 
 pytestmark = pytest.mark.timeout(900)
@@ -79,9 +79,12 @@ def _job() -> dict[str, Any]:
 @pytest.fixture
 def injecting(operator: RealCluster) -> Iterator[RealCluster]:
     """The operator with its fault-injection aid on (a chart value), and off again afterwards with nothing
-    left injected or isolated."""
+    left injected or isolated. Meanwhile it copies the agent into the pods with an init container (the chart's
+    other delivery; the nodes here mount image volumes, which the other tests' pods get), so that both
+    deliveries run on real nodes."""
     helm(operator, "upgrade", "trainguard", str(CHART), "-n", NAMESPACE, "--reuse-values",
-         "--set", "faultInjection=true", "--wait", "--timeout", "300s")  # fmt: skip
+         "--set", "faultInjection=true", "--set", "agentDelivery=init-container",
+         "--wait", "--timeout", "300s")  # fmt: skip
     # helm's --wait ends when the new replicas are ready, while an old one may still lead for its grace period
     # and dress the job's pods without the aid (their checks then read the machine): the job comes once the
     # old replicas are gone, and a new one leads.
@@ -94,7 +97,8 @@ def injecting(operator: RealCluster) -> Iterator[RealCluster]:
         for node in operator.real_nodes():
             trainguard(operator, "node", "release", node)
         helm(operator, "upgrade", "trainguard", str(CHART), "-n", NAMESPACE, "--reuse-values",
-             "--set", "faultInjection=false", "--wait", "--timeout", "300s")  # fmt: skip
+             "--set", "faultInjection=false", "--set", "agentDelivery=auto",
+             "--wait", "--timeout", "300s")  # fmt: skip
         # helm's --wait ends when the new replicas are ready; the old ones end within their grace period after.
         # The tests after this one find the operator as the chart leaves it: its two replicas, no third.
         wait_for("the operator's replicas of before the upgrade gone", lambda: _only_current(operator), 180)
@@ -173,6 +177,8 @@ def test_a_node_whose_pre_check_fails_is_tainted_the_job_runs_on_the_other_and_s
     assert {p["spec"]["nodeName"] for p in pods} == {good}, _explain(cluster)
     for pod in pods:
         assert DONE in cluster.logs(pod["metadata"]["name"]), _explain(cluster)
+        # The agent was copied in by the init container (the fixture's delivery), and ran.
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == [delivery.INSTALL_CONTAINER]
     checked = status["faultCheck"]
     assert checked["isolated"] == [bad]
     assert checked["reissues"] >= 1

@@ -112,9 +112,12 @@ def test_a_pytorchjob_on_the_stock_pytorch_image_trains_to_succeeded(operator: R
         # Rank 0 prints the steps; which pod holds it is the rendezvous' choice.
         logs = "\n".join(operator.logs(f"stock-elastic-worker-{i}") for i in range(3))
         assert status["phase"] == "Succeeded", (status.get("message"), logs[-3000:])
-        # The stock image ran the agent, delivered (one init container copied it in; the entry found the image's
-        # python3): it reported the command's start to the operator. And rank 0 trained every step.
-        assert [c["name"] for c in worker["spec"]["initContainers"]] == ["trainguard-install"]
+        # The stock image ran the agent, delivered: these nodes (kubelet 1.36, containerd 2.1) mount image volumes,
+        # so the operator's image is mounted at /trainguard and no container of ours runs; the entry found the
+        # image's python3. The agent reported the command's start to the operator. And rank 0 trained every step.
+        assert not worker["spec"].get("initContainers")
+        (agent,) = [v for v in worker["spec"]["volumes"] if v["name"] == "trainguard-agent"]
+        assert agent["image"]["reference"] == operator_image(operator)
         summary = json.loads(worker["metadata"]["annotations"]["trainguard.io/agent-report"])
         assert summary["attempt"] >= 1
         assert summary.get("agentMissing") is None
@@ -125,6 +128,11 @@ def test_a_pytorchjob_on_the_stock_pytorch_image_trains_to_succeeded(operator: R
     finally:
         operator.kubectl("delete", "pytorchjob", "stock-elastic", "--wait=false")
         operator.kubectl("delete", "configmap", "train-elastic")
+
+
+def operator_image(cluster: RealCluster) -> str:
+    deployment = cluster.json("get", "deployment", "-n", NAMESPACE, "trainguard-operator")
+    return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
 
 
 def _no_python_job() -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -199,6 +200,47 @@ def test_run_probes_by_itself_records_it_and_gives_python3_a_python(
     assert done.stdout.strip() == "3"
     assert json.loads((pod / "probe.json").read_text())["usable"] is True
     assert (pod / "python" / "python").resolve() == Path(sys.executable).resolve()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("mount")),
+    reason="needs root, unshare, mount",
+)
+def test_run_from_a_read_only_installation_keeps_its_probe_in_the_temporary_directory(
+    image_root: Path, tmp_path: Path
+) -> None:
+    """The agent as an image volume: the operator's image mounted read-only at /trainguard. The entry keeps its
+    probe and the ``python`` it gives python3 in ``$TMPDIR/trainguard`` instead, and writes nothing where it lies."""
+    before = sorted(p.relative_to(image_root) for p in image_root.rglob("*"))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    entry = image_root / "bin" / "trainguard-entry"
+    command = "python -c 'import sys; print(sys.version_info[0])'"
+    # A mount namespace of its own, where the installation is bound read-only onto itself, as the kubelet mounts it.
+    mount, unshare = shutil.which("mount"), shutil.which("unshare")
+    script = (
+        f"{mount} --bind {image_root} {image_root} && {mount} -o remount,bind,ro {image_root} && "
+        f'exec {entry} run --grace 5 -- sh -c "{command}"'
+    )
+    env = {
+        "PATH": _path_with(tmp_path, python3=sys.executable),
+        "TMPDIR": str(temporary),
+        "TRAINGUARD_MESSAGE_FILE": str(tmp_path / "termination-log"),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        [str(unshare), "--mount", "--propagation", "private", "/bin/sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+    assert json.loads((temporary / "trainguard" / "probe.json").read_text())["usable"] is True
+    assert (temporary / "trainguard" / "python" / "python").resolve() == Path(sys.executable).resolve()
+    assert sorted(p.relative_to(image_root) for p in image_root.rglob("*")) == before
 
 
 def test_run_gives_the_command_the_agents_env_options_under_its_own(

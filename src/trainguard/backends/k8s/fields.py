@@ -84,7 +84,11 @@ NODE_FIELDS: Fields = {
         "annotations": {ANNOTATION_ISOLATED_AT: ..., ANNOTATION_ISOLATION_STRIKES: ...},
     },
     "spec": {"taints": {"key": ..., "effect": ...}},
-    "status": {"conditions": {"type": ..., "status": ...}},
+    # nodeInfo: whether the node mounts image volumes (``delivery.supports_image_volume``).
+    "status": {
+        "conditions": {"type": ..., "status": ...},
+        "nodeInfo": {"kubeletVersion": ..., "containerRuntimeVersion": ...},
+    },
 }
 
 

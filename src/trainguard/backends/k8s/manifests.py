@@ -17,7 +17,6 @@ import copy
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
-from trainguard._version import __version__
 from trainguard.api import FrameworkType, TrainingJob
 from trainguard.backends.k8s import discovery, gang, ssh
 from trainguard.backends.k8s.access import (
@@ -27,6 +26,7 @@ from trainguard.backends.k8s.access import (
     is_cces_barrier,
     needs_pod_access,
 )
+from trainguard.backends.k8s.delivery import DEFAULT_AGENT_IMAGE, AgentDelivery, deliver_agent, entry
 from trainguard.backends.k8s.kinds import JobKind
 from trainguard.backends.k8s.metadata import LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE, Obj, object_meta
 from trainguard.backends.k8s.services import service_name
@@ -59,22 +59,6 @@ NUDGE_FILE = f"{POD_FILES_DIR}/nudge"
 #: ``RELEASE_FILE`` for the agent of each pod of a Horovod job.
 ANNOTATION_RELEASE = "trainguard.io/release"
 RELEASE_FILE = f"{POD_FILES_DIR}/release"
-#: Where the operator's image keeps what pods need (``deploy/Dockerfile``): ``bin/trainguard-entry`` and
-#: ``lib/`` (the agent's modules, standard library only).
-IMAGE_AGENT_ROOT = "/opt/trainguard"
-#: Where every pod finds its copy: an emptyDir the install init container fills.
-AGENT_ROOT = "/trainguard"
-AGENT_VOLUME = "trainguard-agent"
-#: The static program the pod's commands run through (``entry/``): it needs nothing of the image.
-ENTRY = f"{AGENT_ROOT}/bin/trainguard-entry"
-#: The init container that copies the agent in (from the operator's image). The image's python3 is looked for by
-#: ``trainguard-entry run`` itself, in the container; a pod made by an older operator had a second init container,
-#: ``PROBE_CONTAINER``, for that, whose termination message the operator still reads.
-INSTALL_CONTAINER = "trainguard-install"
-PROBE_CONTAINER = "trainguard-probe"
-#: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the operator's own (the Helm chart's default).
-DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
-_INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
 #: A test aid (the operator's ``--fault-injection``): every pod mounts this ConfigMap of its namespace, if it
 #: exists, at ``FAULT_INJECT_DIR``; its key ``<node>`` lists the check items that read as faulty on that node
 #: (``trainguard chaos hardware-fault NODE --kubeconfig ...``), as the agent reads ``contract.ENV_FAULT_INJECT``.
@@ -89,8 +73,11 @@ class PodSettings:
 
     #: Replaces the templates' schedulerName (e.g. when they name a scheduler the cluster lacks).
     scheduler: str | None = None
-    #: The image the agent is copied from into each pod (``IMAGE_AGENT_ROOT``): the operator's own.
+    #: The image whose ``IMAGE_AGENT_ROOT`` each pod gets: the operator's own.
     agent_image: str = DEFAULT_AGENT_IMAGE
+    #: How (``trainguard.backends.k8s.delivery``): ``AUTO`` is resolved by the operator against its nodes
+    #: (``Shared.pod_settings``); where it is not, pods get the init container.
+    agent_delivery: AgentDelivery = AgentDelivery.INIT_CONTAINER
     #: Where the agents POST what happens inside their pods (the operator's agent-report endpoint, reachable
     #: from the pods); None: they report nothing but their end.
     report_url: str | None = None
@@ -193,10 +180,9 @@ def pod(kind: JobKind, job: TrainingJob, launch: LaunchPod, settings: PodSetting
             *lease,
             *(f"--env={name}={value}" for name, value in carried),
         ]
-        first["command"] = [ENTRY, "run", *options, "--", *argv]
-        first.setdefault("terminationMessagePath", "/dev/termination-log")
+        first["command"] = [entry(settings.agent_delivery), "run", *options, "--", *argv]
         first.pop("args", None)
-        deliver_agent(spec, first, settings)
+        deliver_agent(spec, first, settings.agent_image, settings.agent_delivery)
         _mount_pod_files(spec, first, token=bool(report), nudge=bool(nudge), release=bool(release))
         if settings.fault_injection:
             _mount_fault_injection(spec, first)
@@ -232,24 +218,6 @@ def _barrier_image(spec: Obj, image: str) -> None:
         if is_cces_barrier(container):
             container["image"] = image
             container["command"] = list(BARRIER_COMMAND)
-
-
-def deliver_agent(spec: Obj, container: Obj, settings: PodSettings) -> None:
-    """An emptyDir at ``AGENT_ROOT`` for ``container``, filled by an init container from the operator's image
-    before the pod's own init containers run. The container may write there: ``trainguard-entry run`` records
-    what it found of the image's python, and gives an image that has only ``python3`` a ``python``."""
-    mount = {"name": AGENT_VOLUME, "mountPath": AGENT_ROOT}
-    spec["volumes"] = [*(spec.get("volumes") or []), {"name": AGENT_VOLUME, "emptyDir": {}}]
-    install: Obj = {
-        "name": INSTALL_CONTAINER,
-        "image": settings.agent_image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": [f"{IMAGE_AGENT_ROOT}/bin/trainguard-entry", "install", AGENT_ROOT],
-        "volumeMounts": [mount],
-        "resources": _INIT_RESOURCES,
-    }
-    spec["initContainers"] = [install, *(spec.get("initContainers") or [])]
-    container["volumeMounts"] = [*(container.get("volumeMounts") or []), dict(mount)]
 
 
 def _mount_pod_files(spec: Obj, container: Obj, token: bool, nudge: bool, release: bool) -> None:

@@ -16,7 +16,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from trainguard.backends.k8s.manifests import ANNOTATION_AGENT_REPORT, ANNOTATION_IN_PLACE, PROBE_CONTAINER
+from trainguard.backends.k8s.delivery import PROBE_CONTAINER
+from trainguard.backends.k8s.manifests import ANNOTATION_AGENT_REPORT, ANNOTATION_IN_PLACE
 from trainguard.backends.k8s.metadata import LABEL_COMPONENT, LABEL_GENERATION, LABEL_INDEX, LABEL_ROLE
 from trainguard.controller.backend import ObservedPhase, ObservedPod
 from trainguard.controller.reports import AgentReport

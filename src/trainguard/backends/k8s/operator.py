@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainguard.api import SpecError, TrainingJob
 from trainguard.api.load import load_object
-from trainguard.backends.k8s import agentreports, held, isolation, manifests, metadata, nodechecker
+from trainguard.backends.k8s import agentreports, delivery, held, isolation, manifests, metadata, nodechecker
 from trainguard.backends.k8s.backend import JobBackend
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
@@ -203,6 +203,7 @@ class Operator:
             if fencing is not None
             else "off: a pod on a node that is not Ready is replaced at once (--fence-seconds, --agent-report-url)",
         )
+        log.info("agent delivery: %s", delivery.words(settings.agent_delivery))
         if settings.fault_injection:
             log.warning(
                 "fault injection on (--fault-injection, a test aid): every pod's checks read the items that the "

@@ -12,8 +12,9 @@ from __future__ import annotations
 import copy
 
 from trainguard.api import TrainingJob
+from trainguard.backends.k8s.delivery import deliver_agent, entry
 from trainguard.backends.k8s.kinds import JobKind
-from trainguard.backends.k8s.manifests import ENTRY, PodSettings, deliver_agent
+from trainguard.backends.k8s.manifests import PodSettings
 from trainguard.backends.k8s.metadata import (
     LABEL_COMPONENT,
     LABEL_INDEX,
@@ -72,7 +73,14 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Ob
     container: Obj = {
         "name": "store",
         "image": source.get("image", ""),
-        "command": [ENTRY, "python", "-m", RENDEZVOUS_MODULE, "--port", str(RENDEZVOUS_PORT)],
+        "command": [
+            entry(settings.agent_delivery),
+            "python",
+            "-m",
+            RENDEZVOUS_MODULE,
+            "--port",
+            str(RENDEZVOUS_PORT),
+        ],
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "ports": [{"name": RENDEZVOUS, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": RENDEZVOUS_PORT}, "periodSeconds": 2},
@@ -103,7 +111,7 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Ob
             }
         },
     }
-    deliver_agent(spec, container, settings)
+    deliver_agent(spec, container, settings.agent_image, settings.agent_delivery)
     if settings.scheduler:
         spec["schedulerName"] = settings.scheduler
     labels = {LABEL_ROLE: RENDEZVOUS, LABEL_COMPONENT: RENDEZVOUS}

@@ -3,6 +3,8 @@ pods every part of it uses. All of it can be lost: it is rebuilt from the cluste
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from trainguard.api import TrainingJob
 from trainguard.backends.k8s import manifests, metadata
 from trainguard.backends.k8s.cache import Cache
 from trainguard.backends.k8s.client import ApiError, Kube
+from trainguard.backends.k8s.delivery import AgentDelivery, node_mounts_image_volumes
 from trainguard.backends.k8s.events import EventSender
 from trainguard.backends.k8s.isolation import is_isolated
 from trainguard.backends.k8s.observe import is_ours, node_ready, observed_pod
@@ -26,6 +29,9 @@ Obj = dict[str, Any]
 APPLY_CONCURRENCY = 16
 #: Pod phases after which nothing runs in the pod any more.
 ENDED = ("Succeeded", "Failed")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -76,13 +82,42 @@ class Shared:
     _observed_nodes: tuple[ObservedNode, ...] | None = None
     #: Nodes isolated by fault tolerance checks (their taint, ``isolation.KEY``).
     _isolated: frozenset[str] = frozenset()
+    #: Nodes whose status says they cannot mount image volumes (``delivery.supports_image_volume``).
+    _no_image_volume: set[str] = field(default_factory=set)
+    #: The delivery ``pod_settings`` last resolved ``AUTO`` to (logged when it changes).
+    _resolved: AgentDelivery | None = None
+
+    def pod_settings(self) -> manifests.PodSettings:
+        """``settings`` with ``AgentDelivery.AUTO`` resolved: the image volume where every node known supports
+        it (and some node is known), else the init container."""
+        if self.settings.agent_delivery is not AgentDelivery.AUTO:
+            return self.settings
+        with self.lock:
+            image = bool(self._ready) and not self._no_image_volume
+            how = AgentDelivery.IMAGE_VOLUME if image else AgentDelivery.INIT_CONTAINER
+            changed, self._resolved = how is not self._resolved, how
+            lacking = sorted(self._no_image_volume)[:3]
+        if changed:
+            log.info(
+                "agent delivery: new pods get %s",
+                "the agent as an image volume (every node mounts image volumes)"
+                if image
+                else f"the agent from an init container (nodes that do not mount image volumes: {lacking or 'none known'})",
+            )
+        return dataclasses.replace(self.settings, agent_delivery=how)
 
     def node_changed(self, node: Obj, now: Obj | None) -> bool:
-        """Records a node's readiness and isolation (``now`` None: deleted); True when either changed."""
+        """Records a node's readiness and isolation (``now`` None: deleted); True when either changed. Also
+        whether it can mount image volumes (``pod_settings``), which changes nothing for its pods."""
         name = node["metadata"]["name"]
         ready = now is not None and node_ready(now)
         isolated = now is not None and is_isolated(now)
+        image = now is None or node_mounts_image_volumes(now)
         with self.lock:
+            if image:
+                self._no_image_volume.discard(name)
+            else:
+                self._no_image_volume.add(name)
             if now is not None and self._ready.get(name) == ready and (name in self._isolated) == isolated:
                 return False
             if now is None and name not in self._ready:

@@ -142,7 +142,7 @@ class StorePod:
             self.shared.pods.put(
                 self.kube.create(
                     f"/api/v1/namespaces/{self.namespace}/pods",
-                    rendezvous.rendezvous_pod(self.kind, job, self.shared.settings),
+                    rendezvous.rendezvous_pod(self.kind, job, self.shared.pod_settings()),
                 )
             )
         except ApiError as error:

@@ -150,7 +150,7 @@ class OperatorVerbs:
             tombs.pop(action.pod, None)
             if not tombs:
                 self.shared.tombstones.pop(uid, None)
-        body = manifests.pod(self.kind, job, action, self.shared.settings)
+        body = manifests.pod(self.kind, job, action, self.shared.pod_settings())
         try:
             created = self.kube.create(f"/api/v1/namespaces/{self.namespace}/pods", body)
             self.shared.pods.put(created)

@@ -41,8 +41,17 @@ def register(subparsers: Any) -> None:
         "--agent-image",
         metavar="IMAGE",
         default=None,
-        help="the image every pod's init container copies the agent from: the operator's own (default: "
+        help="the image that holds the agent every pod runs under: the operator's own (default: "
         "ghcr.io/trainguard/operator:VERSION); the pods' own images need only python3",
+    )
+    parser.add_argument(
+        "--agent-delivery",
+        choices=("auto", "image-volume", "init-container"),
+        default="auto",
+        help="how the agent gets into each pod: the agent image mounted as an image volume (Kubernetes 1.35 "
+        "or later, containerd 2.1 or CRI-O 1.31 or later on the nodes), or copied in by an init container "
+        "(any cluster); auto (the default): the image volume where every node supports it, as its status "
+        "says, else the init container",
     )
     parser.add_argument(
         "--barrier-image",
@@ -212,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from trainguard.backends.k8s import manifests
         from trainguard.backends.k8s.client import Kube
+        from trainguard.backends.k8s.delivery import DEFAULT_AGENT_IMAGE, AgentDelivery
         from trainguard.backends.k8s.kinds import DEFAULT_KINDS, PYTORCHJOB
         from trainguard.backends.k8s.nodechecker import DEFAULT_NAME, NodeChecker
         from trainguard.backends.k8s.operator import Operator, Options
@@ -273,7 +283,8 @@ def run(args: argparse.Namespace) -> int:
         kinds=kinds,
         pod_settings=manifests.PodSettings(
             scheduler=args.scheduler_name,
-            agent_image=args.agent_image or manifests.DEFAULT_AGENT_IMAGE,
+            agent_image=args.agent_image or DEFAULT_AGENT_IMAGE,
+            agent_delivery=AgentDelivery(args.agent_delivery),
             report_url=url,
             release_survivors=args.release_survivors,
             reissue_priority_class=args.reissue_priority_class,
