@@ -1,4 +1,4 @@
-"""The Helm chart renders what docs/operator.md says it installs: the operator's Deployment handing its own
+"""The Helm chart renders what docs/operator.md says it installs: the operator's Deployment handing the agent's
 image to the pods (--agent-image), a Service in front of the metrics port, and Kubeflow's PyTorchJob CRD only
 with pytorchjobs=true. Rendered by the helm the test cluster builds (``helm template``, no cluster needed)."""
 
@@ -35,7 +35,8 @@ def test_the_operator_hands_its_own_image_to_the_pods_and_serves_metrics_through
     deployment = objects[("Deployment", "trainguard-operator")]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "ghcr.io/trainguard/operator:0.1.0"
-    assert f"--agent-image={container['image']}" in container["args"]
+    # The pods get the agent's own image (a few MB), of the operator's tag.
+    assert "--agent-image=ghcr.io/trainguard/agent:0.1.0" in container["args"]
     assert "--agent-delivery=auto" in container["args"]
     assert deployment["spec"]["replicas"] == 2
     service = objects[("Service", "trainguard-operator-metrics")]
@@ -77,6 +78,20 @@ def test_fencing_is_one_value_given_to_the_operator(values: tuple[str, ...], fla
     assert [arg for arg in container["args"] if arg.startswith("--fence-seconds")] == [flag]
 
 
+@pytest.mark.parametrize(
+    ("values", "image"),
+    [
+        (("agentImage.tag=1.2",), "ghcr.io/trainguard/agent:1.2"),
+        (("agentImage.repository=ghcr.io/trainguard/operator",), "ghcr.io/trainguard/operator:0.1.0"),
+    ],
+)
+def test_the_agents_image_may_be_named(values: tuple[str, ...], image: str) -> None:
+    (container,) = _render(*values)[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert [arg for arg in container["args"] if arg.startswith("--agent-image")] == [f"--agent-image={image}"]
+
+
 @pytest.mark.parametrize("how", ["image-volume", "init-container"])
 def test_the_agents_delivery_is_one_value_given_to_the_operator(how: str) -> None:
     (container,) = _render(f"agentDelivery={how}")[("Deployment", "trainguard-operator")]["spec"]["template"][
@@ -95,7 +110,7 @@ def test_pytorchjobs_brings_kubeflows_crd_and_the_flag() -> None:
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.pytorchReplicaSpecs.Worker.replicas"
     (container,) = objects[("Deployment", "trainguard-operator")]["spec"]["template"]["spec"]["containers"]
     assert "--pytorchjobs" in container["args"]
-    assert "--agent-image=ghcr.io/trainguard/operator:dev" in container["args"]
+    assert "--agent-image=ghcr.io/trainguard/agent:dev" in container["args"]
 
 
 def test_the_operator_may_isolate_nodes_and_fault_injection_is_off_unless_asked() -> None:

@@ -113,11 +113,17 @@ def test_a_pytorchjob_on_the_stock_pytorch_image_trains_to_succeeded(operator: R
         logs = "\n".join(operator.logs(f"stock-elastic-worker-{i}") for i in range(3))
         assert status["phase"] == "Succeeded", (status.get("message"), logs[-3000:])
         # The stock image ran the agent, delivered: these nodes (kubelet 1.36, containerd 2.1) mount image volumes,
-        # so the operator's image is mounted at /trainguard and no container of ours runs; the entry found the
-        # image's python3. The agent reported the command's start to the operator. And rank 0 trained every step.
+        # so the agent's image (a few MB) is mounted at /trainguard and no container of ours runs; the entry found
+        # the image's python3. The agent reported the command's start to the operator. And rank 0 trained every step.
         assert not worker["spec"].get("initContainers")
         (agent,) = [v for v in worker["spec"]["volumes"] if v["name"] == "trainguard-agent"]
-        assert agent["image"]["reference"] == operator_image(operator)
+        assert agent["image"]["reference"] == agent_image(operator) == "ghcr.io/trainguard/agent:0.1.0"
+        # ... an image of the entry and the agent's modules alone, as the node that pulled it says.
+        node = operator.json("get", "node", worker["spec"]["nodeName"])
+        (size,) = [
+            i["sizeBytes"] for i in node["status"]["images"] if agent["image"]["reference"] in i["names"]
+        ]
+        assert size < 20_000_000, size
         summary = json.loads(worker["metadata"]["annotations"]["trainguard.io/agent-report"])
         assert summary["attempt"] >= 1
         assert summary.get("agentMissing") is None
@@ -130,9 +136,12 @@ def test_a_pytorchjob_on_the_stock_pytorch_image_trains_to_succeeded(operator: R
         operator.kubectl("delete", "configmap", "train-elastic")
 
 
-def operator_image(cluster: RealCluster) -> str:
+def agent_image(cluster: RealCluster) -> str:
+    """The image the chart gave the operator for the pods' agent (``--agent-image``)."""
     deployment = cluster.json("get", "deployment", "-n", NAMESPACE, "trainguard-operator")
-    return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    (image,) = [arg.split("=", 1)[1] for arg in args if arg.startswith("--agent-image=")]
+    return str(image)
 
 
 def _no_python_job() -> dict[str, Any]:

@@ -1,13 +1,13 @@
 """How trainguard's agent gets into a pod whose image knows nothing of trainguard.
 
-The operator's image holds the agent (``IMAGE_AGENT_ROOT``: ``bin/trainguard-entry``, a static program, and
-``lib/``, the agent's modules, standard library only). Every pod finds it at ``AGENT_ROOT`` and runs its command
+The agent's image (and the operator's) holds the agent (``IMAGE_AGENT_ROOT``: ``bin/trainguard-entry``, a static
+program, and ``lib/``, the agent's modules, standard library only). Every pod finds it at ``AGENT_ROOT`` and runs its command
 through ``ENTRY``, in one of two ways (``AgentDelivery``):
 
-- an **image volume**: the operator's image mounted read-only at ``AGENT_ROOT`` (Kubernetes' ``image`` volume
+- an **image volume**: the agent's image mounted read-only at ``AGENT_ROOT`` (Kubernetes' ``image`` volume
   source, beta and on by default from 1.35): nothing is copied and the pod has no container of ours but its own.
   The kubelet and the container runtime must support it (``supports_image_volume``);
-- an **init container**: an emptyDir at ``AGENT_ROOT`` that an init container, in the operator's image, fills
+- an **init container**: an emptyDir at ``AGENT_ROOT`` that an init container, in the agent's image, fills
   before the pod's own init containers run. It works on every cluster, at the cost of one more container in
   every pod (its spec, its status, its start).
 
@@ -23,13 +23,13 @@ from enum import Enum
 from trainguard._version import __version__
 from trainguard.backends.k8s.metadata import Obj
 
-#: Where the operator's image keeps what pods need (``deploy/Dockerfile``).
+#: Where the agent's image (and the operator's) keeps what pods need (``deploy/Dockerfile``).
 IMAGE_AGENT_ROOT = "/opt/trainguard"
 #: Where every pod finds it.
 AGENT_ROOT = "/trainguard"
 AGENT_VOLUME = "trainguard-agent"
 #: The static program the pod's commands run through (``entry/``): it needs nothing of the image. Where the init
-#: container copied it; in an image volume the operator's image is mounted whole at ``AGENT_ROOT`` (containerd
+#: container copied it; in an image volume the agent's image is mounted whole at ``AGENT_ROOT`` (containerd
 #: 2.1 mounts an image volume whole: it takes no ``subPath``), so it lies under the image's ``IMAGE_AGENT_ROOT``
 #: there (``entry``). Either way the entry finds the agent's modules beside it (``../lib``).
 ENTRY = f"{AGENT_ROOT}/bin/trainguard-entry"
@@ -39,8 +39,9 @@ IMAGE_VOLUME_ENTRY = f"{AGENT_ROOT}{IMAGE_AGENT_ROOT}/bin/trainguard-entry"
 #: container, ``PROBE_CONTAINER``, for that, whose termination message the operator still reads.
 INSTALL_CONTAINER = "trainguard-install"
 PROBE_CONTAINER = "trainguard-probe"
-#: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the operator's own (the Helm chart's default).
-DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/operator:{__version__}"
+#: The image whose ``IMAGE_AGENT_ROOT`` the pods get: the agent's own (``deploy/Dockerfile``'s stage ``agent``: the
+#: entry and the agent's modules, nothing else, a few MB). The operator's image has the same files there.
+DEFAULT_AGENT_IMAGE = f"ghcr.io/trainguard/agent:{__version__}"
 _INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}}
 #: The oldest kubelet whose image volumes are on by default, and the oldest runtimes that mount them.
 IMAGE_VOLUME_KUBELET = (1, 35)

@@ -73,7 +73,7 @@ class PodSettings:
 
     #: Replaces the templates' schedulerName (e.g. when they name a scheduler the cluster lacks).
     scheduler: str | None = None
-    #: The image whose ``IMAGE_AGENT_ROOT`` each pod gets: the operator's own.
+    #: The image whose ``IMAGE_AGENT_ROOT`` each pod gets: the agent's (``delivery.DEFAULT_AGENT_IMAGE``).
     agent_image: str = DEFAULT_AGENT_IMAGE
     #: How (``trainguard.backends.k8s.delivery``): ``AUTO`` is resolved by the operator against its nodes
     #: (``Shared.pod_settings``); where it is not, pods get the init container.

@@ -41,8 +41,8 @@ def register(subparsers: Any) -> None:
         "--agent-image",
         metavar="IMAGE",
         default=None,
-        help="the image that holds the agent every pod runs under: the operator's own (default: "
-        "ghcr.io/trainguard/operator:VERSION); the pods' own images need only python3",
+        help="the image that holds the agent every pod runs under (default: ghcr.io/trainguard/agent:VERSION, "
+        "a few MB; the operator's image holds it too); the pods' own images need only python3",
     )
     parser.add_argument(
         "--agent-delivery",
