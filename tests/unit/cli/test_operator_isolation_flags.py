@@ -1,5 +1,6 @@
 """``trainguard operator``'s isolation flags: one mode at a time (``--isolation-mode`` or ``--no-isolation``),
-and the node checker's bound a share of the nodes, each refused with the fix and no traceback."""
+and the node checker's bound a share of the nodes, each refused with the fix and no traceback; and its
+``--agent-delivery``."""
 
 from __future__ import annotations
 
@@ -55,4 +56,23 @@ def test_a_negative_bound_on_requests_in_flight_is_refused(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "--requests-in-flight: -1 is negative" in err
     assert "or 0 for no bound" in err
+    assert "Traceback" not in err
+
+
+def test_the_agents_delivery_takes_exactly_the_operators_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    """The flag's choices are spelled where no Kubernetes module is imported yet; they are ``AgentDelivery``'s."""
+    from trainguard.backends.k8s.delivery import AgentDelivery
+
+    assert build_parser().parse_args(["operator"]).agent_delivery == AgentDelivery.AUTO.value
+    for how in AgentDelivery:
+        assert (
+            AgentDelivery(
+                build_parser().parse_args(["operator", "--agent-delivery", how.value]).agent_delivery
+            )
+            is how
+        )
+    assert main(["operator", "--agent-delivery", "copy"]) != 0
+    err = capsys.readouterr().err
+    assert "--agent-delivery" in err
+    assert "image-volume" in err
     assert "Traceback" not in err
