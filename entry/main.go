@@ -304,11 +304,13 @@ func environment(root, state string) []string {
 	if pythonPath != "" {
 		lib += string(os.PathListSeparator) + pythonPath
 	}
-	if info, err := os.Stat(pythonDir(state)); state != "" && err == nil && info.IsDir() {
-		if path != "" {
-			path += string(os.PathListSeparator)
+	if state != "" {
+		if info, err := os.Stat(pythonDir(state)); err == nil && info.IsDir() {
+			if path != "" {
+				path += string(os.PathListSeparator)
+			}
+			path += pythonDir(state)
 		}
-		path += pythonDir(state)
 	}
 	if path != "" {
 		env = append(env, "PATH="+path)

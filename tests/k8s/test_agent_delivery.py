@@ -191,6 +191,7 @@ def test_auto_takes_the_image_volume_only_while_every_node_known_mounts_them() -
     new, old = _node("n1", "v1.36.5"), _node("n2", "v1.34.2")
     shared.node_changed(new, new)
     assert how() is delivery.AgentDelivery.IMAGE_VOLUME
+    assert shared.pod_settings() is shared.pod_settings()  # made once per answer, not once per pod
     shared.node_changed(old, old)
     assert how() is delivery.AgentDelivery.INIT_CONTAINER
     upgraded = _node("n2", "v1.35.1")

@@ -84,27 +84,30 @@ class Shared:
     _isolated: frozenset[str] = frozenset()
     #: Nodes whose status says they cannot mount image volumes (``delivery.supports_image_volume``).
     _no_image_volume: set[str] = field(default_factory=set)
-    #: The delivery ``pod_settings`` last resolved ``AUTO`` to (logged when it changes).
-    _resolved: AgentDelivery | None = None
+    #: ``settings`` as ``pod_settings`` last resolved ``AUTO`` (made again, and logged, only when that changes).
+    _resolved: manifests.PodSettings | None = None
 
     def pod_settings(self) -> manifests.PodSettings:
         """``settings`` with ``AgentDelivery.AUTO`` resolved: the image volume where every node known supports
-        it (and some node is known), else the init container."""
+        it (and some node is known), else the init container. Called for every pod created: it only compares,
+        unless the answer changed."""
         if self.settings.agent_delivery is not AgentDelivery.AUTO:
             return self.settings
         with self.lock:
             image = bool(self._ready) and not self._no_image_volume
             how = AgentDelivery.IMAGE_VOLUME if image else AgentDelivery.INIT_CONTAINER
-            changed, self._resolved = how is not self._resolved, how
+            resolved = self._resolved
+            if resolved is not None and resolved.agent_delivery is how:
+                return resolved
+            resolved = self._resolved = dataclasses.replace(self.settings, agent_delivery=how)
             lacking = sorted(self._no_image_volume)[:3]
-        if changed:
-            log.info(
-                "agent delivery: new pods get %s",
-                "the agent as an image volume (every node mounts image volumes)"
-                if image
-                else f"the agent from an init container (nodes that do not mount image volumes: {lacking or 'none known'})",
-            )
-        return dataclasses.replace(self.settings, agent_delivery=how)
+        log.info(
+            "agent delivery: new pods get %s",
+            "the agent as an image volume (every node mounts image volumes)"
+            if image
+            else f"the agent from an init container (nodes that do not mount image volumes: {lacking or 'none known'})",
+        )
+        return resolved
 
     def node_changed(self, node: Obj, now: Obj | None) -> bool:
         """Records a node's readiness and isolation (``now`` None: deleted); True when either changed. Also
