@@ -38,8 +38,14 @@ def test_a_killed_workers_place_is_taken_by_its_pods_spare_and_a_new_spare_start
     job = session.submit(spec)
     wait_step(session, job, 15)
     pod = "digits-spare-worker-1"
-    session.wait("the pod's spare started", lambda: len(workers_of(session, job, pod)) == 2, 60)
-    [active], [spare] = _split(workers_of(session, job, pod))
+
+    # One worker and one spare, each as it was started: a process just forked has its launcher's environment
+    # in /proc until it runs its own program, so the split is waited on, not its count of processes alone.
+    def started() -> tuple[list[int], list[int]] | None:
+        split = _split(workers_of(session, job, pod))
+        return split if [len(part) for part in split] == [1, 1] else None
+
+    [active], [spare] = session.wait("the pod's worker and its spare started", started, 60)
     session.wait("each pod's spare ready in the job's status", lambda: _ready(session, job) == [1, 1, 1], 120)
     others = {
         name: session.worker_pids(job)[name] for name in ("digits-spare-worker-0", "digits-spare-worker-2")
