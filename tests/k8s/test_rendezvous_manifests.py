@@ -151,11 +151,14 @@ def test_a_worker_pod_runs_the_agent_around_torchrun_in_the_jobs_rendezvous() ->
     assert "is_host=false" in _value(torchrun, "--rdzv-conf").split(",")
     assert torchrun[-3:] == ["train.py", "--epochs", "3"]
     env = [(item["name"], item.get("value")) for item in container["env"]]
-    assert ("PET_RDZV_ENDPOINT", "elastic-rdzv.team-a.svc:29400") in env
+    # The command carries every flag: torchrun's defaults in env would only repeat them.
+    assert [name for name, _ in env if name.startswith("PET_")] == ["PET_NPROC_PER_NODE"]
     # torchrun's switch is for trainguard's launcher alone: the agent sets it, from its options.
     assert "--env=TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in command[: command.index("--")]
-    # The container's own variables come last: Kubernetes takes the last of equal names.
+    # The container's own variables come last: Kubernetes takes the last of equal names; the default it
+    # gives torchrun is the command's flag, as torchrun would have read it.
     assert [value for name, value in env if name == "PET_NPROC_PER_NODE"][-1] == "8"
+    assert _value(torchrun, "--nproc-per-node") == "8"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ the local runtime as a process's argv and environment, the operator as a contain
   ``WORLD_SIZE`` the pods the roles have now (their members: a shrunk or scaled-in slot is not one).
 - ``MASTER_ADDR`` is rank 0's pod, at the backend's address for it; ``MASTER_PORT`` the backend's port.
 - A torchrun role's command runs under torchrun's elastic agent in the job's rendezvous
-  (``trainguard.controller.torchrun_command``); every pod of a torchrun job gets the ``PET_*`` defaults.
+  (``trainguard.controller.torchrun_command``); every other pod of a torchrun job gets the ``PET_*`` defaults.
 - ``$(VAR)`` references in the command stay as written: Kubernetes expands them in the container, and the
   local runtime expands them the same way when it starts the process.
 - The container's own ``env`` is not part of the spec: each backend puts it after these variables, so that
@@ -147,7 +147,7 @@ def role_launch(job: TrainingJob, role: str, network: Network) -> RoleLaunch:
         argv=tuple(argv),
         torchrun_env=tuple(
             {
-                **torchrun_command.torchrun_env(job, endpoint),
+                **torchrun_command.torchrun_env(job, endpoint, role),
                 **(spares.spares_env(job) if in_rendezvous else {}),
             }.items()
         ),

@@ -23,8 +23,10 @@ see that module) unless the annotation ``trainguard.io/warm-start: "false"`` is 
 
 The environment adds ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (torchrun 2.x shares one store between the
 agent and every round of workers without a per-round prefix: a restarted round reads the dead round's gloo
-addresses and fails, again and again; with this each round's rank 0 hosts a fresh store) and the ``PET_*``
-defaults, so that a ``torchrun`` started from a shell script joins the same rendezvous.
+addresses and fails, again and again; with this each round's rank 0 hosts a fresh store) and, for the pods
+whose command it does not write (a shell script that starts ``torchrun``; another role of the job), the
+``PET_*`` defaults, so that a ``torchrun`` started there joins the same rendezvous. A command it writes carries
+every flag itself: the same values again in ``env`` would only make each pod larger.
 """
 
 from __future__ import annotations
@@ -221,25 +223,28 @@ def nnodes(job: TrainingJob) -> tuple[int, int]:
 # ---- the environment ---------------------------------------------------------------------------------
 
 
-def torchrun_env(job: TrainingJob, endpoint: str) -> dict[str, str]:
-    """``PET_*`` defaults (torchrun reads ``PET_<OPTION>`` as the default of ``--<option>``) and the store fix,
-    for every pod of a torchrun job; empty for other jobs."""
+def torchrun_env(job: TrainingJob, endpoint: str, role: str | None = None) -> dict[str, str]:
+    """The store fix and trainguard's own settings for every pod of a torchrun job, and the ``PET_*`` defaults
+    (torchrun reads ``PET_<OPTION>`` as the default of ``--<option>``) where torchrun has no flags of ours to
+    read: in every pod but those of ``role`` when ``render`` writes that role's command (``writes_command``),
+    flags and all. Empty for other jobs."""
     rdzv = rendezvous(job, endpoint)
     if rdzv is None:
         return {}
     low, high = nnodes(job)
     elastic = job.spec.elastic
-    env = {
-        **DISABLE_SHARED_STORE,
-        contract.PET_RDZV_BACKEND: rdzv.backend,
-        contract.PET_RDZV_ENDPOINT: rdzv.endpoint,
-        contract.PET_RDZV_ID: rdzv.run_id,
-        contract.PET_RDZV_CONF: _conf_text(_rdzv_conf(job, rdzv, {})),
-        contract.PET_NNODES: f"{max(low, 1)}:{max(high, 1)}",
-        contract.PET_NPROC_PER_NODE: str(elastic.n_proc_per_node) if elastic else "1",
-        contract.PET_MAX_RESTARTS: str(_max_restarts(job, None)),
-        contract.ENV_RDZV_POLL_SECONDS: f"{poll_seconds(high):g}",
-    }
+    env = {**DISABLE_SHARED_STORE}
+    if role is None or not writes_command(job, role):
+        env |= {
+            contract.PET_RDZV_BACKEND: rdzv.backend,
+            contract.PET_RDZV_ENDPOINT: rdzv.endpoint,
+            contract.PET_RDZV_ID: rdzv.run_id,
+            contract.PET_RDZV_CONF: _conf_text(_rdzv_conf(job, rdzv, {})),
+            contract.PET_NNODES: f"{max(low, 1)}:{max(high, 1)}",
+            contract.PET_NPROC_PER_NODE: str(elastic.n_proc_per_node) if elastic else "1",
+            contract.PET_MAX_RESTARTS: str(_max_restarts(job, None)),
+        }
+    env[contract.ENV_RDZV_POLL_SECONDS] = f"{poll_seconds(high):g}"
     if is_live(job):
         nproc = elastic.n_proc_per_node if elastic else 1
         roles = [job.spec.replica_specs[name] for name in torchrun_roles(job)]
@@ -259,6 +264,18 @@ def poll_seconds(max_nodes: int) -> float:
 # ---- the command -------------------------------------------------------------------------------------
 
 
+def writes_command(job: TrainingJob, role: str) -> bool:
+    """Whether ``render`` writes the command of ``role``'s pods: torchrun started with every rendezvous flag
+    of ours (a command torchrun's or Python's that it recognises). Not for a command that only mentions
+    torchrun (a shell script that starts it): that one runs as written, and its torchrun reads ``PET_*``."""
+    if not uses_torchrun(job):
+        return False
+    try:
+        return parse(job.role(role).argv) is not None
+    except LaunchError:  # render refuses it, naming the field
+        return False
+
+
 def render(job: TrainingJob, role: str, endpoint: str, argv: Sequence[str] | None = None) -> list[str]:
     """The command a pod of ``role`` runs: its ``argv`` (default: the role's command + args) started under
     torchrun's elastic agent in the job's rendezvous; unchanged when the job or the command is not torchrun's."""
@@ -273,10 +290,17 @@ def render(job: TrainingJob, role: str, endpoint: str, argv: Sequence[str] | Non
         return argv
     user_conf = _parse_conf(command.flag("--rdzv-conf") or "")
     low, high = nnodes(job)
+    own = _template_defaults(job, role)
     ours = [
         ("--nnodes", f"{max(low, 1)}:{max(high, 1)}"),
-        ("--nproc-per-node", _nproc(job, command.flag("--nproc-per-node"))),
-        ("--max-restarts", str(_max_restarts(job, command.flag("--max-restarts")))),
+        (
+            "--nproc-per-node",
+            _nproc(job, command.flag("--nproc-per-node") or own.get(contract.PET_NPROC_PER_NODE)),
+        ),
+        (
+            "--max-restarts",
+            str(_max_restarts(job, command.flag("--max-restarts") or own.get(contract.PET_MAX_RESTARTS))),
+        ),
         ("--rdzv-backend", rdzv.backend),
         ("--rdzv-endpoint", rdzv.endpoint),
         ("--rdzv-id", rdzv.run_id),
@@ -371,6 +395,17 @@ def _canonical(name: str) -> str:
 
 
 # ---- values --------------------------------------------------------------------------------------------
+
+
+def _template_defaults(job: TrainingJob, role: str) -> dict[str, str]:
+    """The ``PET_*`` values the role's container sets itself, as torchrun would read them (the last of equal
+    names wins, as in Kubernetes): a command written with our flags keeps what they asked for."""
+    env = job.role(role).container.get("env") or []
+    return {
+        str(item["name"]): str(item["value"])
+        for item in env
+        if isinstance(item, dict) and str(item.get("name", "")).startswith("PET_") and "value" in item
+    }
 
 
 def _nproc(job: TrainingJob, from_command: str | None) -> str:

@@ -67,14 +67,18 @@ def test_a_trainer_gets_the_operators_environment_and_its_rank_after_the_launche
     assert "PET_RDZV_ENDPOINT" not in env  # a Horovod job: no torchrun settings
 
 
-def test_a_pytorch_worker_gets_torchruns_elastic_defaults() -> None:
-    spec = simple_job("elastic", ["torchrun", "train.py"], replicas=2, minReplicas=1, maxReplicas=4)
-    spec["spec"]["frameworkType"] = "pytorch"
-    spec["metadata"]["uid"] = "uid-9"
-    job = TrainingJob.model_validate(spec)
-    env = pod_environment(job, "worker", _spec(job, "worker", 0, {"worker": 2}, port=42000), {})
-    assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:42000"
-    assert (env["PET_RDZV_BACKEND"], env["PET_RDZV_ID"], env["PET_NNODES"]) == ("c10d", "uid-9", "1:4")
+def test_a_pytorch_worker_that_starts_torchrun_itself_gets_torchruns_elastic_defaults() -> None:
+    for command, defaults in ((["sh", "-c", "torchrun train.py"], True), (["torchrun", "train.py"], False)):
+        spec = simple_job("elastic", command, replicas=2, minReplicas=1, maxReplicas=4)
+        spec["spec"]["frameworkType"] = "pytorch"
+        spec["metadata"]["uid"] = "uid-9"
+        job = TrainingJob.model_validate(spec)
+        env = pod_environment(job, "worker", _spec(job, "worker", 0, {"worker": 2}, port=42000), {})
+        if not defaults:  # trainguard writes that command, flags and all: no defaults are needed
+            assert not any(name.startswith("PET_") for name in env), env
+            continue
+        assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:42000"
+        assert (env["PET_RDZV_BACKEND"], env["PET_RDZV_ID"], env["PET_NNODES"]) == ("c10d", "uid-9", "1:4")
 
 
 def test_a_pod_gets_one_openmp_thread_unless_its_container_or_the_control_plane_says_otherwise() -> None:

@@ -165,6 +165,57 @@ def test_every_pod_gets_the_shared_store_fix_and_torchruns_defaults() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("command", "defaults"),
+    [
+        (["python", "train.py"], False),  # written: every flag on the command line
+        (["torchrun", "--nproc-per-node", "2", "train.py"], False),
+        (["python", "-m", "torch.distributed.run", "train.py"], False),
+        (["/bin/sh", "-c", "torchrun train.py"], True),  # runs as written: its torchrun reads PET_*
+        (["bash", "run.sh", "torchrun"], True),
+    ],
+)
+def test_torchruns_defaults_go_only_to_the_pods_whose_command_is_not_written(
+    command: list[str], defaults: bool
+) -> None:
+    one = job(command)
+    assert launch.writes_command(one, "worker") is not defaults
+    env = launch.torchrun_env(one, ENDPOINT, "worker")
+    assert {name for name in env if name.startswith("PET_")} == (
+        {name for name in launch.torchrun_env(one, ENDPOINT) if name.startswith("PET_")}
+        if defaults
+        else set()
+    )
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # the store fix goes to every pod
+    if not defaults:  # what the defaults would say, the command says
+        rendered = launch.render(one, "worker", ENDPOINT)
+        assert rendered[rendered.index("--rdzv-endpoint") + 1] == ENDPOINT
+    assert not launch.writes_command(job(framework="horovod"), "worker")
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "elastic", "flags"),
+    [
+        (["python", "train.py"], {"PET_NPROC_PER_NODE": "4", "PET_MAX_RESTARTS": "7"}, None, ("4", "7")),
+        (["torchrun", "--nproc-per-node", "2", "train.py"], {"PET_NPROC_PER_NODE": "4"}, None, ("2", None)),
+        (["python", "train.py"], {"PET_NPROC_PER_NODE": "4"}, {"nProcPerNode": 8}, ("8", None)),
+        (["python", "train.py"], {}, None, ("1", None)),
+    ],
+)
+def test_torchruns_defaults_in_the_containers_env_are_kept_as_torchrun_reads_them(
+    command: list[str], env: dict[str, str], elastic: dict[str, Any] | None, flags: tuple[str, str | None]
+) -> None:
+    """The job's elasticPolicy first, then the command's flag, then the container's PET_* (torchrun's order)."""
+    one = job(command, elastic=elastic)
+    container = one.spec.replica_specs["worker"].container
+    container["env"] = [{"name": name, "value": value} for name, value in env.items()]
+    rendered = launch.render(one, "worker", ENDPOINT)
+    nproc, restarts = flags
+    assert rendered[rendered.index("--nproc-per-node") + 1] == nproc
+    expected = restarts or str(launch.DEFAULT_MAX_RESTARTS)
+    assert rendered[rendered.index("--max-restarts") + 1] == expected
+
+
 def test_a_live_job_runs_its_workers_under_the_live_launcher_with_its_first_size() -> None:
     live = job(
         ["torchrun", "--start-method", "spawn", "train.py"],
