@@ -6,25 +6,42 @@ called in), and a stopped rank (silent) holds the others for seconds, not for th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from trainguard.pod import contract
+
 pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 BENCHMARK = Path(__file__).parents[3] / "benchmarks" / "gpu_live.py"
+TRACE_PREFIX = "[trainguard live "
+
+
+def _last_traces(stderr: str, each: int = 6) -> str:
+    """Each live member's last ``each`` trace lines (``[trainguard live TIME MEMBER] WHAT``), member by member."""
+    by_member: dict[str, list[str]] = {}
+    for line in stderr.splitlines():
+        if line.startswith(TRACE_PREFIX):
+            member = line[len(TRACE_PREFIX) :].split(" ", 2)[1].rstrip("]")
+            by_member.setdefault(member, []).append(line)
+    kept = [line for lines in by_member.values() for line in lines[-each:]]
+    return "\n== each member's last traces:\n" + "\n".join(kept) + "\n== stderr's end:\n"
 
 
 def test_survivors_keep_their_processes_and_state_through_a_kill_a_join_and_a_hang() -> None:
     # A 200 k-parameter model: each rank starts in seconds (torch's import), each scene waits on steps.
     command = [sys.executable, str(BENCHMARK), "--device", "cpu", "--params", "2e5", "--batch", "16",
                "--step-delay", "0.02", "--timeout", "5", "--budget", "90"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Each rank traces its rounds on stderr: where a scene fails, each member's last lines say where it waits.
+    env = {**os.environ, contract.ENV_LIVE_TRACE: "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False, env=env)
+    assert done.returncode == 0, _last_traces(done.stderr) + done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     live = results["live"]
     kill = live["kill"]
