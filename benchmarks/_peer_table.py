@@ -32,9 +32,10 @@ SECONDS, COUNT, MIB = " s", "", " MiB"
 
 
 def _number(value: float, unit: str) -> str:
+    """A tenth where the figure is kept to a tenth (the raw files before hundredths were), else hundredths."""
     if unit == COUNT:
         return f"{value:,g}"
-    return f"{value:,.1f}"
+    return f"{value:,.1f}" if round(value, 1) == value else f"{value:,.2f}"
 
 
 def cell(median: Any, spread: Sequence[Any], unit: str) -> str:

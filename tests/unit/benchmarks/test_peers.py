@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from benchmarks._peer_table import cell
 from benchmarks._peers import (
     HOLD_FINALIZER,
     KUBEFLOW,
@@ -336,6 +337,22 @@ def test_median_and_spread(
 ) -> None:
     assert median(values) == middle
     assert spread(values) == ends
+
+
+@pytest.mark.parametrize(
+    ("middle", "ends", "shown"),
+    [
+        (0.4, (0.4, 0.4), "0.4 s"),  # a raw file kept to tenths reads as it did
+        (7.3, (7.0, 7.8), "7.3 s (7.0-7.8)"),
+        (0.45, (0.4, 0.52), "0.45 s (0.4-0.52)"),  # hundredths, where the figure has them
+        (1234.5, (1234.5, 1234.5), "1,234.5 s"),
+        (None, (None, None), "-"),
+    ],
+)
+def test_a_cell_shows_a_figure_to_the_precision_it_was_kept(
+    middle: float | None, ends: tuple[float | None, float | None], shown: str
+) -> None:
+    assert cell(middle, ends, " s") == shown
 
 
 @given(st.lists(st.floats(0, 1e4), min_size=1, max_size=9))
