@@ -29,13 +29,25 @@ from trainguard.sdk import _rounds
 from trainguard.sdk._rounds import Arrival, Formed, Lateness, Staleness
 from trainguard.sdk._storelink import Link, LiveError, connect
 
-__all__ = ["LiveError", "RoundStore", "connect", "default_store", "ended_here"]
+__all__ = ["LiveError", "RoundStore", "connect", "default_store", "ended_here", "finish_within"]
 
 #: At the end of a run (``wait_while_running``), a member whose beats stopped is left only after this long (or
 #: the run's own stale time, where longer). No collective says any more that it is alive, and a member's beats
 #: can pause on a loaded machine while it completes its last step: leaving it then would fail that step's last
 #: collective, and it would form a round alone. A member that ended is marked gone and is not waited for.
 FINISH_STALE_AFTER = 15.0
+#: At the end of a run, how long a member that still beats is waited for (or the collectives' bound, where
+#: longer; ``finish_within``). A member that beats either ends its last step or fails its next collective within
+#: that bound (and arrives in the next round): only one stuck outside both is left after this. Leaving a member
+#: that is only slow (descheduled on a loaded machine, past the bound) would fail what is left of its last step,
+#: and it would form a round alone.
+FINISH_WITHIN = 120.0
+
+
+def finish_within(timeout: float) -> float:
+    """The bound of the wait at the end of a run (``RoundStore.wait_while_running``) for collectives bound by
+    ``timeout`` seconds."""
+    return max(timeout, FINISH_WITHIN)
 
 
 class RoundStore:

@@ -47,7 +47,7 @@ from trainguard.pod.workerevents import Formation
 from trainguard.sdk import _livestate, _nccl, _sharded, _spare, _transfer
 from trainguard.sdk._roundgroup import RoundGroup
 from trainguard.sdk._rounds import Failures, Formed
-from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store
+from trainguard.sdk._roundstore import LiveError, RoundStore, connect, default_store, finish_within
 from trainguard.sdk._watchdog import Watchdog
 from trainguard.sdk._world import env_int
 
@@ -235,12 +235,15 @@ class Live:
 
     def _finish(self) -> None:
         """The run ended: this member marks itself finished, and keeps its group and its beats until every other
-        member of its round has ended its run too (or left the round, or ``timeout`` passed). Members end their
-        last collective at different moments; one that left at once (its connections closed, marked gone)
-        would fail a slower member's last collective, and that member would form a round without it."""
+        member of its round has ended its run too, or left the round (``finish_within``: a member that still
+        beats is waited for past the collectives' bound). Members end their last collective at different
+        moments; one that left at once (its connections closed, marked gone) would fail a slower member's last
+        collective, and that member would form a round without it."""
         with contextlib.suppress(Exception):  # a store that does not answer: nothing to wait for
             self._client.set(self.keys.finished(self.member), str(self.step))
-            self.rounds.wait_while_running(self.round, self.watchdog.members, self.stale_after, self.timeout)
+            self.rounds.wait_while_running(
+                self.round, self.watchdog.members, self.stale_after, finish_within(self.timeout)
+            )
 
     def close(self) -> None:
         """Leaves the job: marks this member gone (the others need not wait for it) and ends the group."""
