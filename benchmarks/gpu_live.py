@@ -671,8 +671,15 @@ def main() -> int:
         restart = scene_restart(args, agents, args.budget)
         nccl = scene_nccl(args) if args.device.startswith("cuda") else None
     except TimeoutError:
-        for rank in agents.ranks:
-            sys.stderr.write(f"rank {rank.process.pid}: {rank.events[-2:]}\n")
+        # The newest rank first, each in a line: whether it still runs, and its last events in short.
+        for rank in reversed(agents.ranks):
+            code = rank.process.poll()
+            state = "running" if code is None else f"exited {code}"
+            last = ", ".join(
+                f"{e['event']}@{e['t']:.2f}" + (f" step {e['step']}" if "step" in e else "")
+                for e in rank.events[-3:]
+            )
+            sys.stderr.write(f"rank {rank.process.pid} ({state}): {last or 'no event'}\n")
         raise
     finally:
         agents.stop_all()
