@@ -1,6 +1,7 @@
 """The operator's Events go out from a thread of their own (``events.EventSender``): a batch hands them over and
-goes on; they are sent one after another in the order given; one said before (409) is done; a refusal reaches
-its callback; past the bound, a new one is dropped rather than kept (no cluster: the API server is a fake)."""
+goes on; they are sent one after another in the order given, each after the operator's other requests in flight
+(for a bounded while); one said before (409) is done; a refusal reaches its callback; past the bound, a new one
+is dropped rather than kept (no cluster: the API server is a fake)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from trainguard.backends.k8s.client import ApiError
+from trainguard.backends.k8s.client import Activity, ApiError
 from trainguard.backends.k8s.events import EventSender
 
 Obj = dict[str, Any]
@@ -28,6 +29,8 @@ class Events:
         self.gate = threading.Event()
         self.gate.set()
         self.lock = threading.Lock()
+        #: The operator's other requests in flight through the same connection (``Kube.activity``).
+        self.activity = Activity()
 
     def create(self, path: str, body: Obj) -> Obj:
         assert path == "/api/v1/namespaces/ns/events"
@@ -117,3 +120,51 @@ def test_past_the_bound_new_events_are_dropped_not_kept(
     assert sender.flush(timeout=10)
     assert api.sent == ["first", "a", "b", "c"]
     sender.close()
+
+
+def test_an_event_lets_the_requests_in_flight_go_first_for_a_bounded_while() -> None:
+    """In a burst the operator's pods go first: an Event waits while another request is in flight, and goes once
+    none is; under requests that never stop, it waits no longer than its yield from when it was handed over."""
+    api = Events()
+    sender = EventSender(api, yield_s=30.0)  # type: ignore[arg-type]
+    with api.activity:  # a pod's creation in flight
+        sender.send(event("after-the-pod"), lambda error: None)
+        assert not sender.flush(timeout=0.3)
+        assert api.sent == []
+    assert sender.flush(timeout=10)
+    assert api.sent == ["after-the-pod"]
+    sender.close()
+
+    busy = Events()
+    sender = EventSender(busy, yield_s=0.5)  # type: ignore[arg-type]
+    with busy.activity:  # requests in flight all along
+        handed = time.monotonic()
+        sender.send(event("in-time"), lambda error: None)
+        assert sender.flush(timeout=10)
+        waited = time.monotonic() - handed
+    assert busy.sent == ["in-time"]
+    assert 0.5 <= waited < 10
+    sender.close()
+
+
+def test_activity_counts_requests_in_flight_and_says_when_none_is() -> None:
+    activity = Activity()
+    assert activity.wait_quiet(0)
+    with activity, activity:
+        assert not activity.wait_quiet(0.05)
+    assert activity.wait_quiet(0)
+    done = threading.Event()
+
+    def one_request() -> None:
+        with activity:
+            done.wait(10)
+
+    request = threading.Thread(target=one_request)
+    request.start()
+    deadline = time.monotonic() + 10
+    while activity.wait_quiet(0):
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.01)
+    done.set()
+    assert activity.wait_quiet(10)
+    request.join(10)

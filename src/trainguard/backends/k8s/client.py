@@ -166,6 +166,30 @@ def connect(kubeconfig: str | None) -> Connection:
     return OwnConnection(credentials)
 
 
+class Activity:
+    """The requests in flight through one connection (and every copy of its ``Kube``; watches are not counted),
+    so that a sender of what can wait (Events) can let the rest go first (``wait_quiet``)."""
+
+    def __init__(self) -> None:
+        self._quiet = threading.Condition()
+        self._in_flight = 0
+
+    def __enter__(self) -> None:
+        with self._quiet:
+            self._in_flight += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._quiet:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._quiet.notify_all()
+
+    def wait_quiet(self, seconds: float) -> bool:
+        """Waits until no request is in flight, at most ``seconds``; whether it is quiet."""
+        with self._quiet:
+            return self._quiet.wait_for(lambda: not self._in_flight, max(seconds, 0.0))
+
+
 class Kube:
     """A connection to one API server (kubeconfig file, or the pod's service account when in a cluster)."""
 
@@ -173,6 +197,8 @@ class Kube:
         self.connection = connect(kubeconfig)
         #: At most this many requests in flight at once (None: no bound); watches are not counted.
         self._slots: threading.BoundedSemaphore | None = None
+        #: Every request in flight, whatever the bound (shared by the copies ``bounded`` and ``unbounded`` make).
+        self.activity = Activity()
 
     def bounded(self, in_flight: int) -> Kube:
         """This connection with at most ``in_flight`` requests out at once, whichever threads send them (the
@@ -209,8 +235,9 @@ class Kube:
     ) -> bytes:
         """The answer's body; ApiError for an HTTP error."""
         if self._slots is None:
-            return self._answer(method, path, query, body, content_type, timeout)
-        with self._slots:
+            with self.activity:
+                return self._answer(method, path, query, body, content_type, timeout)
+        with self._slots, self.activity:
             return self._answer(method, path, query, body, content_type, timeout)
 
     def _answer(

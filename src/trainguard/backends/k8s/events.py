@@ -6,6 +6,7 @@ import hashlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,9 @@ COMPONENT = "trainguard-operator"
 #: Events waiting for the sender at most; past that a new one is dropped (and logged), as client-go's recorder
 #: drops what its full queue cannot take: an API server that refuses Events never grows the operator's memory.
 PENDING_MAX = 10_000
+#: How long an Event may wait for the operator's other requests (its pods, their statuses) to be done before it
+#: is sent anyway: in a burst (a submit of many jobs) the pods go first and their Events trail them.
+YIELD_S = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -66,12 +70,24 @@ def post_event(kube: Kube, body: Obj) -> None:
 class EventSender:
     """The operator's Events, sent by one thread of their own one after another, as a Go controller's event
     recorder sends them: a reconcile hands its Events over and goes on, so that they never stand between a job's
-    decisions and its pods, nor take more than one of the operator's requests in flight. A refused Event is handed
-    to its ``failed`` callback (the job's error log)."""
+    decisions and its pods, nor take more than one of the operator's requests in flight. Each Event also lets
+    the operator's other requests go first, for at most ``yield_s`` from when it was handed over: at the API
+    server, a burst's pods are not slowed by the Events that tell of them. A refused Event is handed to its
+    ``failed`` callback (the job's error log)."""
 
-    def __init__(self, kube: Kube, pending_max: int = PENDING_MAX) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        pending_max: int = PENDING_MAX,
+        yield_s: float = YIELD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube
-        self._queue: queue.Queue[tuple[Obj, Callable[[ApiError], None]] | None] = queue.Queue(pending_max)
+        self.yield_s = yield_s
+        self.clock = clock
+        self._queue: queue.Queue[tuple[Obj, Callable[[ApiError], None], float] | None] = queue.Queue(
+            pending_max
+        )
         self._idle = threading.Condition()
         self._unsent = 0
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
@@ -81,7 +97,7 @@ class EventSender:
         with self._idle:
             self._unsent += 1
         try:
-            self._queue.put_nowait((body, failed))
+            self._queue.put_nowait((body, failed, self.clock()))
         except queue.Full:
             self._sent()
             log.warning(
@@ -109,8 +125,9 @@ class EventSender:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            body, failed = item
+            body, failed, handed = item
             try:
+                self.kube.activity.wait_quiet(handed + self.yield_s - self.clock())
                 post_event(self.kube, body)
             except ApiError as error:
                 failed(error)
