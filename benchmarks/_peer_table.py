@@ -31,24 +31,36 @@ COLUMNS = (
 SECONDS, COUNT, MIB = " s", "", " MiB"
 
 
-def _number(value: float, unit: str) -> str:
-    """A tenth where the figure is kept to a tenth (the raw files before hundredths were), else hundredths."""
+#: The figures a raw file keeps to hundredths of a second where it says so (``seconds_kept_to``: 0.01, from
+#: f76e043 on); every other figure, and every figure of a file before, to tenths.
+HUNDREDTHS = frozenset(
+    {"all_running_s", "back_after_exit_codes_s", "back_after_force_delete_s", "scaled_running_s"}
+)
+
+
+def _number(value: float, unit: str, digits: int) -> str:
     if unit == COUNT:
         return f"{value:,g}"
-    return f"{value:,.1f}" if round(value, 1) == value else f"{value:,.2f}"
+    return f"{value:,.{digits}f}"
 
 
-def cell(median: Any, spread: Sequence[Any], unit: str) -> str:
+def cell(median: Any, spread: Sequence[Any], unit: str, digits: int = 1) -> str:
     """``median unit (lowest-highest)``, the range only where the rounds differ; ``-`` where no round got there
-    while it was measured (None), ``none`` for such a round in the range."""
+    while it was measured (None), ``none`` for such a round in the range. ``digits``: the figure's decimals,
+    as its raw file kept it."""
     if not isinstance(median, (int, float)):
         return "-"
-    text = _number(median, unit) + unit
+    text = _number(median, unit, digits) + unit
     low, high = spread
     if low != high:
-        ends = ["none" if v is None else _number(v, unit) for v in (low, high)]
+        ends = ["none" if v is None else _number(v, unit, digits) for v in (low, high)]
         text += f" ({ends[0]}-{ends[1]})"
     return text
+
+
+def digits_of(described: Mapping[str, Any], figure: str) -> int:
+    """The decimals ``figure`` was kept to in the raw files ``described`` (``HUNDREDTHS``)."""
+    return 2 if described.get("seconds_kept_to") == 0.01 and figure in HUNDREDTHS else 1
 
 
 def _rows(described: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -123,10 +135,11 @@ def table_of(kept: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
         cells = []
         for peer, mode, _ in columns:
             median, spread = medians[peer][mode], ranges[peer][mode]
-            text = cell(median.get(figure), spread.get(figure, [None, None]), unit)
+            digits = digits_of(described, figure)
+            text = cell(median.get(figure), spread.get(figure, [None, None]), unit, digits)
             for helper in _helpers(median, figure):
                 key = f"{helper}_{figure}"
-                text += f" + {helper} {cell(median.get(key), spread.get(key, [None, None]), unit)}"
+                text += f" + {helper} {cell(median.get(key), spread.get(key, [None, None]), unit, digits)}"
             cells.append(text)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     ours = medians.get("trainguard", {}).get("as_shipped")

@@ -544,6 +544,8 @@ SAME_IN_EVERY_KEPT_FILE = (
     "nodes_down",
     "hold_s",
     "scale_by",
+    # How finely the times were kept (absent: tenths): rounds kept to hundredths and to tenths are not mixed.
+    "seconds_kept_to",
 )
 
 
@@ -563,7 +565,7 @@ def combine(kept: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[Obj, list[Ob
             if content.get(field) != first.get(field):
                 raise ValueError(
                     f"{name}: {field} is {content.get(field)!r} where {first_name} has {first.get(field)!r}: "
-                    "only runs of the same size are summarized together"
+                    "only runs of the same size, measured alike, are summarized together"
                 )
         for run in content["runs_raw"]:
             number = int(run["run"])

@@ -324,6 +324,8 @@ def main() -> int:
         "hold_s": size.hold_s,
         "scale_by": size.scale_by,
         "runs": runs,
+        # The submit and the recoveries of faults 2-4, in seconds (benchmarks/_peer_table.HUNDREDTHS).
+        "seconds_kept_to": 0.01,
         "settings": settings_table(only),
         # Where benchmarks/against.py --same-script measures another commit's trainguard: that commit.
         "trainguard_under_test": under_test_commit(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from benchmarks._peer_table import cell
+from benchmarks._peer_table import cell, digits_of
 from benchmarks._peers import (
     HOLD_FINALIZER,
     KUBEFLOW,
@@ -340,19 +340,20 @@ def test_median_and_spread(
 
 
 @pytest.mark.parametrize(
-    ("middle", "ends", "shown"),
+    ("described", "figure", "middle", "ends", "shown"),
     [
-        (0.4, (0.4, 0.4), "0.4 s"),  # a raw file kept to tenths reads as it did
-        (7.3, (7.0, 7.8), "7.3 s (7.0-7.8)"),
-        (0.45, (0.4, 0.52), "0.45 s (0.4-0.52)"),  # hundredths, where the figure has them
-        (1234.5, (1234.5, 1234.5), "1,234.5 s"),
-        (None, (None, None), "-"),
+        ({}, "back_after_force_delete_s", 0.25, (0.2, 0.3), "0.2 s (0.2-0.3)"),  # a file kept to tenths
+        ({"seconds_kept_to": 0.01}, "back_after_force_delete_s", 0.31, (0.21, 0.32), "0.31 s (0.21-0.32)"),
+        ({"seconds_kept_to": 0.01}, "all_running_s", 7.0, (6.98, 8.59), "7.00 s (6.98-8.59)"),
+        ({"seconds_kept_to": 0.01}, "cpu_s", 3.0, (2.9, 3.0), "3.0 s (2.9-3.0)"),  # kept to tenths there too
+        ({"seconds_kept_to": 0.01}, "back_after_node_loss_s", 5.2, (5.0, 6.0), "5.2 s (5.0-6.0)"),
+        ({"seconds_kept_to": 0.01}, "scaled_running_s", None, (None, None), "-"),
     ],
 )
-def test_a_cell_shows_a_figure_to_the_precision_it_was_kept(
-    middle: float | None, ends: tuple[float | None, float | None], shown: str
+def test_a_cell_shows_a_figure_to_the_precision_its_raw_file_kept(
+    described: dict[str, Any], figure: str, middle: float | None, ends: tuple[Any, Any], shown: str
 ) -> None:
-    assert cell(middle, ends, " s") == shown
+    assert cell(middle, ends, " s", digits_of(described, figure)) == shown
 
 
 @given(st.lists(st.floats(0, 1e4), min_size=1, max_size=9))
