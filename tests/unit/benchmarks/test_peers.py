@@ -522,4 +522,3 @@ def test_a_round_taken_in_part_is_summarized_with_the_modes_it_has() -> None:
     assert summary["ratio"]["volcano"]["as_shipped"]["all_running_s"] == 0.5
     assert "equal" not in summary["ratio"]["volcano"]
     assert summary["runs"] == 1
-
