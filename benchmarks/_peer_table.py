@@ -133,9 +133,9 @@ def table_of(kept: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     lines.append("|---" * (len(columns) + 1) + "|")
     for label, figure, unit in _rows(described):
         cells = []
+        digits = digits_of(described, figure)
         for peer, mode, _ in columns:
             median, spread = medians[peer][mode], ranges[peer][mode]
-            digits = digits_of(described, figure)
             text = cell(median.get(figure), spread.get(figure, [None, None]), unit, digits)
             for helper in _helpers(median, figure):
                 key = f"{helper}_{figure}"

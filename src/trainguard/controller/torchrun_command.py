@@ -291,16 +291,12 @@ def render(job: TrainingJob, role: str, endpoint: str, argv: Sequence[str] | Non
     user_conf = _parse_conf(command.flag("--rdzv-conf") or "")
     low, high = nnodes(job)
     own = _template_defaults(job, role)
+    nproc = _nproc(job, command.flag("--nproc-per-node") or own.get(contract.PET_NPROC_PER_NODE))
+    restarts = _max_restarts(job, command.flag("--max-restarts") or own.get(contract.PET_MAX_RESTARTS))
     ours = [
         ("--nnodes", f"{max(low, 1)}:{max(high, 1)}"),
-        (
-            "--nproc-per-node",
-            _nproc(job, command.flag("--nproc-per-node") or own.get(contract.PET_NPROC_PER_NODE)),
-        ),
-        (
-            "--max-restarts",
-            str(_max_restarts(job, command.flag("--max-restarts") or own.get(contract.PET_MAX_RESTARTS))),
-        ),
+        ("--nproc-per-node", nproc),
+        ("--max-restarts", str(restarts)),
         ("--rdzv-backend", rdzv.backend),
         ("--rdzv-endpoint", rdzv.endpoint),
         ("--rdzv-id", rdzv.run_id),

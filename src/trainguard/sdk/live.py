@@ -235,15 +235,13 @@ class Live:
 
     def _finish(self) -> None:
         """The run ended: this member marks itself finished, and keeps its group and its beats until every other
-        member of its round has ended its run too, or left the round (``finish_within``: a member that still
-        beats is waited for past the collectives' bound). Members end their last collective at different
-        moments; one that left at once (its connections closed, marked gone) would fail a slower member's last
+        member of its round has ended its run too, or left the round (``finish_within`` bounds the wait). Members
+        end their last collective at different moments; one that left at once would fail a slower member's last
         collective, and that member would form a round without it."""
         with contextlib.suppress(Exception):  # a store that does not answer: nothing to wait for
             self._client.set(self.keys.finished(self.member), str(self.step))
-            self.rounds.wait_while_running(
-                self.round, self.watchdog.members, self.stale_after, finish_within(self.timeout)
-            )
+            within = finish_within(self.timeout)
+            self.rounds.wait_while_running(self.round, self.watchdog.members, self.stale_after, within)
 
     def close(self) -> None:
         """Leaves the job: marks this member gone (the others need not wait for it) and ends the group."""

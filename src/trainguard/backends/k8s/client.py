@@ -15,6 +15,7 @@ import costs more memory than the rest of the operator's client side.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -234,10 +235,7 @@ class Kube:
         self, method: str, path: str, query: dict[str, Any], body: Any, content_type: str, timeout: float
     ) -> bytes:
         """The answer's body; ApiError for an HTTP error."""
-        if self._slots is None:
-            with self.activity:
-                return self._answer(method, path, query, body, content_type, timeout)
-        with self._slots, self.activity:
+        with self._slots or contextlib.nullcontext(), self.activity:
             return self._answer(method, path, query, body, content_type, timeout)
 
     def _answer(
