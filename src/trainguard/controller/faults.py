@@ -110,13 +110,17 @@ def _incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | 
 
 def _adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodStatus:
     """Pods launched by a controller run whose status was never stored: a waiting slot whose incarnation
-    exists was launched, and an incarnation newer than the status knows of is the current one."""
+    exists was launched, and an incarnation newer than the status knows of is the current one. Except where
+    the stored incarnation was seen and is gone: its replacement went out before the decision was stored
+    (``reconcile._replaces_vanished``), and the vanished pod's fault is decided again, as it was then; that
+    decision launches the newer incarnation under the key it already went out under."""
     if not pods:
         return slot
-    if slot.phase is PodPhase.WAITING and _incarnation(pods, slot.generation) is not None:
+    current = _incarnation(pods, slot.generation)
+    if slot.phase is PodPhase.WAITING and current is not None:
         slot = cycle.put(slot, phase=PodPhase.PENDING, due_at=None, launched_at=cycle.now, seen=False)
     newest = pods[0].generation if len(pods) == 1 else max(pod.generation for pod in pods)
-    if newest > slot.generation and slot.phase in LAUNCHED_PHASES:
+    if newest > slot.generation and slot.phase in LAUNCHED_PHASES and (current is not None or not slot.seen):
         slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0, worker_restarts=0)
     return slot
 

@@ -27,7 +27,7 @@ from trainguard.controller.faults import act_on, observe_pods
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.live import record_live_rounds
 from trainguard.controller.nudges import nudge_survivors
-from trainguard.controller.phases import LEFT_OUT_PHASES, JobPhase, PodPhase
+from trainguard.controller.phases import LAUNCHED_PHASES, LEFT_OUT_PHASES, JobPhase, PodPhase
 from trainguard.controller.release import release_survivors
 from trainguard.controller.scaling import (
     discovery_held_until,
@@ -40,7 +40,7 @@ from trainguard.controller.scaling import (
 )
 from trainguard.controller.settled import SettledSlots
 from trainguard.controller.spares import record_spares
-from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, saved_policy
+from trainguard.controller.status import MAX_HISTORY, MAX_TRANSITIONS, JobStatus, PodStatus, saved_policy
 from trainguard.controller.stragglers import record_stragglers
 from trainguard.controller.suspicion import record_suspicions
 from trainguard.policy import Outcome, check_deadline, outcome
@@ -159,22 +159,42 @@ def _wake_at(cycle: Cycle, nudge_at: float | None) -> float | None:
     return min(times, default=None)
 
 
-def _stored_after(before: JobStatus, actions: list[Action]) -> bool:
+def _stored_after(cycle: Cycle) -> bool:
     """Whether this cycle's decision may be stored once, after its actions (``_finish``): its actions are events
-    and launches that the stored status already decides (see ``_decided``), events alone included."""
-    generations = {slot.name: slot.generation for slot in before.pods}
+    and launches that a controller which crashed before the write would decide again from the stored status
+    (see ``_decided`` and ``_replaces_vanished``), events alone included."""
+    stored = {slot.name: slot for slot in cycle.before.pods}
     return all(
-        isinstance(action, EmitEvent) or (isinstance(action, LaunchPod) and _decided(action, generations))
-        for action in actions
+        isinstance(action, EmitEvent)
+        or (
+            isinstance(action, LaunchPod)
+            and (_decided(action, stored) or _replaces_vanished(cycle, action, stored))
+        )
+        for action in cycle.actions
     )
 
 
-def _decided(launch: LaunchPod, generations: dict[str, int]) -> bool:
+def _decided(launch: LaunchPod, stored: dict[str, PodStatus]) -> bool:
     """A launch that follows from the stored status and the spec alone: of a pod the status does not have yet (a
     new job's, a scale-out's), or of the incarnation the status already holds for its pod (a restart decided and
     stored before, whose pod is launched once the previous one is gone)."""
-    stored = generations.get(launch.pod)
-    return stored is None or stored == launch.generation
+    slot = stored.get(launch.pod)
+    return slot is None or slot.generation == launch.generation
+
+
+def _replaces_vanished(cycle: Cycle, launch: LaunchPod, stored: dict[str, PodStatus]) -> bool:
+    """A launch of the next incarnation of a pod that the stored status saw launched and that is gone (deleted
+    under the job, a force-deletion): a controller that crashed before the write finds the stored incarnation
+    gone again, and the next one there; it decides the same fault about the vanished one, and launches the next
+    under the same key, which the backend finds there (``faults._adopt`` leaves such a slot to that decision)."""
+    slot = stored.get(launch.pod)
+    return (
+        slot is not None
+        and slot.seen
+        and slot.phase in LAUNCHED_PHASES
+        and launch.generation == slot.generation + 1
+        and not any(pod.generation == slot.generation for pod in cycle.observed_pods(slot.name))
+    )
 
 
 def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
@@ -186,10 +206,13 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     alone change nothing the controller observes: a batch of only events is stored once, after them (a
     controller that crashes before that write decides the same from the same status and observation, and
     sends the same events under the same keys, which the backend ignores). So is a decision whose only actions
-    are launches that follow from the spec and the stored status alone, and their events (``_stored_after``):
-    a controller that crashes before the write decides them again, and launches the same pods under the same
-    keys, which the backend finds there. That saves a new job, a scale-out and a restart's launch a status write
-    and its round trip before their pods; a decision that counts a fault or removes a pod is stored first.
+    are launches that follow from the stored status and what is observed, and their events (``_stored_after``):
+    a new job's, a scale-out's, the launch of a restart stored before, and the replacement of a pod that
+    vanished (its fault counted once: a controller that crashes before the write finds the pod still gone and
+    decides the same). A controller that crashes before the write decides them again, and launches the same pods
+    under the same keys, which the backend finds there. That saves those launches a status write and its round
+    trip before their pods; a decision that removes a pod, or counts a fault whose pod is still there (its exit
+    code, its node), is stored first.
     """
     before = cycle.before
     slots = tuple(cycle.ordered_slots())
@@ -219,7 +242,7 @@ def _finish(cycle: Cycle, nudge_at: float | None) -> ReconcileResult:
     )
     actions: list[Action] = []
     stored = before
-    if decided != before and not _stored_after(before, cycle.actions):
+    if decided != before and not _stored_after(cycle):
         stored = decided.model_copy(update={"revision": before.revision + 1})
         actions.append(WriteStatus(keys.status(cycle.job, stored.revision), stored))
     actions.extend(cycle.actions)

@@ -188,3 +188,41 @@ def test_a_controller_that_crashes_in_a_restarts_launch_launches_the_next_incarn
         _no_pod_launched_twice(h, cut)
         assert [a.generation for a in h.cluster.launches() if a.pod == failed] == [1, 2], cut
         assert h.status.restart_counts["worker"] == 1, cut
+
+
+def _force_deleted(failed: str) -> Harness:
+    h = Harness.start(worker_job(3))
+    h.running()
+    h.cluster.force_delete(failed)
+    h.cluster.progress()
+    return h
+
+
+def test_the_replacement_of_a_vanished_pod_goes_out_before_the_status_write() -> None:
+    """A pod deleted under the job (a force-deletion): its fault is counted and its next incarnation launched in
+    one batch, stored once, after the launch (no status round trip before the pod)."""
+    failed = "job-worker-1"
+    h = _force_deleted(failed)
+    batch = reconcile(h.job, h.status, h.cluster.observe(h.job), h.cluster.now).actions
+    assert [(a.pod, a.generation) for a in batch if isinstance(a, LaunchPod)] == [(failed, 2)]
+    assert _writes(batch) == [len(batch) - 1]
+    stored = batch[-1]
+    assert isinstance(stored, WriteStatus)
+    assert stored.status.restart_counts["worker"] == 1
+    assert [e.fault for e in stored.status.history if e.pod == failed] == ["PodForceDeleted"]
+
+
+def test_a_controller_that_crashes_in_a_vanished_pods_replacement_counts_the_fault_once() -> None:
+    """A crash after any part of that batch: the successor finds the stored incarnation gone and decides the same
+    fault again; the next incarnation is launched once, and the fault is counted and recorded once."""
+    failed = "job-worker-1"
+    probe = _force_deleted(failed)
+    batch = reconcile(probe.job, probe.status, probe.cluster.observe(probe.job), probe.cluster.now).actions
+    for cut in range(len(batch) + 1):
+        h = _force_deleted(failed)
+        _crash_in_next_batch(h, cut)
+        h.running()
+        _no_pod_launched_twice(h, cut)
+        assert [a.generation for a in h.cluster.launches() if a.pod == failed] == [1, 2], cut
+        assert h.status.restart_counts["worker"] == 1, cut
+        assert [e.fault for e in h.status.history if e.pod == failed] == ["PodForceDeleted"], cut
