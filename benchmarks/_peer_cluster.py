@@ -80,11 +80,13 @@ def create(kube: Kube, path: str, body: Obj) -> None:
             raise
 
 
-def delete(kube: Kube, path: str, grace: int | None = None) -> None:
+def delete(kube: Kube, path: str, grace: int | None = None, uid: str | None = None) -> None:
+    """Deleted, if it is there; with ``uid``, only that incarnation (a pod of the same name that its operator
+    created since is another one, and is left alone)."""
     try:
-        kube.delete(path, grace=grace)
+        kube.delete(path, grace=grace, uid=uid)
     except ApiError as error:
-        if error.status != 404:
+        if error.status != 404 and not (uid is not None and error.status == 409):
             raise
 
 

@@ -215,17 +215,21 @@ def force_delete(
     held = [f"{job}-worker-0" for job in jobs]
     want = {job: expected[job] for job in jobs}
     say(f"{name}: {len(held)} pods stuck Terminating for {size.hold_s:g} s, then force-deleted")
-    for pod in held:
-        kube.patch(f"{PODS}/{pod}", {"metadata": {"finalizers": [HOLD_FINALIZER]}})
-    in_parallel(lambda p: delete(kube, f"{PODS}/{p}"), held)
+    # The held incarnations, by uid: once one is gone its operator may create the next under the same name
+    # before this loop reaches it, and that one is neither let go nor deleted here.
+    uids = {pod: kube.patch(f"{PODS}/{pod}", {"metadata": {"finalizers": [HOLD_FINALIZER]}})["metadata"]["uid"]
+            for pod in held}  # fmt: skip
+    in_parallel(lambda p: delete(kube, f"{PODS}/{p}", uid=uids[p]), held)
     time.sleep(size.hold_s)
     current = role_pods(cache.items())
     whole_before = sum(1 for job in jobs if missing(current, {job: want[job]}) == 0)
     forced = time.monotonic()
     for pod in held:
         with contextlib.suppress(ApiError):
-            kube.patch(f"{PODS}/{pod}", without_hold(kube.get(f"{PODS}/{pod}")))
-        delete(kube, f"{PODS}/{pod}", grace=0)
+            now = kube.get(f"{PODS}/{pod}")
+            if now["metadata"]["uid"] == uids[pod]:
+                kube.patch(f"{PODS}/{pod}", without_hold(now))
+        delete(kube, f"{PODS}/{pod}", grace=0, uid=uids[pod])
 
     def back() -> bool:
         return missing(role_pods(cache.items()), want) == 0
