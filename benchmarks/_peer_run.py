@@ -223,13 +223,18 @@ def force_delete(
     time.sleep(size.hold_s)
     current = role_pods(cache.items())
     whole_before = sum(1 for job in jobs if missing(current, {job: want[job]}) == 0)
-    forced = time.monotonic()
-    for pod in held:
+
+    def force(pod: str) -> None:
         with contextlib.suppress(ApiError):
             now = kube.get(f"{PODS}/{pod}")
             if now["metadata"]["uid"] == uids[pod]:
                 kube.patch(f"{PODS}/{pod}", without_hold(now))
         delete(kube, f"{PODS}/{pod}", grace=0, uid=uids[pod])
+
+    # All at once, as the exit codes: one after the other, the figure held this loop's own fifteen round trips
+    # (0.11-0.22 s at 100 nodes, slower the busier the API server), more than the operators' part.
+    forced = time.monotonic()
+    in_parallel(force, held)
 
     def back() -> bool:
         return missing(role_pods(cache.items()), want) == 0
