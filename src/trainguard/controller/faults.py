@@ -108,6 +108,11 @@ def _incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | 
     return None
 
 
+def vanished(slot: PodStatus, pods: Sequence[ObservedPod]) -> bool:
+    """The slot's incarnation was launched and seen, and is not among ``pods`` (deleted under the job)."""
+    return slot.seen and slot.phase in LAUNCHED_PHASES and _incarnation(pods, slot.generation) is None
+
+
 def _adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodStatus:
     """Pods launched by a controller run whose status was never stored: a waiting slot whose incarnation
     exists was launched, and an incarnation newer than the status knows of is the current one. Except where
@@ -116,11 +121,10 @@ def _adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodSta
     decision launches the newer incarnation under the key it already went out under."""
     if not pods:
         return slot
-    current = _incarnation(pods, slot.generation)
-    if slot.phase is PodPhase.WAITING and current is not None:
+    if slot.phase is PodPhase.WAITING and _incarnation(pods, slot.generation) is not None:
         slot = cycle.put(slot, phase=PodPhase.PENDING, due_at=None, launched_at=cycle.now, seen=False)
     newest = pods[0].generation if len(pods) == 1 else max(pod.generation for pod in pods)
-    if newest > slot.generation and slot.phase in LAUNCHED_PHASES and (current is not None or not slot.seen):
+    if newest > slot.generation and slot.phase in LAUNCHED_PHASES and not vanished(slot, pods):
         slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0, worker_restarts=0)
     return slot
 
