@@ -17,6 +17,7 @@ from trainguard.controller import fencing, keys
 from trainguard.controller.backend import EventType, ObservedPhase, ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faultcheck import carry_out_check, check_of, decide_check, is_check_fault
+from trainguard.controller.incarnations import adopt, incarnation
 from trainguard.controller.phases import ALIVE_PHASES, LAUNCHED_PHASES, PodPhase
 from trainguard.controller.status import HistoryEntry, HistoryKind, PodStatus
 from trainguard.policy import (
@@ -60,10 +61,10 @@ def _observe(
 ) -> ObservedPod | None:
     """Bring one slot up to date and act on its fault; returns its pod if it is the only one listed and runs
     with no fault (then, if nothing changed either, the slot is settled)."""
-    slot = _adopt(cycle, slot, pods)
+    slot = adopt(cycle, slot, pods)
     if slot.phase not in LAUNCHED_PHASES:
         return None
-    current = _incarnation(pods, slot.generation)
+    current = incarnation(pods, slot.generation)
     if current is not None:
         slot = _note(cycle, slot, current)
         slot = _record_worker_restarts(cycle, slot, current)
@@ -98,35 +99,6 @@ def _counts(cycle: Cycle) -> tuple[int, int]:
 def _settled_slots(cycle: Cycle) -> dict[str, tuple[PodStatus, ObservedPod]]:
     memory = cycle.settled
     return memory.of(keys.job_key(cycle.job)) if memory is not None else {}
-
-
-def _incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | None:
-    """The pod of this incarnation, if it is there (the first one listed, should a backend list it twice)."""
-    for pod in pods:
-        if pod.generation == generation:
-            return pod
-    return None
-
-
-def vanished(slot: PodStatus, pods: Sequence[ObservedPod]) -> bool:
-    """The slot's incarnation was launched and seen, and is not among ``pods`` (deleted under the job)."""
-    return slot.seen and slot.phase in LAUNCHED_PHASES and _incarnation(pods, slot.generation) is None
-
-
-def _adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodStatus:
-    """Pods launched by a controller run whose status was never stored: a waiting slot whose incarnation
-    exists was launched, and an incarnation newer than the status knows of is the current one. Except where
-    the stored incarnation was seen and is gone: its replacement went out before the decision was stored
-    (``reconcile._replaces_vanished``), and the vanished pod's fault is decided again, as it was then; that
-    decision launches the newer incarnation under the key it already went out under."""
-    if not pods:
-        return slot
-    if slot.phase is PodPhase.WAITING and _incarnation(pods, slot.generation) is not None:
-        slot = cycle.put(slot, phase=PodPhase.PENDING, due_at=None, launched_at=cycle.now, seen=False)
-    newest = pods[0].generation if len(pods) == 1 else max(pod.generation for pod in pods)
-    if newest > slot.generation and slot.phase in LAUNCHED_PHASES and not vanished(slot, pods):
-        slot = cycle.put(slot, generation=newest, seen=False, in_place_restarts=0, worker_restarts=0)
-    return slot
 
 
 def _observation(cycle: Cycle, slot: PodStatus, pod: ObservedPod | None) -> Observation:

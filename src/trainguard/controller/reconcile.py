@@ -23,7 +23,8 @@ from trainguard.controller.backend import Action, EmitEvent, LaunchPod, Observed
 from trainguard.controller.conditions import next_conditions, settle_phase
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.faultcheck import record_checks, reissue_deadlines, reissue_wake_at
-from trainguard.controller.faults import act_on, observe_pods, vanished
+from trainguard.controller.faults import act_on, observe_pods
+from trainguard.controller.incarnations import vanished
 from trainguard.controller.lifecycle import end_pods, launch_due, resume, suspend
 from trainguard.controller.live import record_live_rounds
 from trainguard.controller.nudges import nudge_survivors
@@ -186,7 +187,8 @@ def _replaces_vanished(cycle: Cycle, launch: LaunchPod, stored: dict[str, PodSta
     """A launch of the next incarnation of a pod that the stored status saw launched and that is gone (deleted
     under the job, a force-deletion): a controller that crashed before the write finds the stored incarnation
     gone again, and the next one there; it decides the same fault about the vanished one, and launches the next
-    under the same key, which the backend finds there (``faults.vanished``; ``faults._adopt`` leaves such a slot to that decision)."""
+    under the same key, which the backend finds there (``incarnations.adopt`` leaves such a slot to that
+    decision)."""
     slot = stored.get(launch.pod)
     return (
         slot is not None
