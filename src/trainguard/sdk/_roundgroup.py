@@ -6,7 +6,9 @@ Why they are kept: freeing a gloo group while its threads still finish an operat
 joins them holding the GIL they need), and a round's forming can be quicker than they are on a busy machine.
 Why connections are shut down: gloo cannot abort a collective (``ProcessGroupGloo.abort()`` returns and the wait
 goes on); its pairs are TCP connections of the process, the ones that appear while the group is made, and
-shutting them down (``trainguard.sdk._sockets``) makes every pending operation fail at once.
+shutting them down (``trainguard.sdk._sockets``) makes every pending operation fail at once. While the groups
+are made there are no connections yet, only waits for the other members' keys in the store: ``ended`` ends them
+(``trainguard.sdk._storelink``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ class RoundGroup:
         #: What holds the previous rounds' groups (errors and their frames, the groups).
         self.graveyard: list[Any] = []
         self.lock = threading.Lock()
+        #: Set when the round is aborted, until the next round begins (``begin``): the waits of its groups'
+        #: making end (``ReconnectingStore.interrupted_by``).
+        self.ended = threading.Event()
+
+    def begin(self) -> None:
+        """A round closed: its groups are made from now on, and an abort ends them."""
+        self.ended.clear()
 
     def make(self, round_: int, rank: int, world_size: int, again: int = 0) -> None:
         """The round's default group (torch.distributed's), its connections noted (``again``: made anew in the
@@ -78,7 +87,8 @@ class RoundGroup:
 
     def abort(self) -> int:
         """From another thread: every collective of the round fails at once (gloo's connections shut down,
-        NCCL's communicator aborted); the connections shut down."""
+        NCCL's communicator aborted); the connections shut down, and the groups being made fail."""
+        self.ended.set()
         with self.lock:
             shut = _sockets.shut_down(self.sockets)
             if self.backend == "nccl":

@@ -6,6 +6,10 @@ one fails so (torch's ``DistNetworkError``), connect to the same address again a
 ``RECONNECT_WITHIN`` seconds, then raise ``LiveError``; any other error (a key not set within the store's
 timeout) is the operation's own. The groups made over it (``PrefixStore`` s of it) reconnect with it.
 
+While a round's groups are made, the waits for the other members' keys can be interrupted
+(``ReconnectingStore.interrupted_by``): a member lost after its round closed never writes its keys, and the
+others would wait for them up to the round's bound (the hang timeout, 30 minutes by default).
+
 A store that comes back is empty. All of this process's connections to one address share a ``Link``: after any
 of them connects again, the link counts it (``generation``) and calls what was registered with
 ``on_reconnect`` with the new connection, once per reconnection (``trainguard.sdk._roundstore``: the rounds
@@ -18,7 +22,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -27,6 +31,8 @@ from trainguard.pod import contract
 
 #: How long one store operation may wait for a key (the client's timeout), and the first connection's bound.
 STORE_TIMEOUT = timedelta(seconds=60)
+#: The longest pause between two looks for the keys awaited by an interruptible wait (the first is 1 ms).
+WAIT_POLL = 0.02
 #: How long an operation whose connection was lost tries to connect again before it gives up.
 RECONNECT_WITHIN = 60.0
 #: The pause between two tries to connect again (each try itself waits for the server up to the bound).
@@ -181,11 +187,40 @@ def _store_class() -> type:
             super().__init__()
             self.connection = connection
             self.link = connection.link
+            #: Set (from another thread) to end the waits for keys at once; None: they wait as the store's.
+            self.interrupt: threading.Event | None = None
+
+        @contextlib.contextmanager
+        def interrupted_by(self, event: threading.Event) -> Iterator[None]:
+            """Within: a wait for keys (``get``, ``wait``, torch's calls from C++ included) raises
+            ``RuntimeError`` once ``event`` is set, as a collective whose peer is lost does."""
+            self.interrupt = event
+            try:
+                yield
+            finally:
+                self.interrupt = None
+
+        def _wait_for(self, keys: list[str], timeout: timedelta | None) -> None:
+            """Waits for ``keys`` by looking (a server's wait cannot be ended early), until ``interrupt``."""
+            event = self.interrupt
+            assert event is not None
+            bound = timeout if timeout else (self.connection.timeout or STORE_TIMEOUT)
+            deadline = time.monotonic() + bound.total_seconds()
+            pause = 0.001
+            while not self.connection.call("check", keys):
+                if event.is_set():
+                    raise RuntimeError(f"live: the round ended while waiting for {', '.join(keys)}")
+                if time.monotonic() >= deadline:
+                    raise dist.DistStoreError(f"wait timeout after {bound}, keys: {', '.join(keys)}")
+                time.sleep(pause)
+                pause = min(pause * 2, WAIT_POLL)
 
         def set(self, key: str, value: Any) -> None:
             self.connection.set(key, value)
 
         def get(self, key: str) -> bytes:
+            if self.interrupt is not None:
+                self._wait_for([key], None)
             return self.connection.call("get", key)  # type: ignore[no-any-return]
 
         def add(self, key: str, amount: int) -> int:
@@ -198,7 +233,9 @@ def _store_class() -> type:
             return self.connection.call("compare_set", key, expected, desired)  # type: ignore[no-any-return]
 
         def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
-            if timeout is None:
+            if self.interrupt is not None:
+                self._wait_for(keys, timeout)
+            elif timeout is None:
                 self.connection.call("wait", keys)
             else:
                 self.connection.call("wait", keys, timeout)

@@ -102,21 +102,28 @@ class Watchdog:
                 if now >= next_beat:
                     self.watch.add(self.keys.beat(self.member), 1)
                     next_beat = now + BEAT_EVERY
-                if not self.round or self.broken.is_set():
+                watched, members = self.round, self.members
+                if not watched or self.broken.is_set():
                     continue
-                if self.watch.check([self.keys.arrivals(self.round + 1)]):
-                    if self.rounds.only_newcomers(self.watch, self.round + 1, self.members):
+                if self.watch.check([self.keys.arrivals(watched + 1)]):
+                    if self.rounds.only_newcomers(self.watch, watched + 1, members):
                         if not self.join_pending.is_set():
                             self.join_pending.set()
                             pending_since = now
                         elif now - pending_since > self.join_within:
-                            self.abort(f"a newcomer waited {self.join_within:g} s for a step's end")
+                            self._abort(watched, f"a newcomer waited {self.join_within:g} s for a step's end")
                     else:
-                        self.abort("a member left the round")
+                        self._abort(watched, "a member left the round")
                     continue
                 if now >= next_look:
                     next_look = now + BEAT_EVERY
                     silent = self.found_silent(now)
                     if silent:
                         self.silent.update(silent)
-                        self.abort(f"{', '.join(silent)} silent for {self.stale_after:g} s")
+                        self._abort(watched, f"{', '.join(silent)} silent for {self.stale_after:g} s")
+
+    def _abort(self, watched: int, why: str) -> None:
+        """Aborts the round ``watched``, unless the next round is watched meanwhile (what was found is of the
+        round before, which this member has left)."""
+        if self.round == watched:
+            self.abort(why)

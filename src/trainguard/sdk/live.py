@@ -309,10 +309,15 @@ class Live:
             len(formed.members),
         )
         self._failures.formed(formed.members)
-        self._make_group(formed)
-        self._trace(f"round {formed.round}: group made, rank {self.rank} of {self.world_size}")
-        moved = time.monotonic()
-        origin, sent = self._settle_state(formed)
+        # The round watched from now on: a member lost while the groups are made or the state moves (it never
+        # writes its keys, or stops sending) ends the round at once (``_abort``), not at the round's bound.
+        self.group.begin()
+        self.watchdog.watching(formed.round, formed.members)
+        with self._client.interrupted_by(self.group.ended):
+            self._make_group(formed)
+            self._trace(f"round {formed.round}: group made, rank {self.rank} of {self.world_size}")
+            moved = time.monotonic()
+            origin, sent = self._settle_state(formed)
         self._trace(f"round {formed.round}: state {origin}, {sent} bytes")
         if formed.step >= 0 and self.sharded is None:
             self.step = formed.step
@@ -334,7 +339,6 @@ class Live:
                 at=time.time(),
             )
         )
-        self.watchdog.watching(formed.round, formed.members)
         self._agreeing = True
         self._tell_agent(self.formations[-1])
         mark = os.environ.get(contract.ENV_LIVE_MARK)

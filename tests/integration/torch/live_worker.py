@@ -8,6 +8,9 @@ failed late would. Each step's line carries a hash of the parameters (``hash``).
 With ``LIVE_HOLD_DIR`` set, the first process to start sending a state while ``$LIVE_HOLD_DIR/arm`` exists
 writes its pid to ``$LIVE_HOLD_DIR/sending`` and stops there (the test then kills it in the middle of the
 transfer); every later send goes through.
+With ``LIVE_DIE_DIR`` set, the first process to make a round's group while ``$LIVE_DIE_DIR/die`` exists takes the
+file and ends at once, before it makes the group: a member lost after its round closed.
+With ``LIVE_TIMEOUT`` set, the collectives' bound (10 s by default).
 With ``LIVE_FAIL_ONCE`` set, a process that finds that file removes it and fails before it makes its ``Live``
 (a start that dies before its first round: out of memory, a bad node); the next start goes on.
 """
@@ -53,6 +56,22 @@ def hold_sends(directory: Path) -> None:
     _transfer.send = held
 
 
+def die_before_groups(directory: Path) -> None:
+    from trainguard.sdk._roundgroup import RoundGroup
+
+    make = RoundGroup.make
+
+    def dying(self: RoundGroup, *args: object, **kwargs: object) -> None:
+        try:
+            (directory / "die").rename(directory / f"died-{os.getpid()}")
+        except FileNotFoundError:
+            return make(self, *args, **kwargs)  # type: ignore[arg-type]
+        emit("dying")
+        os._exit(9)
+
+    RoundGroup.make = dying  # type: ignore[method-assign]
+
+
 def main() -> None:
     fail_once = Path(os.environ.get("LIVE_FAIL_ONCE") or "/nonexistent")
     if fail_once.is_file():
@@ -61,6 +80,8 @@ def main() -> None:
         raise SystemExit(
             "RuntimeError: CUDA error: out of memory (a start that fails before its first round)"
         )
+    if os.environ.get("LIVE_DIE_DIR"):
+        die_before_groups(Path(os.environ["LIVE_DIE_DIR"]))
     if os.environ.get("LIVE_HOLD_DIR"):
         hold_sends(Path(os.environ["LIVE_HOLD_DIR"]))
     torch.manual_seed(
@@ -82,7 +103,9 @@ def main() -> None:
             raise ValueError("a warm-up that fails")
 
     live = trainguard.Live(
-        {"model": model, "optimizer": optimizer}, timeout=10, warmup=warm_up if warmup else None
+        {"model": model, "optimizer": optimizer},
+        timeout=float(os.environ.get("LIVE_TIMEOUT", "10")),
+        warmup=warm_up if warmup else None,
     )
     emit("ready", member=live.member, host=socket.gethostname())
     atexit.register(lambda: emit("agreed", count=live.agreements, seconds=live.agreement_seconds))

@@ -100,6 +100,25 @@ def test_two_ranks_killed_at_once_the_last_goes_on_alone(job: Job) -> None:
     assert a.process.poll() is None
 
 
+def test_a_member_lost_after_its_round_closed_is_not_waited_for(job: Job, tmp_path: Path) -> None:
+    # The collectives' bound far above the test's: the round must not wait for it.
+    die = {"LIVE_DIE_DIR": str(tmp_path), "LIVE_TIMEOUT": "600"}
+    a, b, c = job(1, **die), job(2, **die), job(3, **die)
+    job.wait("3 ranks training", lambda: all(len(r.steps()) >= 5 for r in (a, b, c)), START)
+    (tmp_path / "die").touch()  # the first of the next round to make its group dies there
+    c.process.kill()
+    job.gone(c)
+    died = job.wait("a member dead before its group", lambda: next(tmp_path.glob("died-*"), None), ROUND)
+    last = a if died.name == f"died-{b.process.pid}" else b
+    assert last.process.pid != int(died.name.split("-")[1])
+    alone = job.wait(
+        "the last alone", lambda: next((f for f in last.formed() if f["world_size"] == 1), None), ROUND
+    )
+    assert alone["origin"] == "live"
+    job.wait("its steps alone", lambda: any(s["world"] == 1 for s in last.steps()), ROUND)
+    assert last.process.poll() is None
+
+
 def _common_step(x: Rank, y: Rank, after: int) -> tuple[float, float] | None:
     sums = {s["step"]: s["sum"] for s in x.steps() if s["step"] > after}
     for s in y.steps():

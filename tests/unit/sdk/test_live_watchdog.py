@@ -70,3 +70,16 @@ def test_a_new_round_forgets_the_previous_rounds_collectives() -> None:
 
 def test_members_that_beat_are_never_silent() -> None:
     assert watchdog([]).found_silent(1000.0) == []
+
+
+def test_what_was_found_of_a_round_left_meanwhile_does_not_abort_the_next() -> None:
+    """The watchdog's thread judges round 3; the training thread begins round 4 meanwhile (its groups are made
+    from then on): the verdict on round 3 aborts nothing."""
+    aborted: list[str] = []
+    dog = watchdog([B])
+    dog.abort = aborted.append
+    dog.watching(4, (A, B))
+    dog._abort(3, "a member left the round")
+    assert aborted == []
+    dog._abort(4, "a member left the round")
+    assert aborted == ["a member left the round"]
