@@ -47,9 +47,6 @@ from trainguard.pod import checks
 from trainguard.pod.summary import SuspectedHang
 from trainguard.policy.fencing import Fencing
 
-#: The phases of a pod whose containers have all ended: the API server removes such a pod at once.
-ENDED = (ObservedPhase.FAILED, ObservedPhase.SUCCEEDED)
-
 
 @dataclass
 class FakeNode:
@@ -203,9 +200,6 @@ class FakeCluster:
         pod = self.pods.get(action.pod)
         if pod is not None and pod.name in self.sticky and not action.force:
             pod.terminating = True  # never finishes by itself
-            return
-        if pod is not None and pod.generation == action.generation and pod.phase in ENDED:
-            del self.pods[action.pod]  # an ended pod is removed at once, as the API server removes it
             return
         self._terminations.append(action)
 

@@ -62,18 +62,3 @@ def test_an_older_write_does_not_replace_a_newer_view() -> None:
     cache.put(_pod("a", "p", "j1", 4))
     assert [o["metadata"]["labels"][LABEL] for o in cache.select("a", {LABEL: "j0"})] == ["j0"]
     assert cache.select("a", {LABEL: "j1"}) == []
-
-
-def test_a_deletion_seen_after_a_newer_pod_of_the_name_was_written_leaves_the_newer_one() -> None:
-    """An ended pod deleted and its next incarnation created right behind (the create's answer is put first):
-    the watch's deletion of the old one, seen after, does not take the new one out of the cache."""
-    cache = Cache(None, "/api/v1/pods", lambda obj, now: None, index_label=LABEL)  # type: ignore[arg-type]
-    with cache._lock:
-        cache._store(_pod("a", "p", "j0", 3))  # the old incarnation, as the watch had it
-    cache.put(_pod("a", "p", "j0", 7))  # the create's answer: the new incarnation
-    with cache._lock:
-        cache._drop(_pod("a", "p", "j0", 5))  # the watch: the old one's deletion
-    assert [o["metadata"]["resourceVersion"] for o in cache.select("a", {LABEL: "j0"})] == ["7"]
-    with cache._lock:
-        cache._drop(_pod("a", "p", "j0", 9))  # a later deletion of the new one
-    assert cache.select("a", {LABEL: "j0"}) == []

@@ -4,8 +4,7 @@ Level-triggered: every action follows from the status (after this cycle's decisi
 alone, and carries a key that names its intent, so an action already issued is not issued again, and one
 whose issue was lost (a controller that crashed before storing the status saying so) is issued again.
 
-- a launched slot whose incarnation was never seen and is not there: launch it; where the pods of its name are
-  earlier incarnations that have ended, remove them first, in the same batch (``incarnations.ended_before``);
+- a launched slot whose incarnation was never seen and is not there: launch it;
 - a slot with more restarts in place than its agent has done: ask for the next one;
 - a pod of an older incarnation, of a slot left out (shrunk, scaled in, removed at the end), of a slot that
   failed for good but still runs, or of no slot at all: remove it; after the end, under cleanPodPolicy All,
@@ -24,7 +23,6 @@ from trainguard.api import CleanPodPolicy
 from trainguard.controller import keys
 from trainguard.controller.backend import EventType, LaunchPod, ObservedPhase, ObservedPod, RestartInPlace
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.incarnations import ended_before
 from trainguard.controller.launchspec import RoleLaunch, launch_spec, role_launch
 from trainguard.controller.phases import LAUNCHED_PHASES, LEFT_OUT_PHASES, PodPhase
 from trainguard.controller.status import PodStatus
@@ -43,12 +41,7 @@ UNSEEN_LAUNCH_S = 60.0
 def actuate(cycle: Cycle) -> None:
     launches = _Launches(cycle)
     for slot in cycle.ordered_slots():
-        pods = cycle.observed_pods(slot.name) if slot.phase is PodPhase.PENDING and not slot.seen else None
-        if pods is not None and (not pods or ended_before(slot, pods)):
-            for pod in pods:  # ended earlier incarnations: removed first, in the same batch
-                cycle.terminate(
-                    pod.name, pod.generation, _unwanted(cycle, pod, clean_all=False) or "replaced"
-                )
+        if slot.phase is PodPhase.PENDING and not slot.seen and not cycle.observed_pods(slot.name):
             relaunch_at = unseen_until(cycle, slot)
             if relaunch_at is not None and cycle.now >= relaunch_at:
                 slot = cycle.put(slot, generation=slot.generation + 1, launched_at=cycle.now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainguard.controller.backend import ObservedPhase, ObservedPod
+from trainguard.controller.backend import ObservedPod
 from trainguard.controller.cycle import Cycle
 from trainguard.controller.phases import LAUNCHED_PHASES, PodPhase
 from trainguard.controller.status import PodStatus
@@ -23,19 +23,6 @@ def incarnation(pods: Sequence[ObservedPod], generation: int) -> ObservedPod | N
 def vanished(slot: PodStatus, pods: Sequence[ObservedPod]) -> bool:
     """The slot's incarnation was launched and seen, and is not among ``pods`` (deleted under the job)."""
     return slot.seen and slot.phase in LAUNCHED_PHASES and incarnation(pods, slot.generation) is None
-
-
-def ended_before(slot: PodStatus, pods: Sequence[ObservedPod]) -> bool:
-    """Every pod of the slot's name is an earlier incarnation that has ended (Failed or Succeeded: its containers
-    have all exited) and is not being removed yet. Removing such a pod takes no grace period (the API server
-    deletes a pod in a terminal phase at once), so the slot's next incarnation goes out right behind that
-    removal, in the same batch, not once a later reconcile sees it gone."""
-    return bool(pods) and all(
-        pod.generation < slot.generation
-        and pod.phase in (ObservedPhase.FAILED, ObservedPhase.SUCCEEDED)
-        and not pod.terminating
-        for pod in pods
-    )
 
 
 def adopt(cycle: Cycle, slot: PodStatus, pods: Sequence[ObservedPod]) -> PodStatus:

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 from trainguard.api import CleanPodPolicy
 from trainguard.controller.cycle import Cycle
-from trainguard.controller.incarnations import ended_before
 from trainguard.controller.phases import JobPhase, PodPhase
 
 
 def launch_due(cycle: Cycle) -> None:
-    """Mark every waiting slot whose time has come as launched, once its previous incarnation is gone or has
-    ended (``incarnations.ended_before``: it is removed right before the launch) (and,
+    """Mark every waiting slot whose time has come as launched, once its previous incarnation is gone (and,
     where it was removed from a node that is not Ready, once its agent has ended it: ``fenced_until``)."""
     for slot in list(cycle.ordered_slots()):
         if slot.phase is not PodPhase.WAITING or (slot.due_at is not None and slot.due_at > cycle.now):
             continue
-        pods = cycle.observed_pods(slot.name)
-        if pods and not ended_before(slot, pods):
+        if cycle.observed_pods(slot.name):
             continue  # the previous incarnation is still being removed; names are unique on a cluster
         if slot.fenced_until is not None and slot.fenced_until > cycle.now:
             continue  # fencing: a previous incarnation may still run on a node that is not Ready

@@ -178,8 +178,7 @@ def _stored_after(cycle: Cycle) -> bool:
 def _decided(launch: LaunchPod, stored: dict[str, PodStatus]) -> bool:
     """A launch that follows from the stored status and the spec alone: of a pod the status does not have yet (a
     new job's, a scale-out's), or of the incarnation the status already holds for its pod (a restart decided and
-    stored before, whose pod is launched once the previous one is gone or, where it has ended, right behind its
-    removal)."""
+    stored before, whose pod is launched once the previous one is gone)."""
     slot = stored.get(launch.pod)
     return slot is None or slot.generation == launch.generation
 

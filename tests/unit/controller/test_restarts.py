@@ -52,10 +52,10 @@ def test_the_first_restart_is_at_once_and_the_next_waits_for_its_backoff() -> No
     h.running()
     h.cluster.exit(W0, 1)
     h.step()
-    # No wait: the first restart of a streak goes out in the fault's own batch, right behind the ended pod's
-    # removal.
-    assert (h.pod(W0).phase, h.pod(W0).generation) == (PodPhase.PENDING, 2)
-    assert any(a.pod == W0 and a.generation == 2 for a in h.cluster.launches())
+    failed_at = h.cluster.now
+    assert h.pod(W0).phase is PodPhase.WAITING
+    h.run_until(lambda h: any(a.pod == W0 and a.generation == 2 for a in h.cluster.launches()))
+    assert h.cluster.now == failed_at  # no wait: the first restart of a streak
     h.run_until(lambda h: h.pod(W0).generation == 2 and h.status.phase is JobPhase.RUNNING)
     h.cluster.exit(W0, 1)
     result = h.step()

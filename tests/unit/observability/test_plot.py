@@ -34,7 +34,7 @@ def test_a_png_of_the_bad_night_with_its_data(
     picture, data = tmp_path / "timeline.png", tmp_path / "timeline.json"
     code = main(["plot", "--from-json", str(status_file), "-o", str(picture), "--data", str(data)])
     assert code == 0
-    assert capsys.readouterr().out == f"wrote {picture} (6 pods, 3 faults, 2 scaling steps, 9 s)\n"
+    assert capsys.readouterr().out == f"wrote {picture} (6 pods, 3 faults, 2 scaling steps, 10 s)\n"
     # 12 x (1.6 + 0.45 per row) inches at 100 dpi: 6 pods and the job's phases.
     assert png_size(picture) == (1200, 475)
     assert 20_000 < picture.stat().st_size < 1_000_000

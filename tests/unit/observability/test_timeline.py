@@ -23,39 +23,39 @@ def spans(timeline: Timeline, name: str) -> list[tuple[float, float, str]]:
 
 
 def test_each_pod_runs_fails_hangs_and_comes_back_when_the_history_says(night: Timeline) -> None:
-    assert (night.start, night.end) == (0.0, 9.0)
-    assert spans(night, pod("launcher", 0)) == [(0, 1, "starting"), (1, 9, "running")]
-    # Killed at 3 (exit 137), a new pod running at 4 (launched in the fault's batch, behind the ended pod).
+    assert (night.start, night.end) == (0.0, 10.0)
+    assert spans(night, pod("launcher", 0)) == [(0, 1, "starting"), (1, 10, "running")]
+    # Killed at 3 (exit 137), a new pod running at 5.
     assert spans(night, pod("trainer", 1)) == [
         (0, 1, "starting"),
         (1, 3, "running"),
-        (3, 4, "failed"),
-        (4, 9, "running"),
+        (3, 5, "failed"),
+        (5, 10, "running"),
     ]
-    # Hung at 5, restarted in place, running again at 6.
+    # Hung at 6, restarted in place, running again at 7.
     assert spans(night, pod("trainer", 0)) == [
         (0, 1, "starting"),
-        (1, 5, "running"),
-        (5, 6, "hung"),
-        (6, 9, "running"),
+        (1, 6, "running"),
+        (6, 7, "hung"),
+        (7, 10, "running"),
     ]
-    # Force-deleted at 7, replaced at once (a first restart waits no backoff), then scaled in at 8.
-    assert spans(night, pod("trainer", 2)) == [(0, 1, "starting"), (1, 7, "running"), (7, 8, "lost")]
-    # Scaled out at 6, running from 7, scaled in at 8.
+    # Force-deleted at 8, replaced at once (a first restart waits no backoff), then scaled in at 9.
+    assert spans(night, pod("trainer", 2)) == [(0, 1, "starting"), (1, 8, "running"), (8, 9, "lost")]
+    # Scaled out at 7, running from 8, scaled in at 9.
     for index in (3, 4):
-        assert spans(night, pod("trainer", index)) == [(6, 7, "starting"), (7, 8, "running")]
+        assert spans(night, pod("trainer", index)) == [(7, 8, "starting"), (8, 9, "running")]
     assert [lane.pod for lane in night.lanes] == [pod("launcher", 0), *(pod("trainer", i) for i in range(5))]
 
 
 def test_each_fault_is_marked_with_what_was_done_and_its_recovery_time(night: Timeline) -> None:
     marks = [(f.at, f.pod, f.fault, f.restart, f.recovery_seconds) for f in night.faults]
     assert marks == [
-        (3.0, pod("trainer", 1), "Exited", "new pod", 1.0),
-        (5.0, pod("trainer", 0), "Hang", "in place", 1.0),
-        (7.0, pod("trainer", 2), "PodForceDeleted", "new pod", 1.0),
+        (3.0, pod("trainer", 1), "Exited", "new pod", 2.0),
+        (6.0, pod("trainer", 0), "Hang", "in place", 1.0),
+        (8.0, pod("trainer", 2), "PodForceDeleted", "new pod", 1.0),
     ]
     assert [f.label for f in night.faults] == [
-        "Exited 137 → restarted (new pod) · 1.0 s",
+        "Exited 137 → restarted (new pod) · 2.0 s",
         "Hang → restarted (in place) · 1.0 s",
         "PodForceDeleted → restarted (new pod) · 1.0 s",
     ]
@@ -66,8 +66,8 @@ def test_scaling_steps_name_the_role_the_size_and_the_pods(night: Timeline) -> N
         (s.at, s.role, s.operation, s.cause, s.replicas, len(s.pods), s.label) for s in night.scale_steps
     ]
     assert steps == [
-        (6.0, "trainer", "scaleout", "request", 5, 2, "trainer → 5"),
-        (8.0, "trainer", "scalein", "request", 2, 3, "trainer → 2"),
+        (7.0, "trainer", "scaleout", "request", 5, 2, "trainer → 5"),
+        (9.0, "trainer", "scalein", "request", 2, 3, "trainer → 2"),
     ]
 
 
@@ -75,12 +75,12 @@ def test_the_job_phases_follow_the_transitions(night: Timeline) -> None:
     assert [(s.start, s.end, s.state) for s in night.phases] == [
         (0, 1, "Pending"),
         (1, 3, "Running"),
-        (3, 4, "Restarting"),
-        (4, 5, "Running"),
-        (5, 6, "Restarting"),
-        (6, 7, "Scaling"),
-        (7, 8, "Restarting"),
-        (8, 9, "Scaling"),
+        (3, 5, "Restarting"),
+        (5, 6, "Running"),
+        (6, 7, "Restarting"),
+        (7, 8, "Scaling"),
+        (8, 9, "Restarting"),
+        (9, 10, "Scaling"),
     ]
 
 

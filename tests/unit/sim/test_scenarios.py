@@ -25,8 +25,7 @@ def expect(result_lost: dict[Cause, float], **seconds: float) -> None:
 
 def test_a_crash_is_detected_restarted_with_scope_pod_and_costs_its_rework() -> None:
     result = run((1000.0, 0, CRASH))
-    # restart: R alone; the ended pod is removed and its next incarnation launched in one batch
-    expect(lost(result), startup=50, rework=70, detection=1, restart=50, waiting_for_capacity=0)
+    expect(lost(result), startup=50, rework=70, detection=1, restart=51, waiting_for_capacity=0)
     assert result.restarts()["Pod"] == 1
     (fault,) = [entry for entry in result.history if entry.kind == "fault"]
     assert (fault.pod, fault.fault, fault.exit_code, fault.action) == (
@@ -75,13 +74,13 @@ def test_a_hang_is_detected_by_the_agent_and_restarted_in_place() -> None:
 
 def test_without_hang_detection_a_hang_lasts_until_the_collective_times_out() -> None:
     result = run((1000.0, 0, HANG), job_=with_hang_detection(job(), None))
-    expect(lost(result), rework=70, detection=601, restart=50)
+    expect(lost(result), rework=70, detection=601, restart=51)
     assert result.restarts()["Pod"] == 1
 
 
 def test_an_eviction_saves_within_its_grace_period_and_loses_no_work() -> None:
     result = run((1000.0, 0, EVICT))
-    expect(lost(result), rework=0, detection=0, restart=50)
+    expect(lost(result), rework=0, detection=0, restart=51)
     assert lost(result)[Cause.CHECKPOINTING] == pytest.approx(80 + 10 + 7750, abs=1e-6)
 
 

@@ -116,12 +116,8 @@ class Cache:
             self._index.setdefault(index, {})[key] = obj
 
     def _drop(self, obj: Obj) -> None:
-        """A deletion the watch saw: the cached object goes, unless it is newer than the deletion (an object of
-        the same name created since, which a write's answer put here first)."""
-        key = key_of(obj)
-        old = self._objects.get(key)
-        if old is not None and _version(old) <= _version(obj):
-            del self._objects[key]
+        old = self._objects.pop(key_of(obj), None)
+        if old is not None:
             self._unindex(old)
 
     def _unindex(self, obj: Obj) -> None:
