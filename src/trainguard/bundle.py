@@ -4,7 +4,7 @@ The Kubernetes operator delivers its in-pod agent into users' own images (a PyTo
 nothing of trainguard, pydantic, psutil or PyYAML): an init container copies a directory of these files into
 the pod, and the container runs ``python3 -m trainguard.agent [options] -- CMD`` with that directory on
 ``PYTHONPATH``. So the bundle holds exactly the import closure of its entry modules (``ENTRIES``: the agent,
-``trainguard.pod.torchrun`` and ``trainguard.pod.rendezvous_store``, which import torch from the image, lazily), with
+``trainguard.pod.torchrun``, which imports torch from the image, lazily, and ``trainguard.pod.rendezvous_store``), with
 the packages above them, and that closure may import nothing but the standard library of Python 3.8.
 
 The closure is found by reading the sources (``ast``), not by importing them: every ``import`` of a
@@ -41,7 +41,7 @@ LAZY_TORCH = frozenset(
     {
         "trainguard.pod.torchrun",
         "trainguard.pod.livelaunch",
-        "trainguard.pod.rendezvous_store",
+        "trainguard.pod.storelink",
         "trainguard.sdk",
         # The fault tolerance check's GPU compute probe: a matmul through the image's torch, where it has one.
         "trainguard.agent.checks.readings",

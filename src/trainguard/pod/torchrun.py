@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing import util as multiprocessing_util
 from typing import Any, NoReturn
 
-from trainguard.pod import contract, workerevents
+from trainguard.pod import contract, storelink, workerevents
 
 #: Imported once in the fork server: torch, what DDP and the elastic agent's worker wrapper load on first
 #: use (torch._dynamo alone is seconds), numpy, and the SDK.
@@ -113,6 +113,64 @@ def poll_rendezvous_every(poll: float) -> bool:
 
     rendezvous._delay = poll_delay  # type: ignore[attr-defined]
     return True
+
+
+#: How long an agent waits for a lost rendezvous store to come back before its operation fails (and the agent
+#: with it): the store's pod on a node that is lost is created again once the node is seen NotReady (about 40 s)
+#: and then scheduled and started elsewhere. Meanwhile no round can form anyway.
+STORE_RETURN_S = 300.0
+
+
+def reconnect_to_the_rendezvous_store() -> bool:
+    """Make the c10d rendezvous' store, where this agent is only its client (``is_host=false``, as trainguard
+    runs every agent), one that connects again when the store's server is lost and comes back on its address
+    (its pod created again, ``trainguard.pod.storelink``): with torch's own client every later operation fails,
+    the agent with it, and every pod of the job ends. The store comes back empty: the backend's key is put
+    back as the backend's start puts it (``RendezvousKey``), the agents' round goes on (their keep-alives find
+    no round to keep) and the next fault forms a new one. False where torch's backend is not laid out as
+    expected (nothing is changed then)."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    create = getattr(backend, "_create_tcp_store", None)
+    endpoint = getattr(backend, "parse_rendezvous_endpoint", None)
+    empty = getattr(getattr(backend, "C10dRendezvousBackend", None), "_NULL_SENTINEL", None)
+    if not callable(create) or not callable(endpoint) or not isinstance(empty, str):
+        return False
+
+    def reconnecting(params: Any) -> Any:
+        store = create(params)
+        if params.get_as_bool("is_host") is not False:  # this agent may serve the store itself
+            return store
+        host, port = endpoint(params.endpoint, default_port=getattr(backend, "DEFAULT_PORT", 29400))
+        address, timeout = f"{host}:{port}", store.timeout
+        link = storelink.Link(
+            address,
+            lambda seconds: storelink.open_tcp(address, seconds, timeout),
+            (dist.DistNetworkError,),
+            who="torchrun's rendezvous",
+            within=STORE_RETURN_S,
+        )
+        reconnecting_store = storelink.store_class()(storelink.Connection(link, store))
+        reconnecting_store.rendezvous_key = RendezvousKey(f"torch.rendezvous.{params.run_id}", empty)
+        link.on_reconnect(reconnecting_store.rendezvous_key.put_back)  # held weakly: the store keeps it
+        return reconnecting_store
+
+    backend._create_tcp_store = reconnecting
+    return True
+
+
+class RendezvousKey:
+    """The c10d backend's key, put back in a store that came back empty, as the backend's start puts it: the
+    backend reads it with ``get``, which waits for a key that is missing (up to the store's timeout, a minute),
+    and then fails."""
+
+    def __init__(self, key: str, empty: str) -> None:
+        self.key = key
+        self.empty = empty
+
+    def put_back(self, client: Any) -> None:
+        client.compare_set(self.key, "", self.empty)  # where some agent wrote a state meanwhile, it stays
 
 
 class _TracebackAsText(logging.Filter):
@@ -263,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     poll = os.environ.get(contract.ENV_RDZV_POLL_SECONDS)
     if poll:
         poll_rendezvous_every(float(poll))
+    reconnect_to_the_rendezvous_store()
     events = os.environ.get(contract.ENV_WORKER_EVENTS)
     if events:
         report_worker_events(events)

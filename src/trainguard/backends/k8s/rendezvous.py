@@ -28,6 +28,9 @@ from trainguard.backends.k8s.services import RENDEZVOUS_PORT, rendezvous_endpoin
 from trainguard.controller import torchrun_command
 
 RENDEZVOUS_MODULE = "trainguard.pod.rendezvous_store"
+#: The store's memory request: it holds about 21 MB serving 50 clients (python3 and the rendezvous' keys; no
+#: torch), measured with torch 2.13's clients; the rest is room for a big job's state.
+STORE_MEMORY = "64Mi"
 #: What the store's pod takes from the first torchrun role's pod template: where it may run and pull from.
 _PLACEMENT_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName")
 
@@ -64,8 +67,8 @@ def rendezvous_service(kind: JobKind, job: TrainingJob) -> Obj:
 
 
 def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Obj:
-    """The pod that serves the job's rendezvous store: the first torchrun role's image (it has torch, as the
-    agent needs), no GPUs, kept away from the job's replicas where the cluster allows (losing a worker's node
+    """The pod that serves the job's rendezvous store: the first torchrun role's image (it has python3, as the
+    agent needs; the store needs nothing else, ``trainguard.pod.tcpstore``), no GPUs, a little memory, kept away from the job's replicas where the cluster allows (losing a worker's node
     should not lose the store too). Its labels make it no replica: the controller never sees it."""
     role = torchrun_command.torchrun_roles(job)[0]
     template_spec: Obj = job.role(role).template.get("spec") or {}
@@ -84,7 +87,7 @@ def rendezvous_pod(kind: JobKind, job: TrainingJob, settings: PodSettings) -> Ob
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "ports": [{"name": RENDEZVOUS, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": RENDEZVOUS_PORT}, "periodSeconds": 2},
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "resources": {"requests": {"cpu": "100m", "memory": STORE_MEMORY}},
     }
     if "imagePullPolicy" in source:
         container["imagePullPolicy"] = source["imagePullPolicy"]
