@@ -1,8 +1,10 @@
 """What the cluster did while an operator's jobs went from submitted to all Running (``k8s_peers.py
 --submit-trace``): when each pod was created, bound by the scheduler and made Running by kwok (as the
 benchmark's own watch saw them), the CPU each process of the machine spent meanwhile (``/proc``), the API
-server's writes by verb and resource (its ``apiserver_request_total``), and the size of a pod as the API server
-keeps it (its managed fields apart: the server computes them on every write of the pod).
+server's writes and reads by verb and resource (its ``apiserver_request_total``), the events it sent to watchers
+and their bytes by resource (``apiserver_watch_events_total``, ``..._sizes_sum``: every watcher of pods gets
+every change of every pod), and the size of a pod as the API server keeps it (its managed fields apart: the
+server computes them on every write of the pod).
 
 Every operator is measured the same way in the same run; the trace goes into the raw JSON beside the entry's
 figures (``submit_traces``), not among them.
@@ -15,6 +17,7 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +55,62 @@ def process_cpu(proc: str = "/proc") -> dict[str, float]:
     return found
 
 
-def api_writes(metrics: str) -> dict[str, float]:
-    """The API server's requests that write (not GET, LIST, WATCH), by "VERB resource[/subresource]"."""
+_READS = ("GET", "LIST", "WATCH")
+
+
+def _summed(metrics: str, name: str, key: Callable[[dict[str, str]], str | None]) -> dict[str, float]:
+    """The samples of the counter ``name`` summed by ``key(labels)`` (None: left out)."""
     found: dict[str, float] = {}
     for line in metrics.splitlines():
-        if not line.startswith("apiserver_request_total{"):
+        if not line.startswith(name + "{"):
             continue
         labels = dict(_LABEL.findall(line))
-        if labels.get("verb") in ("GET", "LIST", "WATCH"):
-            continue
-        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
-        key = f"{labels.get('verb')} {labels.get('resource')}{sub}"
-        found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        kept = key(labels)
+        if kept is not None:
+            found[kept] = found.get(kept, 0.0) + float(line.rsplit(" ", 1)[1])
     return found
+
+
+def _request(labels: dict[str, str]) -> str:
+    sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+    return f"{labels.get('verb')} {labels.get('resource')}{sub}"
+
+
+def api_writes(metrics: str) -> dict[str, float]:
+    """The API server's requests that write (not GET, LIST, WATCH), by "VERB resource[/subresource]"."""
+    return _summed(
+        metrics,
+        "apiserver_request_total",
+        lambda labels: None if labels.get("verb") in _READS else _request(labels),
+    )
+
+
+def api_reads(metrics: str) -> dict[str, float]:
+    """The API server's GETs and LISTs (a WATCH counts a connection, not what it sends: ``watch_events``)."""
+    return _summed(
+        metrics,
+        "apiserver_request_total",
+        lambda labels: _request(labels) if labels.get("verb") in ("GET", "LIST") else None,
+    )
+
+
+def watch_events(metrics: str) -> dict[str, float]:
+    """The events the API server sent to watchers, by resource: each watcher of pods gets each pod's change."""
+    return _summed(metrics, "apiserver_watch_events_total", lambda labels: labels.get("resource") or "?")
+
+
+def watch_bytes(metrics: str) -> dict[str, float]:
+    """The bytes of those events, by resource."""
+    return _summed(metrics, "apiserver_watch_events_sizes_sum", lambda labels: labels.get("resource") or "?")
+
+
+#: What a trace counts from the API server's metrics, each by its key, the change over the submit.
+COUNTERS: dict[str, Callable[[str], dict[str, float]]] = {
+    "api_writes": api_writes,
+    "api_reads": api_reads,
+    "watch_events": watch_events,
+    "watch_bytes": watch_bytes,
+}
 
 
 def _spread(values: list[float]) -> Obj | None:
@@ -93,11 +139,12 @@ class SubmitTrace:
         self.pods: dict[str, dict[str, float]] = {}
         self.sizes: list[tuple[int, int]] = []
         self._cpu: dict[str, float] = {}
-        self._writes: dict[str, float] = {}
+        self._counted: dict[str, dict[str, float]] = {}
 
     def start(self) -> None:
         self._cpu = process_cpu()
-        self._writes = api_writes(self.metrics())
+        text = self.metrics()
+        self._counted = {name: count(text) for name, count in COUNTERS.items()}
         self.pods.clear()
         self.sizes.clear()
         self.started = time.monotonic()
@@ -115,11 +162,16 @@ class SubmitTrace:
             self.sizes.append((_size(pod) - managed, managed))
 
     def finish(self) -> Obj:
-        cpu_now, writes_now = process_cpu(), api_writes(self.metrics())
+        cpu_now, text = process_cpu(), self.metrics()
         cpu = {name: cpu_now[name] - self._cpu.get(name, 0.0) for name in cpu_now}
         kept = {name: round(cpu.get(name, 0.0), 2) for name in PROCESSES if cpu.get(name, 0.0) > 0}
         kept["other"] = round(sum(s for name, s in cpu.items() if name not in PROCESSES and s > 0), 2)
-        writes = {key: round(n - self._writes.get(key, 0.0)) for key, n in writes_now.items()}
+        counted = {}
+        for name, count in COUNTERS.items():
+            before = self._counted.get(name, {})
+            grown = {key: round(n - before.get(key, 0.0)) for key, n in count(text).items()}
+            counted[name] = {key: n for key, n in sorted(grown.items(), key=lambda kv: -kv[1]) if n > 0}
+        writes = counted["api_writes"]
         times = list(self.pods.values())
 
         def lag(a: str, b: str) -> Obj | None:
@@ -134,8 +186,8 @@ class SubmitTrace:
             "created_to_bound_s": lag("created", "bound"),
             "bound_to_running_s": lag("bound", "running"),
             "cpu_s": kept,
-            "api_writes": {key: n for key, n in sorted(writes.items(), key=lambda kv: -kv[1]) if n > 0},
-            "api_writes_total": sum(n for n in writes.values() if n > 0),
+            **counted,
+            "api_writes_total": sum(writes.values()),
             "pod_bytes": round(statistics.median(s for s, _ in self.sizes)) if self.sizes else None,
             "pod_managed_fields_bytes": round(statistics.median(m for _, m in self.sizes))
             if self.sizes

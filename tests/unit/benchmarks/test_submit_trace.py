@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 from benchmarks import _submit_trace
-from benchmarks._submit_trace import SubmitTrace, api_writes, process_cpu, trace_table
+from benchmarks._submit_trace import (
+    SubmitTrace,
+    api_reads,
+    api_writes,
+    process_cpu,
+    trace_table,
+    watch_bytes,
+    watch_events,
+)
 
 METRICS = """\
 # HELP apiserver_request_total Counter of apiserver requests
@@ -19,11 +27,22 @@ apiserver_request_total{code="200",component="apiserver",group="",resource="pods
 apiserver_request_total{code="200",component="apiserver",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 7
 apiserver_request_total{code="200",component="apiserver",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 3
 apiserver_request_total_other{verb="POST",resource="pods"} 99
+apiserver_request_total{code="200",component="apiserver",group="",resource="nodes",scope="cluster",subresource="",verb="GET",version="v1"} 5
+apiserver_watch_events_total{group="",kind="Pod",version="v1",resource="pods"} 300
+apiserver_watch_events_total{group="",kind="Node",version="v1",resource="nodes"} 20
+apiserver_watch_events_sizes_sum{group="",kind="Pod",version="v1",resource="pods"} 1.5e+06
+apiserver_watch_events_sizes_count{group="",kind="Pod",version="v1",resource="pods"} 300
 """
 
 
 def test_api_writes_sum_the_codes_and_leave_reads_out() -> None:
     assert api_writes(METRICS) == {"POST pods": 42.0, "POST pods/binding": 40.0, "PATCH pods/status": 44.0}
+
+
+def test_reads_and_watch_events_are_counted_apart() -> None:
+    assert api_reads(METRICS) == {"LIST pods": 7.0, "GET nodes": 5.0}
+    assert watch_events(METRICS) == {"pods": 300.0, "nodes": 20.0}
+    assert watch_bytes(METRICS) == {"pods": 1.5e6}
 
 
 def _stat(pid: int, comm: str, utime: int, stime: int) -> str:
@@ -59,7 +78,7 @@ def test_a_submits_pods_are_timed_from_its_start(monkeypatch: pytest.MonkeyPatch
     clock = iter([100.0, 100.5, 101.0, 102.0, 102.5, 103.0, 104.0, 110.0]).__next__
     monkeypatch.setattr(_submit_trace.time, "monotonic", clock)
     monkeypatch.setattr(_submit_trace, "process_cpu", lambda: {})
-    writes = iter([METRICS, METRICS.replace("} 40", "} 48")])
+    writes = iter([METRICS, METRICS.replace("} 40", "} 48").replace("} 300", "} 340")])
     trace = SubmitTrace(lambda: next(writes))
     trace.seen(_pod("before"), None)  # before the submit: not counted
     trace.start()  # 100.0
@@ -77,6 +96,7 @@ def test_a_submits_pods_are_timed_from_its_start(monkeypatch: pytest.MonkeyPatch
     assert got["created_to_bound_s"] == {"p50": 1.75, "p90": 2.0, "last": 2.0}
     assert got["api_writes"] == {"POST pods": 8, "POST pods/binding": 8}
     assert got["api_writes_total"] == 16
+    assert (got["api_reads"], got["watch_events"]) == ({}, {"pods": 40})
     assert got["pod_managed_fields_bytes"] == len('[{"manager":"op","fieldsV1":{"f:spec":{}}}]')
 
 
