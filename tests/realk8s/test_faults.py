@@ -310,22 +310,6 @@ def test_a_job_on_the_stock_image_survives_every_fault_in_turn(trainer: RealClus
         assert _uid(trainer, victim) not in (None, before)
         assert [h["fault"] for h in _faults(trainer) if h["pod"] == victim] == ["PodForceDeleted"]
 
-        # The rendezvous store's pod deleted: the operator creates it again, empty, behind the same Service; the
-        # agents connect to it by themselves and their workers train on: no pod ends, no fault is recorded. (The
-        # scale below then forms its rounds on the new store.)
-        store_pod = f"{JOB}-rendezvous"
-        old_store = trainer.pod(store_pod)["metadata"]["uid"]
-        pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _workers(trainer, JOB)}
-        faults = _faults(trainer)
-        deleted_at = time.time()
-        trainer.kubectl("delete", "pod", store_pod, "--wait=false")
-        wait_for("the store's new pod running", lambda: _store_running(trainer, store_pod, old_store), 300, every=2,
-                 explain=lambda: _explain(trainer, JOB))  # fmt: skip
-        _goes_on(trainer, "the rendezvous store's pod deleted (from its return)", time.time())
-        _report("the rendezvous store's pod deleted (to steps on the new store)", deleted_at, time.time())
-        assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in _workers(trainer, JOB)} == pods
-        assert _faults(trainer) == faults, _explain(trainer, JOB)
-
         # kubectl scale 3 -> 2 -> 3: scale steps, no fault.
         scaled_at = time.time()
         trainer.kubectl("scale", f"trainingjob/{JOB}", "--replicas=2")

@@ -27,6 +27,7 @@ taken for a hang.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import multiprocessing
@@ -125,10 +126,9 @@ def reconnect_to_the_rendezvous_store() -> bool:
     """Make the c10d rendezvous' store, where this agent is only its client (``is_host=false``, as trainguard
     runs every agent), one that connects again when the store's server is lost and comes back on its address
     (its pod created again, ``trainguard.pod.storelink``): with torch's own client every later operation fails,
-    the agent with it, and every pod of the job ends. The store comes back empty: the backend's key is put
-    back as the backend's start puts it (``RendezvousKey``), the agents' round goes on (their keep-alives find
-    no round to keep) and the next fault forms a new one. False where torch's backend is not laid out as
-    expected (nothing is changed then)."""
+    the agent with it, and every pod of the job ends. The store comes back empty: the first agent back puts the
+    round it last saw there (``RendezvousKey``), and the rendezvous goes on from it. False where torch's backend
+    is not laid out as expected (nothing is changed then)."""
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
 
@@ -151,7 +151,7 @@ def reconnect_to_the_rendezvous_store() -> bool:
             who="torchrun's rendezvous",
             within=STORE_RETURN_S,
         )
-        reconnecting_store = storelink.store_class()(storelink.Connection(link, store))
+        reconnecting_store = _rendezvous_store_class()(storelink.Connection(link, store))
         reconnecting_store.rendezvous_key = RendezvousKey(f"torch.rendezvous.{params.run_id}", empty)
         link.on_reconnect(reconnecting_store.rendezvous_key.put_back)  # held weakly: the store keeps it
         return reconnecting_store
@@ -161,16 +161,44 @@ def reconnect_to_the_rendezvous_store() -> bool:
 
 
 class RendezvousKey:
-    """The c10d backend's key, put back in a store that came back empty, as the backend's start puts it: the
-    backend reads it with ``get``, which waits for a key that is missing (up to the store's timeout, a minute),
-    and then fails."""
+    """The c10d backend's key (its rendezvous' state) as this agent last read or wrote it, put back in a store
+    that came back empty: the round the agents train in, so that a pod that joins is seen waiting and the
+    agents that train make room for it, as with the old store. With no state there, the agents that train
+    would be in no round, and a pod that joins would wait, alone, for a round of its own. Until the agent has
+    seen one, the backend's empty state, as its start puts it (torch's backend ``get``s the key, which waits a
+    minute for a missing key, then fails)."""
 
     def __init__(self, key: str, empty: str) -> None:
         self.key = key
-        self.empty = empty
+        self.value: Any = empty
+
+    def seen(self, key: str, value: Any) -> None:
+        if key == self.key and value:
+            self.value = value
 
     def put_back(self, client: Any) -> None:
-        client.compare_set(self.key, "", self.empty)  # where some agent wrote a state meanwhile, it stays
+        client.compare_set(self.key, "", self.value)  # the first agent back puts it; the others find it there
+
+
+@functools.lru_cache(maxsize=1)
+def _rendezvous_store_class() -> type:
+    """``trainguard.pod.storelink``'s reconnecting store, noting each value of the rendezvous' key that passes
+    through it (``RendezvousKey.seen``)."""
+
+    class RendezvousStore(storelink.store_class()):  # type: ignore[misc]
+        rendezvous_key: RendezvousKey
+
+        def get(self, key: str) -> bytes:
+            value = super().get(key)
+            self.rendezvous_key.seen(key, value)
+            return value  # type: ignore[no-any-return]
+
+        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+            value = super().compare_set(key, expected, desired)
+            self.rendezvous_key.seen(key, value)
+            return value  # type: ignore[no-any-return]
+
+    return RendezvousStore
 
 
 class _TracebackAsText(logging.Filter):
