@@ -104,17 +104,14 @@ class Keys:
         (and ``expected`` returned); a present one is set where it equals ``expected``; the value it has is
         returned."""
         current = self.values.get(key)
-        if current is None:
-            if expected:
-                self._wake_all(key)
-                return expected
-            self.values[key] = new
-            self._wake_all(key)
-            return new
-        if current == expected:
-            self.values[key] = current = new
+        if current is None and expected:
+            answer = expected  # left missing
+        elif current is None or current == expected:
+            self.values[key] = answer = new
+        else:
+            answer = current
         self._wake_all(key)
-        return current
+        return answer
 
     def add(self, key: bytes, amount: int) -> int:
         total = self._count(key, amount)
@@ -164,9 +161,10 @@ class Keys:
 
     def pop(self, key: bytes) -> bytes:
         """The queue's length before the pop, then the value popped (none where it was empty)."""
-        queue = self.queues.setdefault(key, deque())
-        answer = _I64.pack(len(queue))
-        return answer + vector(queue.popleft()) if queue else answer
+        queue = self.queues.get(key)
+        if not queue:
+            return _I64.pack(0)
+        return _I64.pack(len(queue)) + vector(queue.popleft())
 
     def forget(self, waiter: Waiter) -> None:
         """The client cancelled its wait, or left."""
